@@ -1,0 +1,347 @@
+//! DMA regions: memory shared with a device that writes it concurrently.
+//!
+//! The rule enforced here: no Rust reference (`&`/`&mut`) is ever created to
+//! DMA memory. Every access is a volatile load or store through a raw pointer,
+//! bounds-checked against the region. Multi-byte values are stored big-endian
+//! because every mlx5 structure is big-endian.
+
+use core::ptr::NonNull;
+
+use crate::Hal;
+
+/// A DMA allocation as a platform hands it out: CPU pointer, device address
+/// and length. Plain data; [`DmaRegion`] is the owning form.
+#[derive(Debug)]
+pub struct RawDma {
+    /// CPU-visible address of the first byte.
+    pub vaddr: NonNull<u8>,
+    /// Device-visible address (IOVA) of the first byte.
+    pub iova: u64,
+    /// Length in bytes (a multiple of [`crate::PAGE_SIZE`]).
+    pub len: usize,
+}
+
+/// An owned, zero-initialised DMA region that is freed when dropped.
+///
+/// Accessors take `&self` even when they write: the device writes the region
+/// behind the CPU's back anyway, so the region behaves like a register block
+/// with interior mutability. The type is `Send` (the memory can move between
+/// threads with its owner) but not `Sync` (two CPU threads must not access it
+/// at once without the owner's own locking).
+pub struct DmaRegion<H: Hal> {
+    hal: H,
+    raw: RawDma,
+}
+
+// SAFETY: a `DmaRegion` owns its memory exclusively (no other CPU-side handle
+// exists), and all access goes through volatile raw-pointer operations, so
+// moving the owner to another thread moves every access with it. The platform
+// handle is required to be `Send` too.
+unsafe impl<H: Hal + Send> Send for DmaRegion<H> {}
+
+impl<H: Hal> DmaRegion<H> {
+    /// Take ownership of a raw allocation.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must have been returned by `hal.dma_alloc` (or a clone's), must not
+    /// be owned by anything else, and must not have been freed.
+    pub unsafe fn from_raw(hal: H, raw: RawDma) -> Self {
+        DmaRegion { hal, raw }
+    }
+
+    /// Device address (IOVA) of the first byte. Program the device with this,
+    /// never with a CPU pointer.
+    #[inline(always)]
+    pub fn iova(&self) -> u64 {
+        self.raw.iova
+    }
+
+    /// Device address of the byte at `offset`.
+    #[inline(always)]
+    pub fn iova_at(&self, offset: usize) -> u64 {
+        assert!(offset <= self.raw.len, "DMA offset out of range");
+        self.raw.iova + offset as u64
+    }
+
+    /// Length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.raw.len
+    }
+
+    /// Always false: platforms never return empty regions.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.raw.len == 0
+    }
+
+    /// Raw CPU pointer to the first byte, for hot paths that do their own
+    /// volatile access. Never turn it into a reference.
+    #[inline(always)]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.raw.vaddr.as_ptr()
+    }
+
+    /// The platform this region belongs to.
+    pub fn hal(&self) -> &H {
+        &self.hal
+    }
+
+    #[inline(always)]
+    fn ptr_at(&self, offset: usize, size: usize, align: usize) -> *mut u8 {
+        assert!(
+            offset.checked_add(size).is_some_and(|end| end <= self.raw.len),
+            "DMA access {offset:#x}+{size} outside region of {:#x} bytes",
+            self.raw.len
+        );
+        assert!(offset % align == 0, "unaligned DMA access at {offset:#x}");
+        // SAFETY: `offset + size <= len` was just checked, so the result stays
+        // inside the allocation described by `raw`.
+        unsafe { self.raw.vaddr.as_ptr().add(offset) }
+    }
+
+    /// Read the byte at `offset`.
+    #[inline(always)]
+    pub fn read_u8(&self, offset: usize) -> u8 {
+        let p = self.ptr_at(offset, 1, 1);
+        // SAFETY: `p` is in bounds (checked by `ptr_at`) of memory the platform
+        // guarantees valid for volatile access while the region lives.
+        unsafe { p.read_volatile() }
+    }
+
+    /// Write the byte at `offset`.
+    #[inline(always)]
+    pub fn write_u8(&self, offset: usize, value: u8) {
+        let p = self.ptr_at(offset, 1, 1);
+        // SAFETY: as in `read_u8`.
+        unsafe { p.write_volatile(value) }
+    }
+
+    /// Read the big-endian 16-bit value at `offset` (2-byte aligned).
+    #[inline(always)]
+    pub fn read_be16(&self, offset: usize) -> u16 {
+        let p = self.ptr_at(offset, 2, 2) as *const u16;
+        // SAFETY: in bounds and 2-byte aligned (checked; the region base is
+        // page aligned), valid for volatile access.
+        u16::from_be(unsafe { p.read_volatile() })
+    }
+
+    /// Write a big-endian 16-bit value at `offset` (2-byte aligned).
+    #[inline(always)]
+    pub fn write_be16(&self, offset: usize, value: u16) {
+        let p = self.ptr_at(offset, 2, 2) as *mut u16;
+        // SAFETY: as in `read_be16`.
+        unsafe { p.write_volatile(value.to_be()) }
+    }
+
+    /// Read the big-endian 32-bit value at `offset` (4-byte aligned).
+    #[inline(always)]
+    pub fn read_be32(&self, offset: usize) -> u32 {
+        let p = self.ptr_at(offset, 4, 4) as *const u32;
+        // SAFETY: in bounds and 4-byte aligned (checked), valid for volatile
+        // access.
+        u32::from_be(unsafe { p.read_volatile() })
+    }
+
+    /// Write a big-endian 32-bit value at `offset` (4-byte aligned).
+    #[inline(always)]
+    pub fn write_be32(&self, offset: usize, value: u32) {
+        let p = self.ptr_at(offset, 4, 4) as *mut u32;
+        // SAFETY: as in `read_be32`.
+        unsafe { p.write_volatile(value.to_be()) }
+    }
+
+    /// Read the big-endian 64-bit value at `offset` (8-byte aligned).
+    #[inline(always)]
+    pub fn read_be64(&self, offset: usize) -> u64 {
+        let p = self.ptr_at(offset, 8, 8) as *const u64;
+        // SAFETY: in bounds and 8-byte aligned (checked), valid for volatile
+        // access.
+        u64::from_be(unsafe { p.read_volatile() })
+    }
+
+    /// Write a big-endian 64-bit value at `offset` (8-byte aligned).
+    #[inline(always)]
+    pub fn write_be64(&self, offset: usize, value: u64) {
+        let p = self.ptr_at(offset, 8, 8) as *mut u64;
+        // SAFETY: as in `read_be64`.
+        unsafe { p.write_volatile(value.to_be()) }
+    }
+
+    /// Copy `dst.len()` bytes starting at `offset` out of the region.
+    pub fn read_bytes(&self, offset: usize, dst: &mut [u8]) {
+        let base = self.ptr_at(offset, dst.len(), 1);
+        for (i, byte) in dst.iter_mut().enumerate() {
+            // SAFETY: `base + i` is in bounds because `offset + dst.len()` was
+            // checked against the region length.
+            *byte = unsafe { base.add(i).read_volatile() };
+        }
+    }
+
+    /// Copy `src` into the region starting at `offset`.
+    pub fn write_bytes(&self, offset: usize, src: &[u8]) {
+        let base = self.ptr_at(offset, src.len(), 1);
+        for (i, byte) in src.iter().enumerate() {
+            // SAFETY: as in `read_bytes`.
+            unsafe { base.add(i).write_volatile(*byte) };
+        }
+    }
+
+    /// Set `len` bytes starting at `offset` to `value`.
+    pub fn fill(&self, offset: usize, len: usize, value: u8) {
+        let base = self.ptr_at(offset, len, 1);
+        for i in 0..len {
+            // SAFETY: as in `read_bytes`.
+            unsafe { base.add(i).write_volatile(value) };
+        }
+    }
+}
+
+impl<H: Hal> Drop for DmaRegion<H> {
+    fn drop(&mut self) {
+        let raw = RawDma {
+            vaddr: self.raw.vaddr,
+            iova: self.raw.iova,
+            len: self.raw.len,
+        };
+        // SAFETY: the region came from this platform's `dma_alloc` (contract of
+        // `from_raw`), is freed exactly once here, and the owner drops it only
+        // after the firmware object using it is gone (driver invariant).
+        unsafe { self.hal.dma_free(raw) };
+    }
+}
+
+impl<H: Hal> core::fmt::Debug for DmaRegion<H> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DmaRegion")
+            .field("iova", &format_args!("{:#x}", self.raw.iova))
+            .field("len", &self.raw.len)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use crate::{HalError, PAGE_SIZE};
+    use core::cell::Cell;
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+    use std::rc::Rc;
+
+    /// A minimal host-memory platform: IOVA = CPU address + a fixed offset,
+    /// and a counter of live regions so the tests can see RAII frees.
+    #[derive(Clone)]
+    struct TestHal {
+        live: Rc<Cell<usize>>,
+    }
+
+    const IOVA_SHIFT: u64 = 0x7700_0000_0000;
+
+    // SAFETY: memory comes from the global allocator, zeroed, page aligned,
+    // unaliased; the "device" never writes; the clock is a constant.
+    unsafe impl Hal for TestHal {
+        fn bar0_size(&self) -> usize {
+            0
+        }
+        fn mmio_read32(&self, _offset: usize) -> u32 {
+            unreachable!("no BAR in this test platform")
+        }
+        fn mmio_write32(&self, _offset: usize, _value: u32) {
+            unreachable!("no BAR in this test platform")
+        }
+        fn mmio_write64(&self, _offset: usize, _value: u64) {
+            unreachable!("no BAR in this test platform")
+        }
+        fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+            if size == 0 {
+                return Err(HalError::InvalidRequest);
+            }
+            let len = size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+            let layout = Layout::from_size_align(len, PAGE_SIZE).unwrap();
+            // SAFETY: non-zero size layout.
+            let p = unsafe { alloc_zeroed(layout) };
+            let vaddr = NonNull::new(p).ok_or(HalError::OutOfDmaMemory { requested: size })?;
+            self.live.set(self.live.get() + 1);
+            Ok(RawDma {
+                vaddr,
+                iova: p as u64 + IOVA_SHIFT,
+                len,
+            })
+        }
+        unsafe fn dma_free(&self, region: RawDma) {
+            let layout = Layout::from_size_align(region.len, PAGE_SIZE).unwrap();
+            // SAFETY: allocated above with this layout (caller contract).
+            unsafe { dealloc(region.vaddr.as_ptr(), layout) };
+            self.live.set(self.live.get() - 1);
+        }
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn delay_us(&self, _us: u32) {}
+    }
+
+    fn hal() -> TestHal {
+        TestHal {
+            live: Rc::new(Cell::new(0)),
+        }
+    }
+
+    #[test]
+    fn region_is_zeroed_page_sized_and_freed_on_drop() {
+        let h = hal();
+        let r = h.alloc_dma(100).unwrap();
+        assert_eq!(r.len(), PAGE_SIZE);
+        assert_eq!(r.as_ptr() as usize % PAGE_SIZE, 0);
+        assert_ne!(r.iova(), r.as_ptr() as u64, "IOVA must not be the CPU address");
+        assert!((0..r.len()).all(|i| r.read_u8(i) == 0));
+        assert_eq!(h.live.get(), 1);
+        drop(r);
+        assert_eq!(h.live.get(), 0);
+    }
+
+    #[test]
+    fn big_endian_accessors_round_trip_and_lay_out_bytes() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        r.write_be32(8, 0x1122_3344);
+        let mut b = [0u8; 4];
+        r.read_bytes(8, &mut b);
+        assert_eq!(b, [0x11, 0x22, 0x33, 0x44]);
+        assert_eq!(r.read_be32(8), 0x1122_3344);
+        r.write_be64(16, 0x0102_0304_0506_0708);
+        assert_eq!(r.read_u8(16), 1);
+        assert_eq!(r.read_u8(23), 8);
+        assert_eq!(r.read_be64(16), 0x0102_0304_0506_0708);
+        r.write_be16(30, 0xabcd);
+        assert_eq!(r.read_be16(30), 0xabcd);
+        r.write_bytes(100, &[9, 8, 7]);
+        r.fill(103, 2, 0xf0);
+        let mut c = [0u8; 5];
+        r.read_bytes(100, &mut c);
+        assert_eq!(c, [9, 8, 7, 0xf0, 0xf0]);
+        assert_eq!(r.iova_at(100), r.iova() + 100);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside region")]
+    fn out_of_bounds_access_panics_instead_of_touching_memory() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        r.read_be32(PAGE_SIZE - 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "unaligned")]
+    fn unaligned_access_is_refused() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        r.read_be32(2);
+    }
+
+    #[test]
+    fn zero_sized_allocation_is_an_error() {
+        assert_eq!(hal().alloc_dma(0).unwrap_err(), HalError::InvalidRequest);
+    }
+}

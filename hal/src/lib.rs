@@ -1,0 +1,145 @@
+//! # mlx5-hal: the only door between the mlx5 driver and a machine
+//!
+//! The driver (`mlx5-driver`) never touches hardware directly. Everything it
+//! needs from a platform goes through the [`Hal`] trait defined here:
+//!
+//! * **MMIO on BAR0**: 32-bit big-endian register reads and writes at a byte
+//!   offset (the initialization segment, the command doorbell, the health
+//!   buffer) and 64-bit big-endian doorbell writes (UAR pages).
+//! * **DMA memory**: zeroed, 4 KiB-aligned, contiguous regions, each with a CPU
+//!   pointer and a *device address* (IOVA). The two are never assumed equal.
+//!   Regions are owned by the RAII handle [`DmaRegion`], which frees on drop.
+//! * **Time**: a monotonic nanosecond clock and a short delay, so every wait in
+//!   the driver can be bounded without `std::time`.
+//!
+//! Memory ordering between the CPU and the device is expressed with the named
+//! barriers of the [`barrier`] module, implemented per architecture.
+//!
+//! Implementations in this workspace: the Linux VFIO platform (`mlx5-vfio`),
+//! the device model (`mlx5-sim`), and the identity-mapped bare-metal example in
+//! `docs/bare-metal.md`.
+//!
+//! The crate is `no_std`, allocation-free and has no dependencies.
+#![no_std]
+#![deny(missing_docs)]
+
+pub mod barrier;
+mod dma;
+
+pub use dma::{DmaRegion, RawDma};
+
+/// Size of a page as the device sees it (`MLX5_ADAPTER_PAGE_SHIFT = 12`,
+/// facts §4.2). Every DMA region is aligned to at least this.
+pub const PAGE_SIZE: usize = 4096;
+
+/// Errors a platform can report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HalError {
+    /// No DMA memory of the requested size could be provided.
+    OutOfDmaMemory {
+        /// Bytes that were asked for.
+        requested: usize,
+    },
+    /// The request was malformed (for example a zero-sized allocation).
+    InvalidRequest,
+    /// The platform's own machinery failed (an ioctl, a mapping) with this
+    /// OS error number.
+    Platform {
+        /// The positive OS error number (`errno`).
+        errno: i32,
+    },
+}
+
+impl core::fmt::Display for HalError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            HalError::OutOfDmaMemory { requested } => {
+                write!(f, "out of DMA memory ({requested} bytes requested)")
+            }
+            HalError::InvalidRequest => f.write_str("invalid DMA request"),
+            HalError::Platform { errno } => write!(f, "platform error (errno {errno})"),
+        }
+    }
+}
+
+/// The platform a driver instance runs on.
+///
+/// A `Hal` value is a cheap handle (a reference, an `Arc`, a zero-sized type):
+/// the driver clones it into every [`DmaRegion`] so that regions can free
+/// themselves on drop.
+///
+/// # Safety
+///
+/// Implementors promise, for as long as any clone of the value lives:
+///
+/// 1. **MMIO.** `mmio_*` access BAR0 of the one device this value stands for.
+///    `offset` is a byte offset into BAR0; values are converted from/to the
+///    device's big-endian byte order by the implementation. Accesses are single
+///    volatile loads/stores of the stated width, never split, merged, cached or
+///    reordered with each other by the implementation. An offset outside BAR0
+///    or not aligned to the access width may panic; it must never touch other
+///    memory.
+/// 2. **DMA.** [`Hal::dma_alloc`] returns memory that is zero-filled,
+///    aligned to [`PAGE_SIZE`], contiguous in both the CPU view and the
+///    device view (IOVA), not aliased by any other live allocation, valid for
+///    volatile reads and writes of `len` bytes through `vaddr`, and reachable
+///    by the device at `iova .. iova + len` until it is passed to
+///    [`Hal::dma_free`]. The memory is coherent with the device cache-wise:
+///    the barriers of [`barrier`] are the only ordering a driver must add.
+/// 3. **The device cannot reach other memory.** Device writes land only in
+///    memory returned by `dma_alloc` (an IOMMU, a model's checked address
+///    space, or, on identity-mapped bare metal, a driver that programs only
+///    such addresses). This is what makes the MMIO methods safe to call: the
+///    device can only disturb memory that the driver accesses through raw
+///    pointers with volatile operations, never through Rust references.
+/// 4. **Time.** [`Hal::now_ns`] never goes backwards. [`Hal::delay_us`]
+///    returns after roughly the given time (it may be longer, or advance a
+///    virtual clock instead of sleeping, as long as `now_ns` reflects it).
+pub unsafe trait Hal: Clone {
+    /// Size of BAR0 in bytes.
+    fn bar0_size(&self) -> usize;
+
+    /// Read the big-endian 32-bit register at `offset` of BAR0 and return it in
+    /// host order.
+    fn mmio_read32(&self, offset: usize) -> u32;
+
+    /// Write `value` big-endian to the 32-bit register at `offset` of BAR0.
+    fn mmio_write32(&self, offset: usize, value: u32);
+
+    /// Write `value` big-endian to the 64-bit doorbell at `offset` of BAR0 as a
+    /// single store: the byte at `offset` is the most significant byte of
+    /// `value`. Used for UAR doorbells, whose two halves must arrive together.
+    fn mmio_write64(&self, offset: usize, value: u64);
+
+    /// Allocate `size` bytes of zeroed, page-aligned, contiguous DMA memory.
+    /// `size` is rounded up to a multiple of [`PAGE_SIZE`] by the
+    /// implementation; the returned [`RawDma::len`] is the rounded size.
+    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError>;
+
+    /// Give back a region obtained from [`Hal::dma_alloc`].
+    ///
+    /// # Safety
+    ///
+    /// `region` must come from `dma_alloc` on this platform (or a clone of it),
+    /// must not have been freed already, and the device must no longer be
+    /// programmed to access it (the firmware object that used it is destroyed).
+    /// No pointer derived from `region.vaddr` may be used afterwards.
+    unsafe fn dma_free(&self, region: RawDma);
+
+    /// Monotonic time in nanoseconds since an arbitrary origin.
+    fn now_ns(&self) -> u64;
+
+    /// Wait about `us` microseconds (busy-wait, sleep or virtual time).
+    fn delay_us(&self, us: u32);
+
+    /// Allocate DMA memory owned by an RAII [`DmaRegion`].
+    fn alloc_dma(&self, size: usize) -> Result<DmaRegion<Self>, HalError>
+    where
+        Self: Sized,
+    {
+        let raw = self.dma_alloc(size)?;
+        // SAFETY: `raw` was just returned by `dma_alloc` of this platform and
+        // is handed to nobody else, which is the contract of `from_raw`.
+        Ok(unsafe { DmaRegion::from_raw(self.clone(), raw) })
+    }
+}

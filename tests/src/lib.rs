@@ -1,0 +1,1 @@
+//! Shared helpers for the driver-against-model integration tests in `tests/tests/`.
