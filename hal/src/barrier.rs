@@ -19,6 +19,7 @@
 //! Other architectures (and Miri, which cannot run inline assembly) fall back
 //! to a sequentially consistent fence, which is at least as strong.
 
+#[allow(unused_imports)] // which ones are used depends on the architecture
 use core::sync::atomic::{compiler_fence, fence, Ordering};
 
 /// Device-to-CPU read barrier: reads issued after it observe DMA data at least

@@ -91,11 +91,13 @@ impl<H: Hal> DmaRegion<H> {
     #[inline(always)]
     fn ptr_at(&self, offset: usize, size: usize, align: usize) -> *mut u8 {
         assert!(
-            offset.checked_add(size).is_some_and(|end| end <= self.raw.len),
+            offset
+                .checked_add(size)
+                .is_some_and(|end| end <= self.raw.len),
             "DMA access {offset:#x}+{size} outside region of {:#x} bytes",
             self.raw.len
         );
-        assert!(offset % align == 0, "unaligned DMA access at {offset:#x}");
+        assert!(offset.is_multiple_of(align), "unaligned DMA access at {offset:#x}");
         // SAFETY: `offset + size <= len` was just checked, so the result stays
         // inside the allocation described by `raw`.
         unsafe { self.raw.vaddr.as_ptr().add(offset) }
@@ -294,7 +296,11 @@ mod tests {
         let r = h.alloc_dma(100).unwrap();
         assert_eq!(r.len(), PAGE_SIZE);
         assert_eq!(r.as_ptr() as usize % PAGE_SIZE, 0);
-        assert_ne!(r.iova(), r.as_ptr() as u64, "IOVA must not be the CPU address");
+        assert_ne!(
+            r.iova(),
+            r.as_ptr() as u64,
+            "IOVA must not be the CPU address"
+        );
         assert!((0..r.len()).all(|i| r.read_u8(i) == 0));
         assert_eq!(h.live.get(), 1);
         drop(r);
