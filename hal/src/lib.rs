@@ -19,12 +19,16 @@
 //! the device model (`mlx5-sim`), and the identity-mapped bare-metal example in
 //! `docs/bare-metal.md`.
 //!
-//! The crate is `no_std`, allocation-free and has no dependencies.
+//! The crate is `no_std`, allocation-free and has no dependencies. The
+//! optional `host` feature (needs `std`) adds [`host::HostHal`], a platform of
+//! plain host memory for unit tests.
 #![no_std]
 #![deny(missing_docs)]
 
 pub mod barrier;
 mod dma;
+#[cfg(feature = "host")]
+pub mod host;
 
 pub use dma::{DmaRegion, RawDma};
 
