@@ -1,0 +1,8 @@
+//! Completion queues (facts §7, §8).
+
+pub mod ring;
+
+pub use ring::{CqRing, Cqe, CqeSize, CqeStatus, DoorbellRecord, ResizeCopyError};
+
+#[cfg(test)]
+mod tests;

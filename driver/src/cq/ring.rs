@@ -1,0 +1,399 @@
+//! The CQ ring: CQE ownership, the hot poll loop, the doorbell record and
+//! the resize copy (facts §5, §7.2, §8).
+//!
+//! This is pure data path: it touches only DMA memory (the ring and the
+//! doorbell record) and, for arming, one UAR doorbell. Firmware commands
+//! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
+
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
+use mlx5_regs::doorbell::{cq_arm_doorbell, cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
+use mlx5_regs::CqeOpcode;
+
+/// Byte offsets inside a 64-byte CQE (facts §7.2, `struct mlx5_cqe64`).
+mod off {
+    pub const SRQN: usize = 0x20;
+    pub const IMM: usize = 0x24;
+    pub const BYTE_CNT: usize = 0x2c;
+    pub const SYNDROME_WORD: usize = 0x34;
+    pub const QPN: usize = 0x38;
+    pub const WQE_COUNTER: usize = 0x3c;
+    pub const OP_OWN: usize = 0x3f;
+}
+
+/// CQE size, as programmed in `cqc.cqe_sz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqeSize {
+    /// 64-byte CQEs (`cqe_sz = 0`).
+    B64,
+    /// 128-byte CQEs (`cqe_sz = 1`); the 64-byte CQE is the second half.
+    B128,
+}
+
+impl CqeSize {
+    /// Bytes per ring entry.
+    pub const fn stride(self) -> usize {
+        match self {
+            CqeSize::B64 => 64,
+            CqeSize::B128 => 128,
+        }
+    }
+    /// `cqc.cqe_sz` value.
+    pub const fn cqc_value(self) -> u8 {
+        match self {
+            CqeSize::B64 => 0,
+            CqeSize::B128 => 1,
+        }
+    }
+    const fn cqe_offset(self) -> usize {
+        self.stride() - 64
+    }
+}
+
+/// Outcome of a completion, as the CQE reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqeStatus {
+    /// The work request completed.
+    Success,
+    /// An error CQE (opcode REQ_ERR or RESP_ERR).
+    Error {
+        /// `syndrome` (facts §7.2 error syndromes, e.g. 0x01 local length).
+        syndrome: u8,
+        /// Vendor syndrome.
+        vendor_syndrome: u8,
+    },
+}
+
+/// One decoded CQE: every field the consumer needs, read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cqe {
+    /// CQE opcode (`op_own` bits 7:4).
+    pub opcode: CqeOpcode,
+    /// Success or error with syndromes.
+    pub status: CqeStatus,
+    /// Bytes received (responder) or transferred.
+    pub byte_len: u32,
+    /// WQE index (SQ index for requester CQEs, SRQ WQE index for receives).
+    pub wqe_counter: u16,
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// SRQ number (24 bits; meaningful for SRQ receives).
+    pub srqn: u32,
+    /// Immediate data / invalidated rkey (big-endian value as the CQE holds it).
+    pub imm: u32,
+}
+
+impl Cqe {
+    /// An all-zero CQE, handy to initialise output arrays.
+    pub const EMPTY: Cqe = Cqe {
+        opcode: CqeOpcode(0),
+        status: CqeStatus::Success,
+        byte_len: 0,
+        wqe_counter: 0,
+        qpn: 0,
+        srqn: 0,
+        imm: 0,
+    };
+}
+
+/// A CQ buffer in DMA memory with its software consumer index.
+///
+/// `consumer_index` is a free-running counter; slot = `ci & (nent - 1)`, and a
+/// CQE in that slot belongs to software when its opcode is not INVALID and its
+/// owner bit equals `(ci >> log_nent) & 1` (facts §7.2).
+pub struct CqRing<H: Hal> {
+    buf: DmaRegion<H>,
+    log_nent: u8,
+    cqe_size: CqeSize,
+    consumer_index: u32,
+}
+
+impl<H: Hal> CqRing<H> {
+    /// Allocate a ring of `2^log_nent` CQEs and mark every CQE invalid and
+    /// hardware-owned for the first pass (`op_own = 0xf0`).
+    pub fn new(hal: &H, log_nent: u8, cqe_size: CqeSize) -> Result<Self, HalError> {
+        if log_nent > 24 {
+            return Err(HalError::InvalidRequest);
+        }
+        let len = (1usize << log_nent) * cqe_size.stride();
+        let buf = hal.alloc_dma(len)?;
+        let ring = CqRing {
+            buf,
+            log_nent,
+            cqe_size,
+            consumer_index: 0,
+        };
+        ring.init_all();
+        Ok(ring)
+    }
+
+    fn init_all(&self) {
+        for i in 0..self.nent() {
+            self.buf
+                .write_u8(self.cqe_base(i) + off::OP_OWN, CQE_OP_OWN_INIT);
+        }
+    }
+
+    /// Number of entries.
+    #[inline(always)]
+    pub fn nent(&self) -> usize {
+        1 << self.log_nent
+    }
+
+    /// log2 of the number of entries.
+    pub fn log_nent(&self) -> u8 {
+        self.log_nent
+    }
+
+    /// CQE size.
+    pub fn cqe_size(&self) -> CqeSize {
+        self.cqe_size
+    }
+
+    /// The ring's DMA region (for the page list of CREATE_CQ / MODIFY_CQ).
+    pub fn region(&self) -> &DmaRegion<H> {
+        &self.buf
+    }
+
+    /// The free-running consumer index.
+    pub fn consumer_index(&self) -> u32 {
+        self.consumer_index
+    }
+
+    #[inline(always)]
+    fn cqe_base(&self, slot: usize) -> usize {
+        slot * self.cqe_size.stride() + self.cqe_size.cqe_offset()
+    }
+
+    /// Byte offset of the 64-byte CQE for running index `index`.
+    #[inline(always)]
+    fn base_of(&self, index: u32) -> usize {
+        self.cqe_base(index as usize & (self.nent() - 1))
+    }
+
+    /// Is the CQE at running index `index` owned by software?
+    #[inline(always)]
+    fn sw_owned(&self, index: u32, op_own: u8) -> bool {
+        let pass = ((index >> self.log_nent) & 1) as u8;
+        (op_own >> 4) != CqeOpcode::INVALID.0 && (op_own & 1) == pass
+    }
+
+    /// Read the `op_own` byte of running index `index`.
+    #[inline(always)]
+    fn op_own(&self, index: u32) -> u8 {
+        self.buf.read_u8(self.base_of(index) + off::OP_OWN)
+    }
+
+    /// True when a CQE is waiting at the consumer index.
+    #[inline(always)]
+    pub fn has_next(&self) -> bool {
+        self.sw_owned(self.consumer_index, self.op_own(self.consumer_index))
+    }
+
+    /// Decode the software-owned CQE at running index `index`. Call only after
+    /// the ownership check and the read barrier.
+    #[inline(always)]
+    fn decode(&self, index: u32, op_own: u8) -> Cqe {
+        let b = self.base_of(index);
+        let opcode = CqeOpcode(op_own >> 4);
+        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
+            let w = self.buf.read_be32(b + off::SYNDROME_WORD);
+            CqeStatus::Error {
+                syndrome: w as u8,
+                vendor_syndrome: (w >> 8) as u8,
+            }
+        } else {
+            CqeStatus::Success
+        };
+        Cqe {
+            opcode,
+            status,
+            byte_len: self.buf.read_be32(b + off::BYTE_CNT),
+            wqe_counter: self.buf.read_be16(b + off::WQE_COUNTER),
+            qpn: self.buf.read_be32(b + off::QPN) & 0x00ff_ffff,
+            srqn: self.buf.read_be32(b + off::SRQN) & 0x00ff_ffff,
+            imm: self.buf.read_be32(b + off::IMM),
+        }
+    }
+
+    /// Take the next CQE if software owns it: ownership check, one read
+    /// barrier, then the body. Does not publish the consumer index; call
+    /// [`CqRing::update_doorbell`] once per batch.
+    #[inline(always)]
+    pub fn pop(&mut self) -> Option<Cqe> {
+        let ci = self.consumer_index;
+        let op_own = self.op_own(ci);
+        if !self.sw_owned(ci, op_own) {
+            return None;
+        }
+        // The body must not be read before the ownership byte (facts §5).
+        barrier::dma_rmb();
+        let cqe = self.decode(ci, op_own);
+        self.consumer_index = ci.wrapping_add(1);
+        Some(cqe)
+    }
+
+    /// Poll up to `out.len()` CQEs into `out`; returns how many. The consumer
+    /// index is published in the doorbell record once, at the end.
+    #[inline]
+    pub fn poll(&mut self, dbr: &DoorbellRecord<H>, out: &mut [Cqe]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.pop() {
+                Some(c) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        if n > 0 {
+            self.update_doorbell(dbr);
+        }
+        n
+    }
+
+    /// Publish the consumer index in the doorbell record. The reads of the
+    /// consumed CQEs are ordered before this store, so the device cannot
+    /// overwrite an entry still being read.
+    #[inline(always)]
+    pub fn update_doorbell(&self, dbr: &DoorbellRecord<H>) {
+        barrier::dma_rmb();
+        dbr.set_ci(self.consumer_index);
+    }
+
+    /// Number of software-owned CQEs from the consumer index on (what
+    /// `resize` must carry over), stopping at the first hardware-owned entry
+    /// or after a whole ring.
+    pub fn pending(&self) -> usize {
+        let mut i = self.consumer_index;
+        let mut n = 0;
+        while n < self.nent() && self.sw_owned(i, self.op_own(i)) {
+            n += 1;
+            i = i.wrapping_add(1);
+        }
+        n
+    }
+
+    /// Copy the unpolled CQEs of `self` (the old ring, after MODIFY_CQ
+    /// resize completed) into `new`, as rdma-core does (facts §8): walk from
+    /// the consumer index up to the RESIZE_CQ CQE firmware wrote into the old
+    /// ring; the CQE at running index `i` goes to index `i + 1` of the new ring
+    /// with the owner bit of that index for the new size. Afterwards `new`'s
+    /// consumer index is `old ci + 1`, so the copies are read first and the
+    /// first CQE firmware writes to the new ring (at `r + 1`) follows them.
+    ///
+    /// Returns the number of CQEs copied, or an error (and leaves `new`
+    /// untouched but for already-copied entries) if the walk meets a
+    /// hardware-owned entry or does not find the resize CQE within a ring.
+    pub fn copy_into_resized(&self, new: &mut CqRing<H>) -> Result<usize, ResizeCopyError> {
+        let start = self.consumer_index;
+        let mut i = start;
+        let mut copied = 0usize;
+        let mut tmp = [0u8; 64];
+        loop {
+            let op_own = self.op_own(i);
+            if !self.sw_owned(i, op_own) {
+                return Err(ResizeCopyError::NotSoftwareOwned { index: i });
+            }
+            barrier::dma_rmb();
+            if op_own >> 4 == CqeOpcode::RESIZE_CQ.0 {
+                break;
+            }
+            if copied >= new.nent() || copied >= self.nent() {
+                return Err(ResizeCopyError::ResizeCqeMissing);
+            }
+            let dst_index = i.wrapping_add(1);
+            self.buf.read_bytes(self.base_of(i), &mut tmp);
+            let pass = ((dst_index >> new.log_nent) & 1) as u8;
+            tmp[off::OP_OWN] = (tmp[off::OP_OWN] & !1) | pass;
+            let dst = new.base_of(dst_index);
+            // Body first, ownership byte last: a reader of the new ring must
+            // never see a valid owner over a half-copied body.
+            new.buf.write_bytes(dst, &tmp[..off::OP_OWN]);
+            barrier::dma_wmb();
+            new.buf.write_u8(dst + off::OP_OWN, tmp[off::OP_OWN]);
+            copied += 1;
+            i = i.wrapping_add(1);
+        }
+        new.consumer_index = start.wrapping_add(1);
+        Ok(copied)
+    }
+
+    /// Compose and ring the arm doorbell (facts §5): store the arm word in
+    /// doorbell-record word 1, order it before the MMIO write, then one
+    /// 64-bit write of (arm word, cqn) to the UAR's CQ doorbell.
+    pub fn arm(
+        &self,
+        hal: &H,
+        dbr: &DoorbellRecord<H>,
+        uar_offset: usize,
+        cqn: u32,
+        arm_sn: u32,
+        solicited_only: bool,
+    ) {
+        let cmd = if solicited_only {
+            CQ_ARM_SOLICITED
+        } else {
+            CQ_ARM_NEXT
+        };
+        let word = cq_arm_word(arm_sn, cmd, self.consumer_index);
+        dbr.set_arm(word);
+        barrier::mmio_wmb();
+        hal.mmio_write64(
+            uar_offset + mlx5_regs::doorbell::UAR_CQ_DOORBELL,
+            cq_arm_doorbell(word, cqn),
+        );
+    }
+}
+
+/// Why copying CQEs into a resized ring failed (firmware did not behave as
+/// facts §8 describes; rdma-core only logs this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeCopyError {
+    /// An entry on the way to the resize CQE is still hardware-owned.
+    NotSoftwareOwned {
+        /// Running index of the entry.
+        index: u32,
+    },
+    /// No RESIZE_CQ CQE within a whole ring (or more CQEs than the new ring holds).
+    ResizeCqeMissing,
+}
+
+/// A CQ doorbell record (facts §5): 8 bytes of DMA memory, word 0 = consumer
+/// index (24 bits), word 1 = last arm word. It owns its own small DMA region
+/// because it outlives the ring across a resize (MODIFY_CQ keeps `dbr_addr`).
+pub struct DoorbellRecord<H: Hal> {
+    region: DmaRegion<H>,
+}
+
+impl<H: Hal> DoorbellRecord<H> {
+    /// Allocate a zeroed record.
+    pub fn new(hal: &H) -> Result<Self, HalError> {
+        Ok(DoorbellRecord {
+            region: hal.alloc_dma(mlx5_regs::doorbell::CQ_DBR_SIZE)?,
+        })
+    }
+    /// Device address of the record (for `cqc.dbr_addr`).
+    pub fn iova(&self) -> u64 {
+        self.region.iova()
+    }
+    /// Store the consumer index.
+    #[inline(always)]
+    pub fn set_ci(&self, ci: u32) {
+        self.region.write_be32(0, ci & 0x00ff_ffff);
+    }
+    /// Store an arm word.
+    #[inline(always)]
+    pub fn set_arm(&self, word: u32) {
+        self.region.write_be32(4, word);
+    }
+    /// The consumer index currently published.
+    pub fn ci(&self) -> u32 {
+        self.region.read_be32(0)
+    }
+    /// The arm word currently published.
+    pub fn arm_word(&self) -> u32 {
+        self.region.read_be32(4)
+    }
+}

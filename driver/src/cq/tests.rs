@@ -1,0 +1,200 @@
+//! CQ ring unit tests: the test plays the device on a host-memory platform.
+
+extern crate std;
+
+use super::*;
+use mlx5_hal::host::HostHal;
+use mlx5_regs::CqeOpcode;
+use std::vec::Vec;
+
+/// Device side: write a CQE for producer index `p` into `ring` (raw volatile
+/// writes through the host pointer, as a DMA engine would).
+fn produce(hal: &HostHal, ring: &CqRing<HostHal>, p: u32, opcode: u8, wqe: u16, bytes: u32) {
+    let nent = ring.nent() as u32;
+    let stride = ring.cqe_size().stride();
+    let slot = (p & (nent - 1)) as usize;
+    let base = ring.region().iova() + (slot * stride + stride - 64) as u64;
+    let ptr = hal.host_ptr(base).unwrap();
+    let owner = ((p >> ring.log_nent()) & 1) as u8;
+    let mut cqe = [0u8; 64];
+    cqe[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
+    cqe[0x38..0x3c].copy_from_slice(&(0x0012_3456u32 | 0xab00_0000).to_be_bytes());
+    cqe[0x20..0x24].copy_from_slice(&0x0000_0777u32.to_be_bytes());
+    cqe[0x3c..0x3e].copy_from_slice(&wqe.to_be_bytes());
+    if opcode == CqeOpcode::RESP_ERR.0 {
+        cqe[0x36] = 0x99;
+        cqe[0x37] = 0x01;
+    }
+    cqe[0x3f] = (opcode << 4) | owner;
+    for (i, b) in cqe.iter().enumerate() {
+        // SAFETY: `ptr` points into a live DMA region of the test platform
+        // with at least 64 bytes from `base` (slot inside the ring).
+        unsafe { ptr.add(i).write_volatile(*b) };
+    }
+}
+
+fn setup(log: u8, size: CqeSize) -> (HostHal, CqRing<HostHal>, DoorbellRecord<HostHal>) {
+    let hal = HostHal::new(0x20000);
+    let ring = CqRing::new(&hal, log, size).unwrap();
+    let dbr = DoorbellRecord::new(&hal).unwrap();
+    (hal, ring, dbr)
+}
+
+#[test]
+fn a_new_ring_is_all_invalid_and_polls_empty() {
+    let (_hal, mut ring, dbr) = setup(3, CqeSize::B64);
+    for i in 0..8 {
+        assert_eq!(ring.region().read_u8(i * 64 + 63), 0xf0);
+    }
+    let mut out = [Cqe::EMPTY; 4];
+    assert_eq!(ring.poll(&dbr, &mut out), 0);
+    assert!(!ring.has_next());
+    assert_eq!(ring.pending(), 0);
+}
+
+#[test]
+fn cqes_are_decoded_in_order_and_the_doorbell_record_follows() {
+    let (hal, mut ring, dbr) = setup(3, CqeSize::B64);
+    for p in 0..5 {
+        produce(
+            &hal,
+            &ring,
+            p,
+            CqeOpcode::RESP_SEND.0,
+            p as u16 + 100,
+            64 * p,
+        );
+    }
+    produce(&hal, &ring, 5, CqeOpcode::RESP_ERR.0, 105, 0);
+    let mut out = [Cqe::EMPTY; 4];
+    assert_eq!(ring.poll(&dbr, &mut out), 4);
+    assert_eq!(dbr.ci(), 4);
+    assert_eq!(out[1].wqe_counter, 101);
+    assert_eq!(out[3].byte_len, 192);
+    assert_eq!(out[0].qpn, 0x12_3456, "QPN masked to 24 bits");
+    assert_eq!(out[0].srqn, 0x777);
+    assert_eq!(out[0].opcode, CqeOpcode::RESP_SEND);
+    assert_eq!(ring.poll(&dbr, &mut out), 2);
+    assert_eq!(
+        out[1].status,
+        CqeStatus::Error {
+            syndrome: 0x01,
+            vendor_syndrome: 0x99
+        }
+    );
+    assert_eq!(dbr.ci(), 6);
+}
+
+#[test]
+fn ownership_flips_every_pass_over_many_wraps() {
+    for size in [CqeSize::B64, CqeSize::B128] {
+        let (hal, mut ring, dbr) = setup(2, size);
+        let mut seen = Vec::new();
+        let mut p = 0u32;
+        let mut out = [Cqe::EMPTY; 3];
+        for round in 0..200u32 {
+            let burst = 1 + round % 4; // never more than the ring holds
+            for _ in 0..burst {
+                produce(&hal, &ring, p, 2, p as u16, p);
+                p += 1;
+            }
+            loop {
+                let n = ring.poll(&dbr, &mut out);
+                if n == 0 {
+                    break;
+                }
+                seen.extend(out[..n].iter().map(|c| c.byte_len));
+            }
+            // Entries left from the previous pass must not look new.
+            assert!(!ring.has_next());
+        }
+        assert_eq!(seen, (0..p).collect::<Vec<_>>(), "{size:?}");
+        assert_eq!(dbr.ci(), p & 0xff_ffff);
+    }
+}
+
+#[test]
+fn resize_copy_carries_unpolled_cqes_in_order_then_the_new_ring_continues() {
+    let (hal, mut old, dbr) = setup(2, CqeSize::B64);
+    let mut out = [Cqe::EMPTY; 8];
+    // Advance into the second pass: produce and poll 5 (never more than the
+    // 4 entries outstanding).
+    for p in 0..3 {
+        produce(&hal, &old, p, 2, p as u16, p);
+    }
+    assert_eq!(old.poll(&dbr, &mut out), 3);
+    for p in 3..5 {
+        produce(&hal, &old, p, 2, p as u16, p);
+    }
+    assert_eq!(old.poll(&dbr, &mut out), 2);
+    // Two CQEs wait, then firmware's RESIZE_CQ CQE at producer index 7.
+    produce(&hal, &old, 5, 2, 5, 5);
+    produce(&hal, &old, 6, 2, 6, 6);
+    produce(&hal, &old, 7, CqeOpcode::RESIZE_CQ.0, 0, 0);
+    assert_eq!(old.pending(), 3);
+    let mut new = CqRing::new(&hal, 4, CqeSize::B64).unwrap();
+    assert_eq!(old.copy_into_resized(&mut new), Ok(2));
+    assert_eq!(new.consumer_index(), 6);
+    // Firmware continues at r + 1 = 8 in the new ring.
+    produce(&hal, &new, 8, 2, 8, 8);
+    produce(&hal, &new, 9, 2, 9, 9);
+    let n = new.poll(&dbr, &mut out);
+    let got: Vec<u32> = out[..n].iter().map(|c| c.byte_len).collect();
+    assert_eq!(got, [5, 6, 8, 9]);
+    assert_eq!(dbr.ci(), 10);
+}
+
+#[test]
+fn resize_copy_into_a_smaller_ring_fixes_owner_bits_for_the_new_size() {
+    let (hal, mut old, dbr) = setup(4, CqeSize::B128);
+    let mut out = [Cqe::EMPTY; 16];
+    for p in 0..14 {
+        produce(&hal, &old, p, 2, p as u16, p);
+    }
+    assert_eq!(old.poll(&dbr, &mut out[..11]), 11);
+    produce(&hal, &old, 14, CqeOpcode::RESIZE_CQ.0, 0, 0);
+    // 3 outstanding (11, 12, 13) into a ring of 4.
+    let mut new = CqRing::new(&hal, 2, CqeSize::B128).unwrap();
+    assert_eq!(old.copy_into_resized(&mut new), Ok(3));
+    produce(&hal, &new, 15, 2, 15, 15);
+    let n = new.poll(&dbr, &mut out);
+    assert_eq!(
+        out[..n].iter().map(|c| c.byte_len).collect::<Vec<_>>(),
+        [11, 12, 13, 15]
+    );
+}
+
+#[test]
+fn resize_copy_without_a_resize_cqe_is_an_error() {
+    let (hal, old, _dbr) = setup(2, CqeSize::B64);
+    produce(&hal, &old, 0, 2, 0, 0);
+    let mut new = CqRing::new(&hal, 3, CqeSize::B64).unwrap();
+    assert_eq!(
+        old.copy_into_resized(&mut new),
+        Err(ResizeCopyError::NotSoftwareOwned { index: 1 })
+    );
+}
+
+#[test]
+fn arming_writes_the_record_then_one_64_bit_doorbell() {
+    let (hal, ring, dbr) = setup(3, CqeSize::B64);
+    ring.arm(&hal, &dbr, 16 * 4096, 0x42, 5, true);
+    let word = mlx5_regs::doorbell::cq_arm_word(5, mlx5_regs::doorbell::CQ_ARM_SOLICITED, 0);
+    assert_eq!(dbr.arm_word(), word);
+    assert_eq!(
+        hal.doorbells64(),
+        [(
+            16 * 4096 + 0x20,
+            mlx5_regs::doorbell::cq_arm_doorbell(word, 0x42)
+        )]
+    );
+}
+
+#[test]
+fn regions_are_freed_with_the_ring() {
+    let (hal, ring, dbr) = setup(3, CqeSize::B64);
+    assert_eq!(hal.live_regions(), 2);
+    drop(ring);
+    drop(dbr);
+    assert_eq!(hal.live_regions(), 0);
+}

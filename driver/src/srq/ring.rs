@@ -1,0 +1,270 @@
+//! The SRQ receive ring: WQE layout, the linked free list, posting and the
+//! doorbell record (facts §9.4, §5).
+//!
+//! A WQE is a 16-byte next segment followed by 16-byte data segments; the
+//! stride is a power of two of at least 32 bytes. The ring is a linked list
+//! through `next_wqe_index`: at creation WQE `i` points to `i + 1`, `head` (the
+//! next WQE to post) is 0 and `tail` (the last WQE of the list, never posted:
+//! the sentinel whose next pointer is written when a WQE is freed) is `n - 1`.
+//! The device follows the same list. A completed WQE is linked after `tail`
+//! and becomes the new tail.
+//!
+//! All bookkeeping (the caller's `wr_id`s and a posted/free state byte per
+//! WQE) lives in DMA memory the platform hands out, so the ring needs no heap
+//! and no caller-provided arrays.
+
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+use mlx5_regs::consts::ctx::INVALID_LKEY;
+
+/// One scatter entry of a receive work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    /// Device address of the buffer.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// Memory key (the reserved lkey for plain DMA memory).
+    pub lkey: u32,
+}
+
+/// Why a post was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostError {
+    /// Every usable WQE is posted (`ENOMEM` in verbs).
+    Full,
+    /// More scatter entries than a WQE holds (`EINVAL` in verbs).
+    TooManySges {
+        /// Entries given.
+        given: usize,
+        /// Entries a WQE holds.
+        max: usize,
+    },
+}
+
+/// Why a completion could not be matched to a posted WQE (a device that
+/// reports a WQE index it was never given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompleteError {
+    /// The index is outside the ring.
+    OutOfRange {
+        /// Reported index.
+        index: u16,
+    },
+    /// The WQE at that index is not posted.
+    NotPosted {
+        /// Reported index.
+        index: u16,
+    },
+}
+
+const STATE_FREE: u8 = 0;
+const STATE_POSTED: u8 = 1;
+const SEG: usize = 16;
+
+/// Geometry of a ring, computed from what the caller asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqGeometry {
+    /// log2 of the number of WQEs (one of which is the sentinel).
+    pub log_wqe_cnt: u8,
+    /// log2 of the WQE stride in bytes.
+    pub log_stride: u8,
+    /// Scatter entries a WQE holds after rounding the stride.
+    pub max_sge: usize,
+    /// Usable WQEs: `2^log_wqe_cnt - 1`.
+    pub max_wr: usize,
+}
+
+impl SrqGeometry {
+    /// Round a request the way the Linux driver does (facts §9.4):
+    /// `n = roundup_pow2(max_wr + 1)`, stride = `roundup_pow2(16 + 16·max_sge)`
+    /// (at least 32), usable SGEs recomputed from the stride.
+    pub fn for_request(max_wr: usize, max_sge: usize) -> Option<SrqGeometry> {
+        let n = max_wr.checked_add(1)?.checked_next_power_of_two()?;
+        let stride = (SEG + SEG * max_sge.max(1)).next_power_of_two().max(32);
+        if n > 1 << 15 || stride > 1 << 15 {
+            return None;
+        }
+        Some(SrqGeometry {
+            log_wqe_cnt: n.trailing_zeros() as u8,
+            log_stride: stride.trailing_zeros() as u8,
+            max_sge: (stride - SEG) / SEG,
+            max_wr: n - 1,
+        })
+    }
+
+    /// Number of WQEs in the ring.
+    pub fn wqe_cnt(&self) -> usize {
+        1 << self.log_wqe_cnt
+    }
+
+    /// WQE stride in bytes.
+    pub fn stride(&self) -> usize {
+        1 << self.log_stride
+    }
+}
+
+/// The WQE ring of one SRQ with its free list and doorbell record.
+pub struct SrqRing<H: Hal> {
+    wqes: DmaRegion<H>,
+    book: DmaRegion<H>,
+    dbr: DmaRegion<H>,
+    geo: SrqGeometry,
+    head: u16,
+    tail: u16,
+    counter: u16,
+    outstanding: usize,
+}
+
+impl<H: Hal> SrqRing<H> {
+    /// Allocate and initialise a ring of the given geometry.
+    pub fn new(hal: &H, geo: SrqGeometry) -> Result<Self, HalError> {
+        let n = geo.wqe_cnt();
+        let wqes = hal.alloc_dma(n * geo.stride())?;
+        // wr_id table (8 bytes each) followed by one state byte per WQE.
+        let book = hal.alloc_dma(n * 9)?;
+        let dbr = hal.alloc_dma(mlx5_regs::doorbell::SRQ_DBR_SIZE)?;
+        let ring = SrqRing {
+            wqes,
+            book,
+            dbr,
+            geo,
+            head: 0,
+            tail: (n - 1) as u16,
+            counter: 0,
+            outstanding: 0,
+        };
+        for i in 0..n {
+            ring.set_next(i as u16, ((i + 1) & (n - 1)) as u16);
+        }
+        Ok(ring)
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> SrqGeometry {
+        self.geo
+    }
+
+    /// The WQE buffer (for the page list of CREATE_RMP / CREATE_SRQ).
+    pub fn region(&self) -> &DmaRegion<H> {
+        &self.wqes
+    }
+
+    /// Device address of the doorbell record.
+    pub fn dbr_iova(&self) -> u64 {
+        self.dbr.iova()
+    }
+
+    /// Posted and not yet completed WQEs.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// The 16-bit posted counter last published in the doorbell record.
+    pub fn posted_counter(&self) -> u16 {
+        self.counter
+    }
+
+    #[inline(always)]
+    fn wqe(&self, index: u16) -> usize {
+        index as usize * self.geo.stride()
+    }
+
+    #[inline(always)]
+    fn next(&self, index: u16) -> u16 {
+        self.wqes.read_be16(self.wqe(index) + 2)
+    }
+
+    #[inline(always)]
+    fn set_next(&self, index: u16, next: u16) {
+        self.wqes.write_be16(self.wqe(index) + 2, next);
+    }
+
+    #[inline(always)]
+    fn state(&self, index: u16) -> u8 {
+        self.book.read_u8(self.geo.wqe_cnt() * 8 + index as usize)
+    }
+
+    #[inline(always)]
+    fn set_state(&self, index: u16, s: u8) {
+        self.book
+            .write_u8(self.geo.wqe_cnt() * 8 + index as usize, s);
+    }
+
+    /// Write one receive WQE for `wr_id` at the head of the free list. The
+    /// doorbell record is not updated: call [`SrqRing::ring_doorbell`] after a
+    /// batch. Returns the WQE index used.
+    #[inline]
+    pub fn post(&mut self, wr_id: u64, sges: &[Sge]) -> Result<u16, PostError> {
+        if sges.len() > self.geo.max_sge {
+            return Err(PostError::TooManySges {
+                given: sges.len(),
+                max: self.geo.max_sge,
+            });
+        }
+        if self.head == self.tail {
+            return Err(PostError::Full);
+        }
+        let idx = self.head;
+        let base = self.wqe(idx);
+        for (k, sge) in sges.iter().enumerate() {
+            let d = base + SEG * (k + 1);
+            self.wqes.write_be32(d, sge.length);
+            self.wqes.write_be32(d + 4, sge.lkey);
+            self.wqes.write_be64(d + 8, sge.addr);
+        }
+        if sges.len() < self.geo.max_sge {
+            // Terminator: a zero-length entry with the invalid lkey.
+            let d = base + SEG * (sges.len() + 1);
+            self.wqes.write_be32(d, 0);
+            self.wqes.write_be32(d + 4, INVALID_LKEY);
+            self.wqes.write_be64(d + 8, 0);
+        }
+        self.book.write_be64(idx as usize * 8, wr_id);
+        self.set_state(idx, STATE_POSTED);
+        self.head = self.next(idx);
+        self.counter = self.counter.wrapping_add(1);
+        self.outstanding += 1;
+        Ok(idx)
+    }
+
+    /// Publish the posted count: WQE stores are ordered before the doorbell
+    /// record store (facts §5). The device reads the record; no MMIO.
+    #[inline(always)]
+    pub fn ring_doorbell(&self) {
+        barrier::dma_wmb();
+        self.dbr.write_be32(0, self.counter as u32);
+    }
+
+    /// Return the WQE a completion names to the free list and hand back its
+    /// `wr_id`. A WQE index the ring never posted is refused (the device is
+    /// not trusted).
+    #[inline]
+    pub fn complete(&mut self, wqe_index: u16) -> Result<u64, CompleteError> {
+        if wqe_index as usize >= self.geo.wqe_cnt() {
+            return Err(CompleteError::OutOfRange { index: wqe_index });
+        }
+        if self.state(wqe_index) != STATE_POSTED {
+            return Err(CompleteError::NotPosted { index: wqe_index });
+        }
+        let wr_id = self.book.read_be64(wqe_index as usize * 8);
+        self.set_state(wqe_index, STATE_FREE);
+        // Link after the current tail. The tail is never posted, so the
+        // device is not positioned on it; it reads a WQE's next pointer when
+        // it consumes that WQE, and a posted WQE's next pointer never changes
+        // while it is posted (it changes only when the WQE is the tail again,
+        // i.e. after its own completion).
+        self.set_next(self.tail, wqe_index);
+        self.tail = wqe_index;
+        self.outstanding -= 1;
+        Ok(wr_id)
+    }
+
+    /// The `wr_id` stored for a posted WQE, without completing it.
+    pub fn wr_id(&self, wqe_index: u16) -> Option<u64> {
+        if (wqe_index as usize) < self.geo.wqe_cnt() && self.state(wqe_index) == STATE_POSTED {
+            Some(self.book.read_be64(wqe_index as usize * 8))
+        } else {
+            None
+        }
+    }
+}
