@@ -36,6 +36,12 @@ pub struct HostHal {
 pub const HOST_IOVA_BASE: u64 = 0x00de_ad00_0000_0000;
 
 impl HostHal {
+    /// The shared state, also after a test panicked while holding it (so a
+    /// failing test does not turn into an abort in a destructor).
+    fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A platform with a BAR0 of `bar0_size` bytes (registers read as 0).
     pub fn new(bar0_size: usize) -> Self {
         HostHal {
@@ -49,23 +55,23 @@ impl HostHal {
 
     /// Limit the total DMA memory handed out (to test out-of-memory paths).
     pub fn set_dma_limit(&self, bytes: Option<usize>) {
-        self.state.lock().unwrap().dma_limit = bytes;
+        self.st().dma_limit = bytes;
     }
 
     /// Live DMA regions.
     pub fn live_regions(&self) -> usize {
-        self.state.lock().unwrap().live.len()
+        self.st().live.len()
     }
 
     /// Every 64-bit MMIO write so far, as (offset, value).
     pub fn doorbells64(&self) -> Vec<(usize, u64)> {
-        self.state.lock().unwrap().doorbells64.clone()
+        self.st().doorbells64.clone()
     }
 
     /// Host pointer for a device address inside a live region (tests play
     /// the device with it, through raw volatile accesses only).
     pub fn host_ptr(&self, iova: u64) -> Option<*mut u8> {
-        let st = self.state.lock().unwrap();
+        let st = self.st();
         st.live.iter().find_map(|&(base, host, len)| {
             (iova >= base && iova < base + len as u64)
                 .then(|| (host + (iova - base) as usize) as *mut u8)
@@ -80,22 +86,31 @@ impl HostHal {
 // pointers. (4) The virtual clock only moves forward.
 unsafe impl Hal for HostHal {
     fn bar0_size(&self) -> usize {
-        self.state.lock().unwrap().bar.len() * 4
+        self.st().bar.len() * 4
     }
 
     fn mmio_read32(&self, offset: usize) -> u32 {
-        assert!(offset.is_multiple_of(4), "unaligned MMIO read at {offset:#x}");
-        self.state.lock().unwrap().bar[offset / 4]
+        assert!(
+            offset.is_multiple_of(4),
+            "unaligned MMIO read at {offset:#x}"
+        );
+        self.st().bar[offset / 4]
     }
 
     fn mmio_write32(&self, offset: usize, value: u32) {
-        assert!(offset.is_multiple_of(4), "unaligned MMIO write at {offset:#x}");
-        self.state.lock().unwrap().bar[offset / 4] = value;
+        assert!(
+            offset.is_multiple_of(4),
+            "unaligned MMIO write at {offset:#x}"
+        );
+        self.st().bar[offset / 4] = value;
     }
 
     fn mmio_write64(&self, offset: usize, value: u64) {
-        assert!(offset.is_multiple_of(8), "unaligned 64-bit MMIO write at {offset:#x}");
-        let mut st = self.state.lock().unwrap();
+        assert!(
+            offset.is_multiple_of(8),
+            "unaligned 64-bit MMIO write at {offset:#x}"
+        );
+        let mut st = self.st();
         st.bar[offset / 4] = (value >> 32) as u32;
         st.bar[offset / 4 + 1] = value as u32;
         st.doorbells64.push((offset, value));
@@ -106,14 +121,19 @@ unsafe impl Hal for HostHal {
             return Err(HalError::InvalidRequest);
         }
         let len = size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
-        let mut st = self.state.lock().unwrap();
-        if st.dma_limit.is_some_and(|limit| st.dma_in_use + len > limit) {
+        let mut st = self.st();
+        if st
+            .dma_limit
+            .is_some_and(|limit| st.dma_in_use + len > limit)
+        {
             return Err(HalError::OutOfDmaMemory { requested: size });
         }
-        let layout = Layout::from_size_align(len, PAGE_SIZE).map_err(|_| HalError::InvalidRequest)?;
+        let layout =
+            Layout::from_size_align(len, PAGE_SIZE).map_err(|_| HalError::InvalidRequest)?;
         // SAFETY: `layout` has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
-        let vaddr = core::ptr::NonNull::new(p).ok_or(HalError::OutOfDmaMemory { requested: size })?;
+        let vaddr =
+            core::ptr::NonNull::new(p).ok_or(HalError::OutOfDmaMemory { requested: size })?;
         let iova = st.next_iova;
         st.next_iova += len as u64 + PAGE_SIZE as u64; // a guard gap between regions
         st.live.push((iova, p as usize, len));
@@ -122,7 +142,7 @@ unsafe impl Hal for HostHal {
     }
 
     unsafe fn dma_free(&self, region: RawDma) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.st();
         let pos = st
             .live
             .iter()
@@ -137,10 +157,10 @@ unsafe impl Hal for HostHal {
     }
 
     fn now_ns(&self) -> u64 {
-        self.state.lock().unwrap().clock_ns
+        self.st().clock_ns
     }
 
     fn delay_us(&self, us: u32) {
-        self.state.lock().unwrap().clock_ns += us as u64 * 1000;
+        self.st().clock_ns += us as u64 * 1000;
     }
 }
