@@ -1,9 +1,48 @@
 //! # mlx5-driver
 //!
-//! Register-level, `no_std`, heap-free driver for ConnectX (mlx5) NICs.
-//! The command interface, bring-up, EQ/CQ/SRQ and the verbs facade land in
-//! this crate through issues #4, #5 and #6; today it is empty.
+//! Register-level, `no_std`, heap-free driver core for ConnectX (mlx5) NICs.
+//! It talks to hardware only through [`mlx5_hal::Hal`] and describes every
+//! firmware structure with [`mlx5_regs`].
+//!
+//! * [`cmd`]: the command queue transport (slots, tokens, mailbox chains,
+//!   the reserved MANAGE_PAGES slot) and [`cmd::encode`], one small
+//!   encoder/parser per command, independent of the transport.
+//! * [`hca`]: [`Hca::bring_up`] / [`Hca::teardown`], the bounded command
+//!   wait ([`Hca::exec`]) that checks health and serves page requests while
+//!   it waits, event polling.
+//! * [`pages`]: the firmware page manager. [`eq`]: polled event queues and
+//!   typed events. [`caps`]: typed capabilities. [`health`]: the health
+//!   buffer. [`stats`]: per-opcode statistics and the trace hook.
+//!   [`error`]: typed errors with errno mapping.
+//!
+//! ```no_run
+//! # fn demo<H: mlx5_hal::Hal>(hal: H) -> Result<(), mlx5_driver::Error> {
+//! use mlx5_driver::{Hca, HcaConfig};
+//! let hca = Hca::bring_up(hal, HcaConfig::default())?;
+//! assert!(hca.pages_held_by_firmware() > 0);
+//! hca.teardown()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Build for bare metal: `cargo build -p mlx5-driver --target x86_64-unknown-none`.
 #![no_std]
+#![deny(missing_docs)]
+#![cfg_attr(not(test), forbid(unsafe_code))]
 
-pub mod cq;
-pub mod srq;
+pub mod caps;
+pub mod cmd;
+pub mod eq;
+pub mod error;
+pub mod hca;
+pub mod health;
+pub mod pages;
+pub mod stats;
+
+#[cfg(test)]
+mod testhal;
+
+pub use caps::Caps;
+pub use eq::Event;
+pub use error::{Error, FatalReason};
+pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport};
+pub use stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats, OpStats};

@@ -1,0 +1,363 @@
+//! The command queue transport (facts §2): queue page, slots, ownership,
+//! tokens, mailbox chains and the doorbell.
+//!
+//! This module only moves bytes: it posts an input of any length (16 bytes
+//! inline, the rest in a chain of 512-byte mailbox blocks) and collects the
+//! output. Building inputs and parsing outputs is [`encode`]'s job, waiting
+//! (timeouts, health, page requests) is [`crate::Hca`]'s. Neither knows the
+//! other's internals, so a different transport can reuse the encoders.
+//!
+//! Slots: `0 ..= n−2` carry ordinary commands, slot `n−1` is reserved for
+//! MANAGE_PAGES so page traffic is never starved (facts §2.1, Linux
+//! `cmd_work_handler`). A slot whose command timed out is *abandoned*: it is
+//! not reused until firmware clears its ownership bit.
+
+pub mod encode;
+
+use mlx5_hal::{barrier, DmaRegion, Hal};
+use mlx5_regs::consts::ctx;
+use mlx5_regs::layouts::{cmd_if_box as mbox, cmd_queue_entry as ent, initial_seg};
+use mlx5_regs::{DeliveryStatus, Opcode};
+
+use crate::error::Error;
+use crate::health::mmio_field;
+
+/// Bytes of input/output carried inline in the queue entry.
+pub const INLINE_LEN: usize = 16;
+/// Data bytes per mailbox block.
+pub const BLOCK_DATA: usize = 512;
+/// Distance between mailbox blocks: the 576-byte block rounded up to the
+/// 1 KiB alignment its next pointer requires (facts §2.3).
+pub const BLOCK_STRIDE: usize = 1024;
+/// Mailbox blocks preallocated per slot and direction.
+pub const MAILBOX_BLOCKS: usize = 8;
+/// Longest input or output a command can have: 16 + 8 × 512 = 4112 bytes,
+/// exactly QUERY_HCA_CAP's output and SET_HCA_CAP's input.
+pub const MAX_CMD_LEN: usize = INLINE_LEN + MAILBOX_BLOCKS * BLOCK_DATA;
+/// Most slots a queue can have (`MLX5_MAX_COMMANDS`).
+pub const MAX_SLOTS: usize = 32;
+
+/// BAR0 offset of the command doorbell (facts §1.2).
+pub const CMD_DOORBELL: usize = initial_seg::command_doorbell_vector.byte_offset();
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    Free,
+    Busy {
+        token: u8,
+        opcode: Opcode,
+        op_mod: u16,
+        posted_ns: u64,
+    },
+    /// Timed out; waiting for firmware to give it back.
+    Abandoned,
+}
+
+/// A posted command, as returned by [`CmdQueue::post`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Posted {
+    /// Slot.
+    pub slot: usize,
+    /// Token written into the entry and every block.
+    pub token: u8,
+    /// Opcode.
+    pub opcode: Opcode,
+    /// op_mod.
+    pub op_mod: u16,
+    /// `Hal::now_ns` at the doorbell.
+    pub posted_ns: u64,
+}
+
+/// The command queue: one 4 KiB DMA page of entries, and per slot a
+/// preallocated mailbox area (8 input + 8 output blocks).
+pub struct CmdQueue<H: Hal> {
+    hal: H,
+    queue: DmaRegion<H>,
+    log_stride: u8,
+    n_slots: usize,
+    slots: [SlotState; MAX_SLOTS],
+    mailboxes: heapless::Vec<DmaRegion<H>, MAX_SLOTS>,
+    next_token: u8,
+}
+
+fn xor(bytes: &[u8]) -> u8 {
+    bytes.iter().fold(0, |a, b| a ^ b)
+}
+
+impl<H: Hal> CmdQueue<H> {
+    /// Read the queue geometry from the init segment, check it, allocate the
+    /// queue page and mailboxes, and program the queue address (high word,
+    /// then low word, then a write barrier; facts §1.2, §2.1).
+    pub fn new(hal: &H) -> Result<Self, Error> {
+        let rev = mmio_field(hal, 0, &initial_seg::cmd_interface_rev);
+        if rev != ctx::CMD_IF_REV {
+            return Err(Error::UnsupportedCmdIf { rev });
+        }
+        let log_size: u8 = mmio_field(hal, 0, &initial_seg::log_cmdq_size);
+        let log_stride: u8 = mmio_field(hal, 0, &initial_seg::log_cmdq_stride);
+        // Linux refuses more than 32 entries and a queue larger than a page;
+        // an entry is 64 bytes, and one regular slot plus the reserved one
+        // are needed.
+        if (1usize << log_size) > MAX_SLOTS
+            || log_size as u32 + log_stride as u32 > 12
+            || log_stride < 6
+            || log_size < 1
+        {
+            return Err(Error::BadCmdQueue {
+                log_size,
+                log_stride,
+            });
+        }
+        let n_slots = 1usize << log_size;
+        let queue = hal.alloc_dma(mlx5_hal::PAGE_SIZE)?;
+        let mut mailboxes = heapless::Vec::new();
+        for _ in 0..n_slots {
+            let r = hal.alloc_dma(2 * MAILBOX_BLOCKS * BLOCK_STRIDE)?;
+            if mailboxes.push(r).is_err() {
+                unreachable!("n_slots <= MAX_SLOTS");
+            }
+        }
+        let iova = queue.iova();
+        hal.mmio_write32(
+            initial_seg::cmdq_phy_addr_63_32.byte_offset(),
+            (iova >> 32) as u32,
+        );
+        // Low word: address bits 31:12, nic_interface 0 (full driver), the
+        // read-only size/stride bits written as 0 like Linux does.
+        hal.mmio_write32(
+            initial_seg::cmdq_phy_addr_31_12.byte_offset(),
+            (iova as u32) & !0xfff,
+        );
+        barrier::mmio_wmb();
+        Ok(CmdQueue {
+            hal: hal.clone(),
+            queue,
+            log_stride,
+            n_slots,
+            slots: [SlotState::Free; MAX_SLOTS],
+            mailboxes,
+            next_token: 0,
+        })
+    }
+
+    /// Number of slots (`2^log_cmdq_size`).
+    pub fn slots(&self) -> usize {
+        self.n_slots
+    }
+
+    /// The slot reserved for MANAGE_PAGES (the last one).
+    pub fn reserved_slot(&self) -> usize {
+        self.n_slots - 1
+    }
+
+    /// Device address of the queue page.
+    pub fn queue_iova(&self) -> u64 {
+        self.queue.iova()
+    }
+
+    /// Is the slot free for a new command?
+    pub fn is_free(&self, slot: usize) -> bool {
+        self.slots[slot] == SlotState::Free
+    }
+
+    /// Number of abandoned (timed-out, not yet returned) slots.
+    pub fn abandoned(&self) -> usize {
+        self.slots[..self.n_slots]
+            .iter()
+            .filter(|s| **s == SlotState::Abandoned)
+            .count()
+    }
+
+    /// A free ordinary slot, if any (abandoned slots whose ownership came
+    /// back are freed first).
+    pub fn alloc_regular(&mut self) -> Option<usize> {
+        self.reap();
+        (0..self.n_slots - 1).find(|&s| self.slots[s] == SlotState::Free)
+    }
+
+    /// Free abandoned slots that firmware has given back.
+    pub fn reap(&mut self) {
+        for s in 0..self.n_slots {
+            if self.slots[s] == SlotState::Abandoned && self.owner_is_sw(s) {
+                self.slots[s] = SlotState::Free;
+            }
+        }
+    }
+
+    fn entry_off(&self, slot: usize) -> usize {
+        slot << self.log_stride
+    }
+
+    fn owner_is_sw(&self, slot: usize) -> bool {
+        let b = self
+            .queue
+            .read_u8(self.entry_off(slot) + ent::ownership.bit_off as usize / 8);
+        b & 1 == 0
+    }
+
+    fn token(&mut self) -> u8 {
+        // Per command, never 0 (Linux `alloc_token`, facts §2.4).
+        self.next_token = self.next_token.wrapping_add(1);
+        if self.next_token == 0 {
+            self.next_token = 1;
+        }
+        self.next_token
+    }
+
+    fn blocks_for(len: usize) -> usize {
+        len.saturating_sub(INLINE_LEN).div_ceil(BLOCK_DATA)
+    }
+
+    /// Write a chain of `n` blocks starting at block index `first` of the
+    /// slot's mailbox area, carrying `data` (zero-filled past its end).
+    fn write_chain(&self, slot: usize, first: usize, n: usize, data: &[u8], token: u8) {
+        let area = &self.mailboxes[slot];
+        let mut block = [0u8; mbox::SIZE];
+        for k in 0..n {
+            block.fill(0);
+            let start = k * BLOCK_DATA;
+            if start < data.len() {
+                let end = (start + BLOCK_DATA).min(data.len());
+                block[..end - start].copy_from_slice(&data[start..end]);
+            }
+            let next = if k + 1 < n {
+                area.iova_at((first + k + 1) * BLOCK_STRIDE)
+            } else {
+                0
+            };
+            // All values fit their fields by construction (1 KiB-aligned
+            // pointers, block numbers < 8), so `set` cannot fail.
+            let _ = mbox::next_pointer_63_32.set(&mut block, (next >> 32) as u32);
+            let _ = mbox::next_pointer_31_10.set(&mut block, (next as u32) >> 10);
+            let _ = mbox::block_number.set(&mut block, k as u32);
+            let _ = mbox::token.set(&mut block, token);
+            // Signatures (facts §2.4): firmware checks them only with
+            // cmdif_checksum enabled; filled anyway, like Linux with
+            // checksums on, so either setting works.
+            let ctrl = !xor(&block[0x200..0x23e]);
+            let _ = mbox::ctrl_signature.set(&mut block, ctrl);
+            let sig = !xor(&block[..0x23f]);
+            let _ = mbox::signature.set(&mut block, sig);
+            area.write_bytes((first + k) * BLOCK_STRIDE, &block);
+        }
+    }
+
+    /// Post `input` on `slot` expecting `out_len` output bytes, and ring the
+    /// doorbell (facts §2.5 steps 1–2). The slot must be free.
+    pub fn post(&mut self, slot: usize, input: &[u8], out_len: usize) -> Result<Posted, Error> {
+        let opcode = Opcode(encode::header_opcode(input));
+        let op_mod = encode::header_op_mod(input);
+        if input.len() < 8 || out_len < 8 {
+            return Err(Error::InvalidArgument("command shorter than its header"));
+        }
+        for len in [input.len(), out_len] {
+            if len > MAX_CMD_LEN {
+                return Err(Error::CommandTooLarge {
+                    opcode,
+                    len,
+                    max: MAX_CMD_LEN,
+                });
+            }
+        }
+        assert!(slot < self.n_slots && self.slots[slot] == SlotState::Free);
+        let token = self.token();
+        let n_in = Self::blocks_for(input.len());
+        let n_out = Self::blocks_for(out_len);
+        let in_tail = &input[input.len().min(INLINE_LEN)..];
+        self.write_chain(slot, 0, n_in, in_tail, token);
+        // Output blocks zeroed (rdma-core `mlx5_vfio_cmd_prep_out`), chained,
+        // tokened.
+        self.write_chain(slot, MAILBOX_BLOCKS, n_out, &[], token);
+
+        let area = &self.mailboxes[slot];
+        let in_ptr = if n_in > 0 { area.iova() } else { 0 };
+        let out_ptr = if n_out > 0 {
+            area.iova_at(MAILBOX_BLOCKS * BLOCK_STRIDE)
+        } else {
+            0
+        };
+        let mut e = [0u8; ent::SIZE];
+        let _ = ent::r#type.set(&mut e, ctx::CMD_TRANSPORT_PCIE);
+        let _ = ent::input_length.set(&mut e, input.len() as u32);
+        let _ = ent::input_mailbox_pointer_63_32.set(&mut e, (in_ptr >> 32) as u32);
+        let _ = ent::input_mailbox_pointer_31_9.set(&mut e, (in_ptr as u32) >> 9);
+        let inl = input.len().min(INLINE_LEN);
+        ent::command_input_inline_data.get_mut(&mut e)[..inl].copy_from_slice(&input[..inl]);
+        let _ = ent::output_mailbox_pointer_63_32.set(&mut e, (out_ptr >> 32) as u32);
+        let _ = ent::output_mailbox_pointer_31_9.set(&mut e, (out_ptr as u32) >> 9);
+        let _ = ent::output_length.set(&mut e, out_len as u32);
+        let _ = ent::token.set(&mut e, token);
+        let _ = ent::ownership.set(&mut e, true);
+        // Entry signature: XOR of all 64 bytes = 0xff (facts §2.4), computed
+        // with ownership already set, as Linux `set_signature` does.
+        let sig = !xor(&e);
+        let _ = ent::signature.set(&mut e, sig);
+        self.queue.write_bytes(self.entry_off(slot), &e);
+
+        // Entry and mailboxes visible before the doorbell (facts §2.5 step 2).
+        barrier::dma_wmb();
+        barrier::mmio_wmb();
+        let posted_ns = self.hal.now_ns();
+        self.slots[slot] = SlotState::Busy {
+            token,
+            opcode,
+            op_mod,
+            posted_ns,
+        };
+        self.hal.mmio_write32(CMD_DOORBELL, 1u32 << slot);
+        Ok(Posted {
+            slot,
+            token,
+            opcode,
+            op_mod,
+            posted_ns,
+        })
+    }
+
+    /// Has firmware returned ownership of `slot`?
+    pub fn is_done(&self, slot: usize) -> bool {
+        self.owner_is_sw(slot)
+    }
+
+    /// Collect a completed command's output and free the slot. Returns the
+    /// delivery status (facts §2.5 step 4); `output` is filled only when it
+    /// is OK. Call only after [`CmdQueue::is_done`].
+    pub fn finish(&mut self, slot: usize, output: &mut [u8]) -> DeliveryStatus {
+        // Ownership was seen clear: read the body only after a read barrier.
+        barrier::dma_rmb();
+        let off = self.entry_off(slot);
+        let status_own = self.queue.read_u8(off + ent::status.bit_off as usize / 8);
+        let delivery = DeliveryStatus(status_own >> 1);
+        self.slots[slot] = SlotState::Free;
+        if delivery != DeliveryStatus::OK {
+            return delivery;
+        }
+        let inl = output.len().min(INLINE_LEN);
+        let r = ent::command_output_inline_data.range();
+        self.queue.read_bytes(off + r.start, &mut output[..inl]);
+        let area = &self.mailboxes[slot];
+        for (k, chunk) in output[inl..].chunks_mut(BLOCK_DATA).enumerate() {
+            area.read_bytes((MAILBOX_BLOCKS + k) * BLOCK_STRIDE, chunk);
+        }
+        delivery
+    }
+
+    /// Give up on a busy slot (timeout or fatal): it stays unusable until
+    /// firmware clears its ownership bit.
+    pub fn abandon(&mut self, slot: usize) {
+        self.slots[slot] = SlotState::Abandoned;
+    }
+
+    /// The command in flight on `slot`, if any.
+    pub fn in_flight(&self, slot: usize) -> Option<(Opcode, u16, u8, u64)> {
+        match self.slots[slot] {
+            SlotState::Busy {
+                token,
+                opcode,
+                op_mod,
+                posted_ns,
+            } => Some((opcode, op_mod, token, posted_ns)),
+            _ => None,
+        }
+    }
+}

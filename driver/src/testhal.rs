@@ -1,0 +1,68 @@
+//! A host-memory platform for unit tests: DMA from the global allocator,
+//! IOVA = address + offset, no BAR, a live-region counter.
+extern crate std;
+
+use core::ptr::NonNull;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use mlx5_hal::{Hal, HalError, RawDma, PAGE_SIZE};
+
+#[derive(Clone)]
+pub(crate) struct TestHal {
+    live: Arc<AtomicUsize>,
+}
+
+const IOVA_SHIFT: u64 = 0x5500_0000_0000;
+
+impl TestHal {
+    pub(crate) fn new() -> Self {
+        TestHal {
+            live: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+// SAFETY: memory comes from the global allocator, zeroed, page aligned and
+// unaliased; there is no device; the clock is constant.
+unsafe impl Hal for TestHal {
+    fn bar0_size(&self) -> usize {
+        0
+    }
+    fn mmio_read32(&self, _offset: usize) -> u32 {
+        0
+    }
+    fn mmio_write32(&self, _offset: usize, _value: u32) {}
+    fn mmio_write64(&self, _offset: usize, _value: u64) {}
+    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+        if size == 0 {
+            return Err(HalError::InvalidRequest);
+        }
+        let len = size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let layout =
+            Layout::from_size_align(len, PAGE_SIZE).map_err(|_| HalError::InvalidRequest)?;
+        // SAFETY: non-zero size.
+        let p = unsafe { alloc_zeroed(layout) };
+        let vaddr = NonNull::new(p).ok_or(HalError::OutOfDmaMemory { requested: size })?;
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Ok(RawDma {
+            vaddr,
+            iova: p as u64 + IOVA_SHIFT,
+            len,
+        })
+    }
+    unsafe fn dma_free(&self, region: RawDma) {
+        let layout = Layout::from_size_align(region.len, PAGE_SIZE).expect("layout");
+        // SAFETY: allocated above with this layout (caller contract).
+        unsafe { dealloc(region.vaddr.as_ptr(), layout) };
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn now_ns(&self) -> u64 {
+        0
+    }
+    fn delay_us(&self, _us: u32) {}
+}
