@@ -46,3 +46,4 @@ pub use eq::Event;
 pub use error::{Error, FatalReason};
 pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport};
 pub use stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats, OpStats};
+pub mod pagelist;
