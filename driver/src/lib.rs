@@ -14,6 +14,9 @@
 //!   typed events. [`caps`]: typed capabilities. [`health`]: the health
 //!   buffer. [`stats`]: per-opcode statistics and the trace hook.
 //!   [`error`]: typed errors with errno mapping.
+//! * [`cq`]: completion queues (ring, poll, arm, resize copy, commands);
+//!   [`srq`]: shared receive queues (WQE ring, free list, RMP/SRQ commands);
+//!   [`pagelist`]: page lists for firmware contexts.
 //!
 //! ```no_run
 //! # fn demo<H: mlx5_hal::Hal>(hal: H) -> Result<(), mlx5_driver::Error> {
@@ -31,11 +34,14 @@
 
 pub mod caps;
 pub mod cmd;
+pub mod cq;
 pub mod eq;
 pub mod error;
 pub mod hca;
 pub mod health;
+pub mod pagelist;
 pub mod pages;
+pub mod srq;
 pub mod stats;
 
 #[cfg(test)]
@@ -46,4 +52,3 @@ pub use eq::Event;
 pub use error::{Error, FatalReason};
 pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport};
 pub use stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats, OpStats};
-pub mod pagelist;
