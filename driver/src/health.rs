@@ -5,9 +5,9 @@
 //! `nic_interface` DISABLED or SW_RESET, then the syndrome. Linux treats a
 //! syndrome as fatal only together with the RFR bit and otherwise runs a
 //! recovery (a device reset); this driver has no recovery, so any non-zero
-//! `synd` is fatal. The heartbeat (`health_counter`, facts §1.3: three missed
-//! one-second polls) is checked only when configured
-//! ([`crate::HcaConfig::heartbeat_timeout_ns`]).
+//! `synd` is fatal. The heartbeat (`health_counter`, facts §1.3) must keep
+//! changing; it is declared stopped after
+//! [`crate::HcaConfig::heartbeat_timeout_ns`] without a change.
 
 use mlx5_hal::Hal;
 use mlx5_regs::field::{read_bits, Field, FieldValue};
