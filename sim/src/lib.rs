@@ -1,4 +1,443 @@
-//! # mlx5-sim
+//! # mlx5-sim: a strict software model of ConnectX (mlx5) firmware
 //!
-//! The strict device model of the ConnectX firmware. Lands with issue #3;
-//! today it is empty.
+//! The model is the other side of the wire for the `mlx5-driver`: it exposes
+//! BAR0 (initialization segment, health buffer, UAR pages) and a DMA address
+//! space through [`SimHal`], an implementation of [`mlx5_hal::Hal`], and
+//! behaves like the firmware described in `shared/ref/mlx5-facts.md`:
+//! command queue with mailboxes, tokens and signatures (§2), the HCA state
+//! machine and page management (§4), UAR doorbells (§5), EQs (§6), CQs with
+//! arming, overrun and resize (§7, §8), SRQs at ISSI 0 and RMPs at ISSI 1
+//! with the limit event (§9).
+//!
+//! It is **strict**: whatever firmware refuses, the model refuses with the
+//! firmware's status and a syndrome naming the check ([`syndrome`]). Test
+//! hooks: [`Device::inject`] (fault injection), [`Device::traffic`] (messages
+//! from the wire, send completions, events), accounting
+//! ([`Device::objects`], [`Device::pages_held`]) and a command trace
+//! ([`Device::trace`]). `docs/fidelity.md` lists every modelling choice.
+//!
+//! Two execution modes ([`ExecMode`]): synchronous (a command runs inside the
+//! doorbell write; virtual clock) and threaded (a device thread processes
+//! doorbells on its own; real clock).
+
+mod caps;
+mod cmdif;
+mod cmds;
+mod dma;
+mod hal;
+mod inject;
+mod objects;
+mod state;
+pub mod syndrome;
+mod trace;
+mod traffic;
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use caps::{Caps, Profile};
+pub use dma::IommuFault;
+pub use hal::SimHal;
+pub use inject::{Corruption, Injector};
+pub use trace::TraceEntry;
+pub use traffic::{Delivery, Traffic};
+
+use state::State;
+
+/// How the device processes doorbells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// Commands and doorbells run inside the MMIO write that rings them;
+    /// the clock is virtual (`delay_us` advances it instantly).
+    Synchronous,
+    /// A device thread processes doorbells and timed work on its own; the
+    /// clock is the real monotonic clock.
+    Threaded,
+}
+
+/// Configuration of a simulated device.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Capability profile.
+    pub profile: Profile,
+    /// Execution mode.
+    pub mode: ExecMode,
+    /// The initializing bit (BAR0 0x1fc bit 31) stays set this long after
+    /// creation (device time).
+    pub fw_init_delay_us: u64,
+    /// `supported_issi_dw0` bitmask: 0b11 = ISSI 0 and 1, 0b01 = ISSI 0 only.
+    pub issi_supported: u32,
+    /// Seed for the IOVA base and other randomised values.
+    pub seed: u64,
+    /// Maximum bytes of DMA memory the platform hands out.
+    pub dma_limit: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            profile: Profile::ConnectX5,
+            mode: ExecMode::Synchronous,
+            fw_init_delay_us: 1000,
+            issi_supported: 0b11,
+            seed: 0x5eed_1234,
+            dma_limit: 1 << 30,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Default configuration with another profile.
+    pub fn profile(p: Profile) -> Self {
+        SimConfig {
+            profile: p,
+            ..SimConfig::default()
+        }
+    }
+    /// The same configuration in threaded mode.
+    pub fn threaded(self) -> Self {
+        SimConfig {
+            mode: ExecMode::Threaded,
+            ..self
+        }
+    }
+}
+
+/// Live firmware objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Event queues.
+    pub eqs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// SRQs created with CREATE_SRQ (ISSI 0).
+    pub srqs: usize,
+    /// RMPs created with CREATE_RMP (ISSI 1).
+    pub rmps: usize,
+    /// Allocated UARs.
+    pub uars: usize,
+    /// Allocated protection domains.
+    pub pds: usize,
+}
+
+impl ObjectCounts {
+    /// Sum of all objects.
+    pub fn total(&self) -> usize {
+        self.eqs + self.cqs + self.srqs + self.rmps + self.uars + self.pds
+    }
+}
+
+/// Firmware state machine (facts §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HcaState {
+    /// Before ENABLE_HCA (or after DISABLE_HCA).
+    Disabled,
+    /// After ENABLE_HCA, before INIT_HCA.
+    Enabled,
+    /// After INIT_HCA.
+    Initialized,
+    /// After TEARDOWN_HCA.
+    TornDown,
+}
+
+/// Errors of the test APIs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimError {
+    /// The feature is not modelled.
+    Unsupported(&'static str),
+    /// No such object.
+    NoSuchObject {
+        /// "srq", "cq", "eq".
+        kind: &'static str,
+        /// Its number.
+        id: u32,
+    },
+    /// No EQ is subscribed to this event type.
+    NoEq {
+        /// Event type.
+        event_type: u8,
+    },
+    /// The object is not in a state that allows the operation.
+    BadState(&'static str),
+    /// The device is in a fatal health state.
+    Fatal,
+}
+
+impl std::fmt::Display for SimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// A protocol violation by the driver that firmware would notice but cannot
+/// report through a command status (ignored doorbells, scribbled pages, EQ
+/// overruns, ...). Exposed by [`Device::violations`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// A command doorbell the firmware ignored.
+    Doorbell(String),
+    /// A UAR doorbell the firmware ignored (unknown UAR/EQ/CQ, wrong UAR,
+    /// stale arm sequence number, consumer index ahead of producer).
+    UarDoorbell(String),
+    /// A page firmware held was modified by the host (pattern mismatch on
+    /// reclaim): the page's IOVA and the first differing byte offset.
+    PageScribbled {
+        /// IOVA of the page.
+        iova: u64,
+        /// First differing byte.
+        offset: usize,
+    },
+    /// An EQ received more than its size of unreported EQEs.
+    EqOverrun {
+        /// EQ number.
+        eqn: u8,
+    },
+    /// A CQ overran (more CQEs than entries beyond the consumer index).
+    CqOverrun {
+        /// CQ number.
+        cqn: u32,
+    },
+    /// An event was dropped because no EQ subscribes to its type.
+    EventDropped {
+        /// Event type.
+        event_type: u8,
+    },
+    /// DMA memory freed while the firmware still used it.
+    FreedWhileInUse(String),
+}
+
+pub(crate) struct Shared {
+    pub st: Mutex<State>,
+    pub cv: Condvar,
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct KeepAlive {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.cv.notify_all();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The simulated device. Cheap to clone (shared inside).
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) shared: Arc<Shared>,
+    _keep: Arc<KeepAlive>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").finish_non_exhaustive()
+    }
+}
+
+impl Device {
+    /// Create a device; in threaded mode this starts the device thread.
+    pub fn new(cfg: SimConfig) -> Device {
+        let threaded = cfg.mode == ExecMode::Threaded;
+        let shared = Arc::new(Shared {
+            st: Mutex::new(State::new(cfg)),
+            cv: Condvar::new(),
+        });
+        let thread = if threaded {
+            let s = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("mlx5-sim-device".into())
+                    .spawn(move || device_thread(s))
+                    .expect("spawn device thread"),
+            )
+        } else {
+            None
+        };
+        let keep = Arc::new(KeepAlive {
+            shared: shared.clone(),
+            thread: Mutex::new(thread),
+        });
+        Device {
+            shared,
+            _keep: keep,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.lock()
+    }
+
+    /// The platform the driver runs on.
+    pub fn hal(&self) -> SimHal {
+        SimHal::new(self.clone())
+    }
+
+    /// Edit the capabilities (before bring-up).
+    pub fn caps_mut<R>(&self, f: impl FnOnce(&mut Caps) -> R) -> R {
+        let mut st = self.lock();
+        let r = f(&mut st.caps);
+        st.caps_changed();
+        r
+    }
+
+    /// A copy of the current capabilities (MAX values).
+    pub fn caps(&self) -> Caps {
+        self.lock().caps.clone()
+    }
+
+    /// Live firmware objects.
+    pub fn objects(&self) -> ObjectCounts {
+        self.lock().object_counts()
+    }
+
+    /// Objects that were still alive when TEARDOWN_HCA ran (the firmware
+    /// destroyed them), if a teardown happened.
+    pub fn leaked_at_teardown(&self) -> Option<ObjectCounts> {
+        self.lock().leaked_at_teardown
+    }
+
+    /// 4 KiB pages the firmware currently holds.
+    pub fn pages_held(&self) -> usize {
+        self.lock().pages.held.len()
+    }
+
+    /// Pages still wanted: (boot, init, regular). Negative regular = pages the
+    /// firmware wants to give back.
+    pub fn pages_required(&self) -> (i32, i32, i32) {
+        let st = self.lock();
+        (
+            st.pages.boot_needed,
+            st.pages.init_needed,
+            st.pages.regular_needed,
+        )
+    }
+
+    /// Firmware state.
+    pub fn hca_state(&self) -> HcaState {
+        self.lock().hca
+    }
+
+    /// Current ISSI.
+    pub fn issi(&self) -> u16 {
+        self.lock().issi
+    }
+
+    /// True once a fatal health syndrome is set.
+    pub fn is_fatal(&self) -> bool {
+        self.lock().fatal.is_some()
+    }
+
+    /// Every IOMMU fault so far.
+    pub fn iommu_faults(&self) -> Vec<IommuFault> {
+        self.lock().faults.clone()
+    }
+
+    /// Every protocol violation so far.
+    pub fn violations(&self) -> Vec<Violation> {
+        self.lock().violations.clone()
+    }
+
+    /// Pages found modified on reclaim (`Violation::PageScribbled`).
+    pub fn page_scribbles(&self) -> Vec<(u64, usize)> {
+        self.lock()
+            .violations
+            .iter()
+            .filter_map(|v| match v {
+                Violation::PageScribbled { iova, offset } => Some((*iova, *offset)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every command so far (and stalled ones).
+    pub fn trace(&self) -> Vec<TraceEntry> {
+        self.lock().trace.clone()
+    }
+
+    /// Forget the trace.
+    pub fn clear_trace(&self) {
+        self.lock().trace.clear();
+    }
+
+    /// The IOVA base of the DMA space (for tests).
+    pub fn iova_base(&self) -> u64 {
+        self.lock().dma.base
+    }
+
+    /// The reserved lkey QUERY_SPECIAL_CONTEXTS reports.
+    pub fn reserved_lkey(&self) -> u32 {
+        self.lock().resd_lkey
+    }
+
+    /// Fault injection.
+    pub fn inject(&self) -> Injector<'_> {
+        Injector { dev: self }
+    }
+
+    /// Traffic injection.
+    pub fn traffic(&self) -> Traffic<'_> {
+        Traffic { dev: self }
+    }
+
+    /// Device time in nanoseconds (virtual in synchronous mode).
+    pub fn now_ns(&self) -> u64 {
+        self.lock().now_ns()
+    }
+
+    /// Synchronous mode: advance the virtual clock and run due work.
+    /// Threaded mode: sleep.
+    pub fn advance_us(&self, us: u64) {
+        let threaded = self.lock().threaded;
+        if threaded {
+            std::thread::sleep(Duration::from_micros(us));
+        } else {
+            let mut st = self.lock();
+            st.vclock_ns += us * 1000;
+            st.run_due();
+        }
+    }
+
+    /// Threaded mode: wait until the device thread has processed everything
+    /// queued so far (no-op in synchronous mode).
+    pub fn quiesce(&self) {
+        for _ in 0..10_000 {
+            if self.lock().mmio_queue.is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+fn device_thread(s: Arc<Shared>) {
+    let mut st = s.lock();
+    loop {
+        if st.shutdown {
+            return;
+        }
+        st.run_due();
+        let wait = st
+            .next_due_in_ns()
+            .map(|ns| Duration::from_nanos(ns.max(1000)))
+            .unwrap_or(Duration::from_millis(2))
+            .min(Duration::from_millis(2));
+        st =
+            s.cv.wait_timeout(st, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+    }
+}

@@ -1,0 +1,293 @@
+//! Capability profiles (facts §4.1 step 10, §7.2, §9.5) and the current
+//! (settable) capability values.
+//!
+//! The numbers are the ones Linux and rdma-core report for these adapters
+//! (`ibv_devinfo -v`: `max_cqe = 2^log_max_cq_sz - 1`, `max_cq = 2^log_max_cq`,
+//! `max_srq_wr = 2^log_max_srq_sz - 1`, `max_srq_sge = max_wqe_sz_rq/16 - 1`,
+//! facts §7.2/§9.5), see `docs/fidelity.md` for where each value comes from.
+
+use mlx5_regs::layouts::cmd_hca_cap as c;
+
+/// An adapter generation whose capabilities the model reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// ConnectX-4 Lx (PCI 0x1015, firmware 14.x).
+    ConnectX4Lx,
+    /// ConnectX-5 (PCI 0x1017, firmware 16.x).
+    ConnectX5,
+    /// ConnectX-6 Dx (PCI 0x101d, firmware 22.x).
+    ConnectX6Dx,
+    /// ConnectX-7 (PCI 0x1021, firmware 28.x).
+    ConnectX7,
+}
+
+/// The capabilities of the modelled device: the *maximum* values
+/// (`QUERY_HCA_CAP` mode MAX) and, for fields the driver cannot set, also the
+/// current ones. Tests edit them with [`crate::Device::caps_mut`] before
+/// bring-up, e.g. `caps.cq_resize = false` or `caps.log_max_cq_sz = 10`.
+#[derive(Debug, Clone)]
+#[allow(missing_docs)] // field names are the `cmd_hca_cap` names
+pub struct Caps {
+    /// Profile the values were taken from.
+    pub profile: Profile,
+    /// PCI device id (facts §1.1).
+    pub pci_device_id: u16,
+    /// Firmware version (major, minor, sub-minor) shown in the init segment.
+    pub fw_rev: (u16, u16, u16),
+    /// Board id string returned in QUERY_ADAPTER `vsd_contd_psid`.
+    pub psid: &'static str,
+    pub log_max_srq_sz: u8,
+    pub log_max_qp_sz: u8,
+    pub log_max_qp: u8,
+    pub log_max_srq: u8,
+    pub log_max_cq_sz: u8,
+    pub log_max_cq: u8,
+    pub log_max_eq_sz: u8,
+    pub log_max_mkey: u8,
+    pub log_max_eq: u8,
+    pub log_max_pd: u8,
+    pub log_max_xrcd: u8,
+    pub log_max_rmp: u8,
+    pub log_max_msg: u8,
+    pub max_wqe_sz_rq: u16,
+    pub max_wqe_sz_sq: u16,
+    pub num_ports: u8,
+    /// 0 = InfiniBand, 1 = Ethernet.
+    pub port_type: u8,
+    pub cqe_version: u8,
+    /// Maximum `cmdif_checksum` the firmware supports (0 = none).
+    pub cmdif_checksum: u8,
+    pub cq_oi: bool,
+    pub cq_resize: bool,
+    pub cq_moderation: bool,
+    pub cq_period_mode_modify: bool,
+    pub wq_signature: bool,
+    pub uar_4k: bool,
+    /// log2 of the number of UAR pages in BAR0.
+    pub uar_sz: u8,
+    pub log_pg_sz: u8,
+    pub bf: bool,
+    pub log_bf_reg_size: u8,
+    pub driver_version: bool,
+    pub pkey_table_size: u16,
+    pub drain_sigerr: bool,
+    pub roce: bool,
+    pub eth_net_offloads: bool,
+    pub rc: bool,
+    pub uc: bool,
+    pub ud: bool,
+    pub xrc: bool,
+    pub fast_teardown: bool,
+    pub force_teardown: bool,
+    pub num_of_uars_per_page: u32,
+    pub max_num_eqs: u16,
+    pub device_frequency_khz: u32,
+    pub cache_line_128byte: bool,
+    /// Pages the firmware asks for with QUERY_PAGES op_mod 1 (boot).
+    pub boot_pages: i32,
+    /// Pages the firmware asks for with QUERY_PAGES op_mod 2 (init).
+    pub init_pages: i32,
+    /// Pages QUERY_PAGES op_mod 3 (regular) reports after INIT_HCA.
+    pub regular_pages: i32,
+    /// Number of MSI-X vectors (bound for `eqc.intr`).
+    pub msix_vectors: u16,
+}
+
+impl Caps {
+    /// The capabilities of a profile.
+    pub fn for_profile(p: Profile) -> Caps {
+        // Common ConnectX-4 Lx .. ConnectX-7 values (ibv_devinfo -v on each):
+        // max_cqe 4194303 (2^22-1), max_cq 2^24, max_srq 2^23,
+        // max_srq_wr 32767 (2^15-1), max_srq_sge 31 (512/16-1), max_pd 2^24.
+        let mut caps = Caps {
+            profile: p,
+            pci_device_id: 0x1017,
+            fw_rev: (16, 35, 2000),
+            psid: "MT_0000000008",
+            log_max_srq_sz: 15,
+            log_max_qp_sz: 15,
+            log_max_qp: 18,
+            log_max_srq: 23,
+            log_max_cq_sz: 22,
+            log_max_cq: 24,
+            log_max_eq_sz: 22,
+            log_max_mkey: 24,
+            log_max_eq: 5,
+            log_max_pd: 24,
+            log_max_xrcd: 24,
+            log_max_rmp: 23,
+            log_max_msg: 30,
+            max_wqe_sz_rq: 512,
+            max_wqe_sz_sq: 1024,
+            num_ports: 1,
+            port_type: 1,
+            cqe_version: 1,
+            cmdif_checksum: 3,
+            cq_oi: true,
+            cq_resize: true,
+            cq_moderation: true,
+            cq_period_mode_modify: true,
+            wq_signature: true,
+            uar_4k: true,
+            uar_sz: 13,
+            log_pg_sz: 12,
+            bf: true,
+            log_bf_reg_size: 9,
+            driver_version: true,
+            pkey_table_size: 0,
+            drain_sigerr: true,
+            roce: false,
+            eth_net_offloads: true,
+            rc: true,
+            uc: true,
+            ud: true,
+            xrc: true,
+            fast_teardown: true,
+            force_teardown: true,
+            num_of_uars_per_page: 1,
+            max_num_eqs: 0,
+            device_frequency_khz: 156_250,
+            cache_line_128byte: false,
+            boot_pages: 16,
+            init_pages: 48,
+            regular_pages: 0,
+            msix_vectors: 64,
+        };
+        match p {
+            Profile::ConnectX4Lx => {
+                caps.pci_device_id = 0x1015;
+                caps.fw_rev = (14, 32, 1010);
+                caps.psid = "MT_2420110034";
+                caps.log_max_eq = 4;
+                caps.cq_period_mode_modify = false;
+                caps.fast_teardown = false;
+                caps.msix_vectors = 32;
+                caps.init_pages = 32;
+            }
+            Profile::ConnectX5 => {}
+            Profile::ConnectX6Dx => {
+                caps.pci_device_id = 0x101d;
+                caps.fw_rev = (22, 39, 1002);
+                caps.psid = "MT_0000000359";
+                caps.log_max_qp = 17;
+                caps.init_pages = 64;
+            }
+            Profile::ConnectX7 => {
+                caps.pci_device_id = 0x1021;
+                caps.fw_rev = (28, 39, 1002);
+                caps.psid = "MT_0000000834";
+                caps.log_max_cq_sz = 24;
+                caps.log_max_qp = 17;
+                caps.msix_vectors = 128;
+                caps.init_pages = 96;
+                caps.device_frequency_khz = 1_000_000;
+            }
+        }
+        caps
+    }
+
+    /// Render the capabilities as a `cmd_hca_cap` block (MAX mode).
+    pub(crate) fn to_block(&self, out: &mut [u8]) {
+        macro_rules! put {
+            ($($f:ident = $v:expr),* $(,)?) => {$(
+                c::$f.set(out, $v).expect(concat!("capability value fits ", stringify!($f)));
+            )*};
+        }
+        put!(
+            log_max_srq_sz = self.log_max_srq_sz,
+            log_max_qp_sz = self.log_max_qp_sz,
+            log_max_qp = self.log_max_qp,
+            log_max_srq = self.log_max_srq,
+            log_max_cq_sz = self.log_max_cq_sz,
+            log_max_cq = self.log_max_cq,
+            log_max_eq_sz = self.log_max_eq_sz,
+            log_max_mkey = self.log_max_mkey,
+            log_max_eq = self.log_max_eq,
+            log_max_pd = self.log_max_pd,
+            log_max_xrcd = self.log_max_xrcd,
+            log_max_rmp = self.log_max_rmp,
+            log_max_msg = self.log_max_msg,
+            max_wqe_sz_rq = self.max_wqe_sz_rq,
+            max_wqe_sz_sq = self.max_wqe_sz_sq,
+            num_ports = self.num_ports,
+            port_type = self.port_type,
+            cqe_version = self.cqe_version,
+            cmdif_checksum = self.cmdif_checksum,
+            cq_oi = self.cq_oi,
+            cq_resize = self.cq_resize,
+            cq_moderation = self.cq_moderation,
+            cq_period_mode_modify = self.cq_period_mode_modify,
+            wq_signature = self.wq_signature,
+            uar_4k = self.uar_4k,
+            uar_sz = self.uar_sz,
+            log_pg_sz = self.log_pg_sz,
+            bf = self.bf,
+            log_bf_reg_size = self.log_bf_reg_size,
+            driver_version = self.driver_version,
+            pkey_table_size = self.pkey_table_size,
+            drain_sigerr = self.drain_sigerr,
+            roce = self.roce,
+            eth_net_offloads = self.eth_net_offloads,
+            rc = self.rc,
+            uc = self.uc,
+            ud = self.ud,
+            xrc = self.xrc,
+            fast_teardown = self.fast_teardown,
+            force_teardown = self.force_teardown,
+            num_of_uars_per_page = self.num_of_uars_per_page,
+            max_num_eqs = self.max_num_eqs,
+            device_frequency_khz = self.device_frequency_khz,
+            cache_line_128byte = self.cache_line_128byte,
+        );
+    }
+}
+
+/// The capability fields SET_HCA_CAP may change (facts §4.1 step 10), with
+/// their current values. Everything else must be sent back unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CurCaps {
+    pub cmdif_checksum: u8,
+    pub log_uar_page_sz: u16,
+    pub pkey_table_size: u16,
+    pub log_max_qp: u8,
+    pub drain_sigerr: bool,
+    pub uar_4k: bool,
+    pub cache_line_128byte: bool,
+}
+
+impl CurCaps {
+    /// Power-on current values: checksums off, 4 KiB UAR pages, UAR 4k mode
+    /// off, limits at their maximum.
+    pub fn initial(caps: &Caps) -> CurCaps {
+        CurCaps {
+            cmdif_checksum: 0,
+            log_uar_page_sz: 0,
+            pkey_table_size: caps.pkey_table_size,
+            log_max_qp: caps.log_max_qp,
+            drain_sigerr: false,
+            uar_4k: false,
+            cache_line_128byte: caps.cache_line_128byte,
+        }
+    }
+
+    /// Write the current values over a MAX block.
+    pub fn apply(&self, out: &mut [u8]) {
+        c::cmdif_checksum
+            .set(out, self.cmdif_checksum)
+            .expect("2-bit value");
+        c::log_uar_page_sz
+            .set(out, self.log_uar_page_sz)
+            .expect("16-bit value");
+        c::pkey_table_size
+            .set(out, self.pkey_table_size)
+            .expect("16-bit value");
+        c::log_max_qp
+            .set(out, self.log_max_qp)
+            .expect("5-bit value");
+        c::drain_sigerr.set(out, self.drain_sigerr).expect("flag");
+        c::uar_4k.set(out, self.uar_4k).expect("flag");
+        c::cache_line_128byte
+            .set(out, self.cache_line_128byte)
+            .expect("flag");
+    }
+}

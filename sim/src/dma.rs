@@ -1,0 +1,166 @@
+//! The device's view of DMA memory: an IOVA space with a translation table.
+//!
+//! `SimHal::dma_alloc` hands out host memory (page aligned, zeroed) mapped at
+//! IOVAs from a random high base derived from the seed, so an IOVA never looks
+//! like a host pointer. Regions are separated by unmapped guard gaps and IOVAs
+//! are never reused, so a stale or overrunning address faults. The device
+//! reaches memory only through [`DmaSpace::read`] / [`DmaSpace::write`]:
+//! volatile raw-pointer accesses after translation, never Rust references
+//! (the driver writes the same memory concurrently in threaded mode).
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::BTreeMap;
+
+use mlx5_hal::PAGE_SIZE;
+
+/// A device access outside the DMA memory the driver allocated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IommuFault {
+    /// First device address of the access.
+    pub iova: u64,
+    /// Length of the access in bytes.
+    pub len: usize,
+    /// True for a device write.
+    pub write: bool,
+    /// What the device was doing (e.g. "CQE write cqn 0x401").
+    pub context: String,
+}
+
+#[derive(Debug)]
+struct Region {
+    host: usize,
+    len: usize,
+}
+
+/// IOVA gap left unmapped after each region.
+const GUARD: u64 = 16 * PAGE_SIZE as u64;
+
+pub(crate) struct DmaSpace {
+    next: u64,
+    regions: BTreeMap<u64, Region>,
+    pub live_bytes: usize,
+    pub limit: usize,
+    pub base: u64,
+}
+
+/// splitmix64, for seed-derived values.
+pub(crate) fn mix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl DmaSpace {
+    pub fn new(seed: u64, limit: usize) -> DmaSpace {
+        // Bits 55:48 = 0xa5: far above any canonical user-space pointer, and
+        // 32 random bits at 43:12 so two seeds give different layouts.
+        let base = 0x00a5_0000_0000_0000 | ((mix(seed) & 0xffff_ffff) << 12);
+        DmaSpace {
+            next: base,
+            regions: BTreeMap::new(),
+            live_bytes: 0,
+            limit,
+            base,
+        }
+    }
+
+    /// Allocate `size` bytes (rounded up to pages). Returns (host, iova, len).
+    pub fn alloc(&mut self, size: usize) -> Option<(usize, u64, usize)> {
+        let len = size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        if self.live_bytes.checked_add(len)? > self.limit {
+            return None;
+        }
+        let layout = Layout::from_size_align(len, PAGE_SIZE).ok()?;
+        // SAFETY: `len` is non-zero (callers refuse size 0) and the layout is
+        // valid (checked above).
+        let p = unsafe { alloc_zeroed(layout) };
+        if p.is_null() {
+            return None;
+        }
+        let iova = self.next;
+        self.next += len as u64 + GUARD;
+        self.regions.insert(
+            iova,
+            Region {
+                host: p as usize,
+                len,
+            },
+        );
+        self.live_bytes += len;
+        Some((p as usize, iova, len))
+    }
+
+    /// Unmap and free the region at `iova`. Returns false if there is none.
+    pub fn free(&mut self, iova: u64, host: usize, len: usize) -> bool {
+        match self.regions.get(&iova) {
+            Some(r) if r.host == host && r.len == len => {}
+            _ => return false,
+        }
+        self.regions.remove(&iova);
+        self.live_bytes -= len;
+        let layout = Layout::from_size_align(len, PAGE_SIZE).expect("valid layout");
+        // SAFETY: the region was allocated in `alloc` with this layout and is
+        // removed from the table, so the device can no longer reach it.
+        unsafe { dealloc(host as *mut u8, layout) };
+        true
+    }
+
+    /// Host pointer for `iova .. iova + len` if the whole range lies in one
+    /// mapped region.
+    fn translate(&self, iova: u64, len: usize) -> Option<*mut u8> {
+        let (&start, r) = self.regions.range(..=iova).next_back()?;
+        let off = iova - start;
+        if off.checked_add(len as u64)? > r.len as u64 {
+            return None;
+        }
+        Some((r.host + off as usize) as *mut u8)
+    }
+
+    /// True if the range is mapped.
+    pub fn mapped(&self, iova: u64, len: usize) -> bool {
+        self.translate(iova, len).is_some()
+    }
+
+    /// Device read. `None` = IOMMU fault (the caller records it).
+    pub fn read(&self, iova: u64, buf: &mut [u8]) -> Option<()> {
+        let p = self.translate(iova, buf.len())?;
+        if buf.len() == 4 && iova.is_multiple_of(4) {
+            // SAFETY: `p` points at 4 mapped, 4-aligned bytes (host and IOVA
+            // share the page offset); volatile because the driver writes
+            // concurrently. One load so a doorbell record never tears.
+            let v = unsafe { (p as *const u32).read_volatile() };
+            buf.copy_from_slice(&v.to_ne_bytes());
+            return Some(());
+        }
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: `p + i` lies in the mapped range checked by `translate`.
+            *b = unsafe { p.add(i).read_volatile() };
+        }
+        Some(())
+    }
+
+    /// Device write. `None` = IOMMU fault.
+    pub fn write(&self, iova: u64, data: &[u8]) -> Option<()> {
+        let p = self.translate(iova, data.len())?;
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: `p + i` lies in the mapped range checked by `translate`.
+            unsafe { p.add(i).write_volatile(*b) };
+        }
+        Some(())
+    }
+}
+
+impl Drop for DmaSpace {
+    fn drop(&mut self) {
+        for (_, r) in std::mem::take(&mut self.regions) {
+            let layout = Layout::from_size_align(r.len, PAGE_SIZE).expect("valid layout");
+            // SAFETY: every region in the table came from `alloc_zeroed` with
+            // this layout; the device is gone, so nothing can access it. A
+            // driver still holding a `DmaRegion` of a dropped device would be
+            // a use-after-free, which `SimHal` prevents by keeping the device
+            // alive while any handle (and so any region) exists.
+            unsafe { dealloc(r.host as *mut u8, layout) };
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! `SimHal`: the platform the driver runs on (BAR0 MMIO, DMA, clock).
+
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use mlx5_hal::{Hal, HalError, RawDma};
+
+use crate::{Device, Violation};
+
+/// Nanoseconds the virtual clock advances on every `now_ns` call in
+/// synchronous mode, so a driver spinning on the clock without `delay_us`
+/// still reaches its timeout.
+const NOW_TICK_NS: u64 = 100;
+
+/// The simulated platform: a cheap handle to the [`Device`].
+#[derive(Clone)]
+pub struct SimHal {
+    dev: Device,
+}
+
+impl std::fmt::Debug for SimHal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimHal").finish_non_exhaustive()
+    }
+}
+
+impl SimHal {
+    pub(crate) fn new(dev: Device) -> SimHal {
+        SimHal { dev }
+    }
+
+    /// The device behind this platform.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    fn check(&self, offset: usize, width: usize) {
+        let size = self.dev.lock().bar0_size();
+        assert!(
+            offset.is_multiple_of(width) && offset + width <= size,
+            "MMIO access of {width} bytes at {offset:#x} outside BAR0 ({size:#x}) or unaligned"
+        );
+    }
+}
+
+// SAFETY: (1) MMIO goes to the model's BAR0 registers under its lock, never
+// to memory; bad offsets panic. (2) `dma_alloc` returns zeroed, page-aligned
+// host memory from the global allocator, exclusively owned, mapped in the
+// model's IOVA table until `dma_free`. (3) The model's device side reaches
+// only memory in that table (every access is translated and bounds-checked;
+// anything else is an IOMMU fault). (4) The clock is monotonic: virtual time
+// only grows, real time comes from `Instant`.
+unsafe impl Hal for SimHal {
+    fn bar0_size(&self) -> usize {
+        self.dev.lock().bar0_size()
+    }
+
+    fn mmio_read32(&self, offset: usize) -> u32 {
+        self.check(offset, 4);
+        self.dev.lock().mmio_read32(offset)
+    }
+
+    fn mmio_write32(&self, offset: usize, value: u32) {
+        self.check(offset, 4);
+        self.dev.lock().mmio_write(offset, value as u64, false);
+        self.dev.shared.cv.notify_all();
+    }
+
+    fn mmio_write64(&self, offset: usize, value: u64) {
+        self.check(offset, 8);
+        self.dev.lock().mmio_write(offset, value, true);
+        self.dev.shared.cv.notify_all();
+    }
+
+    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+        if size == 0 {
+            return Err(HalError::InvalidRequest);
+        }
+        let (host, iova, len) = self
+            .dev
+            .lock()
+            .dma
+            .alloc(size)
+            .ok_or(HalError::OutOfDmaMemory { requested: size })?;
+        Ok(RawDma {
+            vaddr: NonNull::new(host as *mut u8).expect("allocator returned non-null"),
+            iova,
+            len,
+        })
+    }
+
+    unsafe fn dma_free(&self, region: RawDma) {
+        let mut st = self.dev.lock();
+        let (lo, hi) = (region.iova, region.iova + region.len as u64);
+        let inside = |a: u64| a >= lo && a < hi;
+        let mut users = Vec::new();
+        if st.pages.held.iter().any(|&p| inside(p)) {
+            users.push("firmware pages".to_string());
+        }
+        for (n, e) in &st.eqs {
+            if e.buf.pas.iter().any(|&p| inside(p)) {
+                users.push(format!("EQ {n} buffer"));
+            }
+        }
+        for (n, c) in &st.cqs {
+            if c.buf.pas.iter().any(|&p| inside(p)) || inside(c.dbr) {
+                users.push(format!("CQ {n:#x} buffer/doorbell record"));
+            }
+        }
+        for (n, s) in &st.srqs {
+            if s.buf.pas.iter().any(|&p| inside(p)) || inside(s.dbr) {
+                users.push(format!("SRQ {n:#x} buffer/doorbell record"));
+            }
+        }
+        if !users.is_empty() {
+            st.violations.push(Violation::FreedWhileInUse(format!(
+                "DMA region {lo:#x}+{:#x} freed while in use by {}",
+                region.len,
+                users.join(", ")
+            )));
+        }
+        let ok = st
+            .dma
+            .free(region.iova, region.vaddr.as_ptr() as usize, region.len);
+        assert!(
+            ok,
+            "dma_free of a region this platform did not allocate (or freed twice)"
+        );
+    }
+
+    fn now_ns(&self) -> u64 {
+        let mut st = self.dev.lock();
+        if !st.threaded {
+            st.vclock_ns += NOW_TICK_NS;
+            st.run_due();
+        }
+        st.now_ns()
+    }
+
+    fn delay_us(&self, us: u32) {
+        let threaded = {
+            let mut st = self.dev.lock();
+            if !st.threaded {
+                st.vclock_ns += us as u64 * 1000;
+                st.run_due();
+            }
+            st.threaded
+        };
+        if threaded {
+            std::thread::sleep(Duration::from_micros(us as u64));
+        }
+    }
+}

@@ -1,0 +1,717 @@
+//! The device state behind the lock: BAR0, DMA space, firmware objects,
+//! timed work, and the primitives every command uses (DMA access with IOMMU
+//! fault recording, EQE and CQE writing, UAR doorbells).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{fence, Ordering};
+use std::time::Instant;
+
+use mlx5_regs::consts::{cq_error_syndrome, ctx};
+use mlx5_regs::doorbell as db;
+use mlx5_regs::layouts::{comp_event, cq_error, eqe, health_buffer, initial_seg, qp_events};
+use mlx5_regs::EventType;
+
+use crate::caps::{Caps, CurCaps};
+use crate::dma::{mix, DmaSpace, IommuFault};
+use crate::inject::Injections;
+use crate::objects::{Cq, Eq, Srq};
+use crate::trace::TraceEntry;
+use crate::{HcaState, ObjectCounts, SimConfig, Violation};
+
+/// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
+pub(crate) const FIRST_UAR: u32 = 16;
+/// Command queue geometry reported in BAR0 0x14 (facts §2.1).
+pub(crate) const LOG_CMDQ_SIZE: u8 = 5;
+pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
+/// Device-side processing latency of a doorbell in threaded mode.
+const THREADED_LATENCY_NS: u64 = 20_000;
+
+/// Per-slot state of the command queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Idle,
+    /// Will execute at this device time.
+    Due(u64),
+    /// Never completes (injected).
+    Stalled,
+    /// Waits until the firmware received the pages it asked for.
+    WaitingPages,
+}
+
+/// Page accounting (facts §4.2).
+#[derive(Debug, Default)]
+pub(crate) struct Pages {
+    pub held: BTreeSet<u64>,
+    pub boot_needed: i32,
+    pub init_needed: i32,
+    /// Positive: pages asked for by PAGE_REQUEST/QUERY_PAGES(3); negative:
+    /// pages the firmware offers back.
+    pub regular_needed: i32,
+    /// Page requests waiting for an EQ subscribed to PAGE_REQUEST.
+    pub queued_requests: VecDeque<i32>,
+}
+
+/// A queued MMIO write (threaded mode).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MmioWrite {
+    pub at: u64,
+    pub offset: usize,
+    pub value: u64,
+    pub wide: bool,
+}
+
+pub(crate) struct State {
+    pub cfg: SimConfig,
+    pub caps: Caps,
+    pub cur: CurCaps,
+    pub threaded: bool,
+    pub shutdown: bool,
+    origin: Instant,
+    pub vclock_ns: u64,
+    pub created_ns: u64,
+    pub dma: DmaSpace,
+    pub faults: Vec<IommuFault>,
+    pub violations: Vec<Violation>,
+    pub trace: Vec<TraceEntry>,
+    pub inj: Injections,
+    // BAR0
+    pub cmdq_h: u32,
+    pub cmdq_l: u32,
+    pub nic_interface: u8,
+    pub fatal: Option<u8>,
+    pub fatal_counter: u32,
+    pub slots: Vec<Slot>,
+    pub slot_rung_at: Vec<u64>,
+    pub mmio_queue: VecDeque<MmioWrite>,
+    // firmware
+    pub hca: HcaState,
+    pub issi: u16,
+    pub host_be: bool,
+    pub pages: Pages,
+    pub uars: BTreeSet<u32>,
+    pub pds: BTreeSet<u32>,
+    pub next_pd: u32,
+    pub eqs: BTreeMap<u8, Eq>,
+    pub cqs: BTreeMap<u32, Cq>,
+    pub next_cqn: u32,
+    pub srqs: BTreeMap<u32, Srq>,
+    pub next_srqn: u32,
+    pub resd_lkey: u32,
+    pub leaked_at_teardown: Option<ObjectCounts>,
+    pub dropped: u64,
+}
+
+impl State {
+    pub fn new(cfg: SimConfig) -> State {
+        let caps = Caps::for_profile(cfg.profile);
+        let h = mix(cfg.seed ^ 0x1111);
+        let threaded = cfg.mode == crate::ExecMode::Threaded;
+        let mut st = State {
+            cur: CurCaps::initial(&caps),
+            caps,
+            threaded,
+            shutdown: false,
+            origin: Instant::now(),
+            vclock_ns: 0,
+            created_ns: 0,
+            dma: DmaSpace::new(cfg.seed, cfg.dma_limit),
+            faults: Vec::new(),
+            violations: Vec::new(),
+            trace: Vec::new(),
+            inj: Injections::default(),
+            cmdq_h: 0,
+            cmdq_l: 0,
+            nic_interface: 0,
+            fatal: None,
+            fatal_counter: 0,
+            slots: vec![Slot::Idle; 1 << LOG_CMDQ_SIZE],
+            slot_rung_at: vec![0; 1 << LOG_CMDQ_SIZE],
+            mmio_queue: VecDeque::new(),
+            hca: HcaState::Disabled,
+            issi: 0,
+            host_be: false,
+            pages: Pages::default(),
+            uars: BTreeSet::new(),
+            pds: BTreeSet::new(),
+            next_pd: 1 + (h & 0xff) as u32,
+            eqs: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            next_cqn: 0x400 + ((h >> 8) & 0x3ff) as u32,
+            srqs: BTreeMap::new(),
+            next_srqn: 0x100 + ((h >> 20) & 0x3ff) as u32,
+            resd_lkey: 0x2000 | (((h >> 32) & 0xff) as u32) << 8,
+            leaked_at_teardown: None,
+            dropped: 0,
+            cfg,
+        };
+        st.created_ns = st.now_ns();
+        st.reset_function();
+        st
+    }
+
+    /// Firmware state of a freshly enabled function.
+    pub fn reset_function(&mut self) {
+        self.cur = CurCaps::initial(&self.caps);
+        self.issi = 0;
+        self.pages.boot_needed = self.caps.boot_pages;
+        self.pages.init_needed = self.caps.init_pages;
+        self.pages.regular_needed = 0;
+    }
+
+    pub fn caps_changed(&mut self) {
+        if self.hca == HcaState::Disabled {
+            self.reset_function();
+        }
+    }
+
+    // ------------------------------------------------------------------ time
+
+    pub fn now_ns(&self) -> u64 {
+        if self.threaded {
+            self.origin.elapsed().as_nanos() as u64
+        } else {
+            self.vclock_ns
+        }
+    }
+
+    pub fn initializing(&self) -> bool {
+        self.inj.fw_init_never || self.now_ns() < self.created_ns + self.cfg.fw_init_delay_us * 1000
+    }
+
+    /// Run everything whose time has come: queued MMIO writes (threaded
+    /// mode) and delayed command completions.
+    pub fn run_due(&mut self) {
+        loop {
+            let now = self.now_ns();
+            if let Some(w) = self.mmio_queue.front().copied() {
+                if w.at <= now {
+                    self.mmio_queue.pop_front();
+                    self.apply_mmio_write(w.offset, w.value, w.wide);
+                    continue;
+                }
+            }
+            let due =
+                (0..self.slots.len()).find(|&s| matches!(self.slots[s], Slot::Due(t) if t <= now));
+            match due {
+                Some(s) => {
+                    self.slots[s] = Slot::Idle;
+                    self.exec_slot(s);
+                }
+                None => break,
+            }
+        }
+    }
+
+    pub fn next_due_in_ns(&self) -> Option<u64> {
+        let now = self.now_ns();
+        let mut next: Option<u64> = self.mmio_queue.front().map(|w| w.at);
+        for s in &self.slots {
+            if let Slot::Due(t) = *s {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        next.map(|t| t.saturating_sub(now))
+    }
+
+    // ------------------------------------------------------------------ DMA
+
+    pub fn fault(&mut self, iova: u64, len: usize, write: bool, context: String) {
+        self.faults.push(IommuFault {
+            iova,
+            len,
+            write,
+            context,
+        });
+    }
+
+    /// Device read; an IOMMU fault is recorded and reported as `Err`.
+    pub fn rd(&mut self, iova: u64, buf: &mut [u8], what: &dyn Fn() -> String) -> Result<(), ()> {
+        match self.dma.read(iova, buf) {
+            Some(()) => Ok(()),
+            None => {
+                let c = what();
+                self.fault(iova, buf.len(), false, c);
+                Err(())
+            }
+        }
+    }
+
+    /// Device write; an IOMMU fault is recorded and reported as `Err`.
+    pub fn wr(&mut self, iova: u64, data: &[u8], what: &dyn Fn() -> String) -> Result<(), ()> {
+        match self.dma.write(iova, data) {
+            Some(()) => Ok(()),
+            None => {
+                let c = what();
+                self.fault(iova, data.len(), true, c);
+                Err(())
+            }
+        }
+    }
+
+    pub fn rd_be32(&mut self, iova: u64, what: &dyn Fn() -> String) -> Result<u32, ()> {
+        let mut b = [0u8; 4];
+        self.rd(iova, &mut b, what)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// Write a 64-byte entry into a queue buffer: everything but the last
+    /// (ownership) byte first, then a release fence, then the last byte, so
+    /// a consumer that sees the new owner sees the whole entry.
+    fn write_entry(
+        &mut self,
+        buf: &crate::objects::QBuf,
+        off: u64,
+        entry: &[u8],
+        what: &dyn Fn() -> String,
+    ) -> Result<(), ()> {
+        let n = entry.len() as u64;
+        let mut done = 0u64;
+        // Body.
+        while done < n - 1 {
+            let Some((iova, contig)) = buf.at(off + done) else {
+                let c = what();
+                self.fault(
+                    0,
+                    entry.len(),
+                    true,
+                    format!("{c}: offset outside page list"),
+                );
+                return Err(());
+            };
+            let len = contig.min(n - 1 - done);
+            self.wr(iova, &entry[done as usize..(done + len) as usize], what)?;
+            done += len;
+        }
+        fence(Ordering::Release);
+        let Some((iova, _)) = buf.at(off + n - 1) else {
+            return Err(());
+        };
+        self.wr(iova, &entry[entry.len() - 1..], what)
+    }
+
+    // ------------------------------------------------------------------ objects
+
+    pub fn object_counts(&self) -> ObjectCounts {
+        ObjectCounts {
+            eqs: self.eqs.len(),
+            cqs: self.cqs.len(),
+            srqs: self.srqs.values().filter(|s| !s.rmp).count(),
+            rmps: self.srqs.values().filter(|s| s.rmp).count(),
+            uars: self.uars.len(),
+            pds: self.pds.len(),
+        }
+    }
+
+    pub fn go_fatal(&mut self, synd: u8) {
+        if self.fatal.is_none() {
+            self.fatal = Some(synd);
+            self.fatal_counter = self.health_counter_now();
+        }
+    }
+
+    fn health_counter_now(&self) -> u32 {
+        ((self.now_ns() / 1_000_000) as u32) & 0x00ff_ffff
+    }
+
+    // ------------------------------------------------------------------ events
+
+    /// The EQ an event of this type goes to (lowest EQ number subscribed).
+    pub fn eq_for(&self, event_type: u8) -> Option<u8> {
+        self.eqs
+            .iter()
+            .find(|(_, e)| e.subscribes(event_type))
+            .map(|(n, _)| *n)
+    }
+
+    /// Raise an asynchronous event; false if no EQ subscribes to its type.
+    pub fn raise(&mut self, eqe_img: [u8; 64]) -> bool {
+        let t = eqe::event_type.get(&eqe_img);
+        match self.eq_for(t) {
+            Some(eqn) => {
+                self.eq_write(eqn, eqe_img);
+                true
+            }
+            None => {
+                self.violations
+                    .push(Violation::EventDropped { event_type: t });
+                false
+            }
+        }
+    }
+
+    pub fn make_eqe(event_type: EventType, sub_type: u8) -> [u8; 64] {
+        let mut e = [0u8; 64];
+        eqe::event_type.set(&mut e, event_type.0).expect("8-bit");
+        eqe::event_sub_type.set(&mut e, sub_type).expect("8-bit");
+        e
+    }
+
+    /// Write an EQE at the EQ's producer index with the ownership rule
+    /// (facts §6.2). More than `nent` unreported EQEs is an overrun.
+    pub fn eq_write(&mut self, eqn: u8, mut img: [u8; 64]) {
+        if self.fatal.is_some() {
+            return;
+        }
+        let Some(eq) = self.eqs.get(&eqn) else {
+            return;
+        };
+        if eq.status != 0 {
+            return;
+        }
+        let n = 1u32 << eq.log_size;
+        let unreported = eq.pc.wrapping_sub(eq.ci) & 0x00ff_ffff;
+        if unreported >= n && !eq.oi {
+            // Linux reports an overrun of the async EQ as health syndrome
+            // 0xc (ASYNC_EQ_BUF_OVERRUN); other EQs as 0xd (EQ_IN_ERR).
+            let is_async = eq.is_async();
+            self.violations.push(Violation::EqOverrun { eqn });
+            if let Some(e) = self.eqs.get_mut(&eqn) {
+                e.status = 0xa;
+            }
+            self.go_fatal(if is_async { 0x0c } else { 0x0d });
+            return;
+        }
+        let slot = eq.pc & (n - 1);
+        let owner = (eq.pc >> eq.log_size) & 1 == 1;
+        eqe::owner.set(&mut img, owner).expect("flag");
+        eqe::signature.set(&mut img, 0).expect("8-bit");
+        let buf = eq.buf.clone();
+        let r = self.write_entry(&buf, slot as u64 * 64, &img, &|| {
+            format!("EQE write eqn {eqn}")
+        });
+        let eq = self.eqs.get_mut(&eqn).expect("checked");
+        if r.is_err() {
+            eq.status = 0xa; // EQ write failure (eqc.status)
+            self.go_fatal(0x0d);
+            return;
+        }
+        eq.pc = eq.pc.wrapping_add(1);
+        if eq.st == ctx::ST_ARMED {
+            eq.st = ctx::ST_FIRED;
+        }
+    }
+
+    /// A completion event for `cqn` on its EQ.
+    fn fire_cq(&mut self, cqn: u32) {
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            return;
+        };
+        let sn = cq.arm.map(|a| a.sn);
+        cq.arm = None;
+        cq.last_fired_sn = sn;
+        cq.last_notified = cq.pc.wrapping_sub(1) & 0x00ff_ffff;
+        let eqn = cq.eqn;
+        let mut e = Self::make_eqe(EventType::COMP, 0);
+        comp_event::cq_number
+            .set(eqe::event_data.get_mut(&mut e), cqn)
+            .expect("24-bit");
+        self.eq_write(eqn, e);
+    }
+
+    /// CQ error event (type 0x04) on the EQ subscribed to it.
+    fn cq_error_event(&mut self, cqn: u32, synd: u8) {
+        let mut e = Self::make_eqe(EventType::CQ_ERROR, 0);
+        let d = eqe::event_data.get_mut(&mut e);
+        cq_error::cqn.set(d, cqn).expect("24-bit");
+        cq_error::syndrome.set(d, synd).expect("8-bit");
+        self.raise(e);
+    }
+
+    /// SRQ limit event (type 0x14, facts §9.6).
+    pub fn srq_limit_event(&mut self, srqn: u32) {
+        let mut e = Self::make_eqe(EventType::SRQ_RQ_LIMIT, 0);
+        let d = eqe::event_data.get_mut(&mut e);
+        qp_events::r#type
+            .set(d, ctx::EVENT_QUEUE_TYPE_RQ)
+            .expect("8-bit");
+        qp_events::qpn_rqn_sqn.set(d, srqn).expect("24-bit");
+        self.raise(e);
+    }
+
+    /// Write a CQE at the producer index (facts §7.2). `cqe` carries the
+    /// opcode in `op_own`; the owner bit is set here. Returns false if the
+    /// CQE was lost (CQ in error, overrun, write failure).
+    pub fn cq_push(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
+        let Some(cq) = self.cqs.get(&cqn) else {
+            return false;
+        };
+        if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
+            return false;
+        }
+        let n = 1u32 << cq.log_size;
+        let dbr = cq.dbr;
+        let Ok(ci) = self.rd_be32(dbr, &|| format!("CQ doorbell record read cqn {cqn:#x}")) else {
+            self.cq_fail(
+                cqn,
+                ctx::CQ_STATUS_WRITE_FAIL,
+                cq_error_syndrome::CQ_ACCESS_VIOLATION,
+            );
+            return false;
+        };
+        let cq = self.cqs.get(&cqn).expect("checked");
+        let outstanding = cq.pc.wrapping_sub(ci & 0x00ff_ffff) & 0x00ff_ffff;
+        if outstanding >= n && !cq.oi {
+            self.violations.push(Violation::CqOverrun { cqn });
+            self.cq_fail(cqn, ctx::CQ_STATUS_OVERFLOW, cq_error_syndrome::CQ_OVERRUN);
+            return false;
+        }
+        let slot = cq.pc & (n - 1);
+        let owner = (cq.pc >> cq.log_size) & 1 == 1;
+        mlx5_regs::layouts::cqe64::owner
+            .set(&mut cqe, owner)
+            .expect("flag");
+        let stride = cq.stride();
+        let buf = cq.buf.clone();
+        let r = if stride == 128 {
+            // 128-byte CQEs: the 64-byte CQE is the second half (facts §7.2).
+            let mut big = [0u8; 128];
+            big[64..].copy_from_slice(&cqe);
+            self.write_entry(&buf, slot as u64 * 128, &big, &|| {
+                format!("CQE write cqn {cqn:#x}")
+            })
+        } else {
+            self.write_entry(&buf, slot as u64 * 64, &cqe, &|| {
+                format!("CQE write cqn {cqn:#x}")
+            })
+        };
+        if r.is_err() {
+            self.cq_fail(
+                cqn,
+                ctx::CQ_STATUS_WRITE_FAIL,
+                cq_error_syndrome::CQ_ACCESS_VIOLATION,
+            );
+            return false;
+        }
+        let cq = self.cqs.get_mut(&cqn).expect("checked");
+        let idx = cq.pc;
+        cq.pc = cq.pc.wrapping_add(1);
+        if solicited {
+            cq.last_solicit = Some(idx);
+        }
+        if let Some(arm) = cq.arm {
+            if !arm.solicited || solicited {
+                self.fire_cq(cqn);
+            }
+        }
+        true
+    }
+
+    fn cq_fail(&mut self, cqn: u32, status: u8, synd: u8) {
+        if let Some(cq) = self.cqs.get_mut(&cqn) {
+            cq.status = status;
+            cq.arm = None;
+        }
+        self.cq_error_event(cqn, synd);
+    }
+
+    // ------------------------------------------------------------------ MMIO
+
+    pub fn bar0_size(&self) -> usize {
+        (1usize << self.caps.uar_sz) * db::UAR_PAGE_SIZE
+    }
+
+    /// The initialization segment image (first 0x1020 bytes of BAR0).
+    fn init_seg_image(&self) -> Vec<u8> {
+        let mut b = vec![0u8; initial_seg::SIZE];
+        let (maj, min, sub) = self.caps.fw_rev;
+        let s = &mut b;
+        initial_seg::fw_rev_major.set(s, maj).expect("16-bit");
+        initial_seg::fw_rev_minor.set(s, min).expect("16-bit");
+        initial_seg::fw_rev_subminor.set(s, sub).expect("16-bit");
+        initial_seg::cmd_interface_rev
+            .set(s, ctx::CMD_IF_REV)
+            .expect("16-bit");
+        initial_seg::cmdq_phy_addr_63_32
+            .set(s, self.cmdq_h)
+            .expect("32-bit");
+        initial_seg::cmdq_phy_addr_31_12
+            .set(s, self.cmdq_l >> 12)
+            .expect("20-bit");
+        initial_seg::nic_interface
+            .set(s, self.nic_interface & 3)
+            .expect("2-bit");
+        initial_seg::log_cmdq_size
+            .set(s, LOG_CMDQ_SIZE)
+            .expect("4-bit");
+        initial_seg::log_cmdq_stride
+            .set(s, LOG_CMDQ_STRIDE)
+            .expect("4-bit");
+        initial_seg::initializing
+            .set(s, self.initializing())
+            .expect("flag");
+        let hb = initial_seg::health_buffer.get_mut(s);
+        health_buffer::fw_version
+            .set(hb, ((maj as u32) << 24) | ((min as u32) << 16) | sub as u32)
+            .expect("32-bit");
+        if let Some(synd) = self.fatal {
+            health_buffer::synd.set(hb, synd).expect("8-bit");
+            health_buffer::valid.set(hb, true).expect("flag");
+            health_buffer::severity.set(hb, 2).expect("3-bit"); // CRIT
+        }
+        let counter = match self.fatal {
+            Some(_) => self.fatal_counter,
+            None => self.health_counter_now(),
+        };
+        initial_seg::health_counter.set(s, counter).expect("24-bit");
+        initial_seg::health_syndrome
+            .set(s, self.fatal.unwrap_or(0))
+            .expect("8-bit");
+        b
+    }
+
+    pub fn mmio_read32(&mut self, offset: usize) -> u32 {
+        if !self.threaded {
+            self.run_due();
+        }
+        if offset + 4 <= initial_seg::SIZE {
+            let img = self.init_seg_image();
+            return u32::from_be_bytes(img[offset..offset + 4].try_into().expect("4 bytes"));
+        }
+        let now = self.now_ns();
+        match offset {
+            // internal timer (facts §1.2): free-running, ns resolution here.
+            0x1000 => (now >> 32) as u32,
+            0x1004 => now as u32,
+            _ => 0,
+        }
+    }
+
+    /// An MMIO write from the driver: applied now (synchronous mode, or a
+    /// register) or queued for the device thread.
+    pub fn mmio_write(&mut self, offset: usize, value: u64, wide: bool) {
+        let is_cmdq_reg = !wide && (offset == 0x10 || offset == 0x14);
+        if self.threaded && !is_cmdq_reg {
+            let at = self.now_ns() + THREADED_LATENCY_NS;
+            self.mmio_queue.push_back(MmioWrite {
+                at,
+                offset,
+                value,
+                wide,
+            });
+        } else {
+            self.apply_mmio_write(offset, value, wide);
+            self.run_due();
+        }
+    }
+
+    fn apply_mmio_write(&mut self, offset: usize, value: u64, wide: bool) {
+        let page = (offset / db::UAR_PAGE_SIZE) as u32;
+        if page >= FIRST_UAR {
+            self.uar_write(page, offset % db::UAR_PAGE_SIZE, value, wide);
+            return;
+        }
+        match (offset, wide) {
+            (0x10, false) => self.cmdq_h = value as u32,
+            (0x14, false) => {
+                // Bits 31:12 address, 10:8 nic_interface; 7:0 read-only.
+                self.cmdq_l = value as u32 & 0xffff_f000;
+                self.nic_interface = ((value >> 8) & 7) as u8;
+            }
+            (0x18, false) => self.cmd_doorbell(value as u32),
+            _ => self.violations.push(Violation::Doorbell(format!(
+                "write of {value:#x} to read-only/reserved BAR0 offset {offset:#x}"
+            ))),
+        }
+    }
+
+    fn uar_write(&mut self, page: u32, off: usize, value: u64, wide: bool) {
+        if !self.uars.contains(&page) {
+            self.violations.push(Violation::UarDoorbell(format!(
+                "write to unallocated UAR page {page} offset {off:#x}"
+            )));
+            return;
+        }
+        match (off, wide) {
+            (db::UAR_CQ_DOORBELL, true) => self.cq_arm_doorbell(page, value),
+            (db::UAR_EQ_DOORBELL_ARM, false) => self.eq_doorbell(page, value as u32, true),
+            (db::UAR_EQ_DOORBELL_NO_ARM, false) => self.eq_doorbell(page, value as u32, false),
+            _ => self.violations.push(Violation::UarDoorbell(format!(
+                "write of {value:#x} to UAR {page} offset {off:#x} ({} bits): not a doorbell the model knows",
+                if wide { 64 } else { 32 }
+            ))),
+        }
+    }
+
+    fn eq_doorbell(&mut self, uar: u32, value: u32, arm: bool) {
+        let (eqn, ci) = db::eq_doorbell_parts(value);
+        let Some(eq) = self.eqs.get_mut(&eqn) else {
+            self.violations.push(Violation::UarDoorbell(format!(
+                "EQ doorbell for unknown eqn {eqn}"
+            )));
+            return;
+        };
+        if eq.uar != uar {
+            let u = eq.uar;
+            self.violations.push(Violation::UarDoorbell(format!(
+                "EQ doorbell for eqn {eqn} on UAR {uar}, EQ uses UAR {u}"
+            )));
+            return;
+        }
+        let m = 0x00ff_ffff;
+        let new_gap = eq.pc.wrapping_sub(ci) & m;
+        let old_gap = eq.pc.wrapping_sub(eq.ci) & m;
+        if new_gap > old_gap {
+            self.violations.push(Violation::UarDoorbell(format!(
+                "EQ {eqn} consumer index {ci:#x} moves backwards or ahead of producer {:#x}",
+                eq.pc & m
+            )));
+            return;
+        }
+        eq.ci = ci;
+        if arm && eq.st != ctx::ST_ALWAYS_ARMED {
+            eq.st = ctx::ST_ARMED;
+        }
+    }
+
+    fn cq_arm_doorbell(&mut self, uar: u32, value: u64) {
+        let a = db::cq_arm_parts(value);
+        let cqn = a.cqn;
+        let Some(cq) = self.cqs.get_mut(&cqn) else {
+            self.violations.push(Violation::UarDoorbell(format!(
+                "CQ arm for unknown cqn {cqn:#x}"
+            )));
+            return;
+        };
+        if cq.uar != uar {
+            let u = cq.uar;
+            self.violations.push(Violation::UarDoorbell(format!(
+                "CQ arm for cqn {cqn:#x} on UAR {uar}, CQ uses UAR {u}"
+            )));
+            return;
+        }
+        if cq.status != ctx::CQ_STATUS_OK {
+            self.violations.push(Violation::UarDoorbell(format!(
+                "CQ arm for cqn {cqn:#x} in error state"
+            )));
+            return;
+        }
+        let sn = a.arm_sn as u8;
+        if cq.arm.is_none() && cq.last_fired_sn == Some(sn) {
+            // A completion event was generated for this sequence number; the
+            // driver must bump arm_sn after consuming it (facts §5).
+            self.violations.push(Violation::UarDoorbell(format!(
+                "stale CQ arm for cqn {cqn:#x}: arm_sn {sn} already fired"
+            )));
+            return;
+        }
+        cq.arm = Some(crate::objects::Arm {
+            sn,
+            solicited: a.solicited,
+        });
+        // CQEs beyond the arm's consumer index already present: fire now.
+        let m = 0x00ff_ffff;
+        let beyond = cq.pc.wrapping_sub(a.consumer_index) & m;
+        let n = 1u32 << cq.log_size;
+        if beyond > 0 && beyond <= n {
+            let fire = if a.solicited {
+                cq.last_solicit
+                    .is_some_and(|s| (s.wrapping_sub(a.consumer_index) & m) < beyond)
+            } else {
+                true
+            };
+            if fire {
+                self.fire_cq(cqn);
+            }
+        }
+    }
+}

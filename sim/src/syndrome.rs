@@ -1,0 +1,158 @@
+//! The model's syndrome table: every check that refuses a command has its own
+//! non-zero 32-bit syndrome, returned in `cmd_out.syndrome` together with the
+//! firmware status (facts §2.6). Real firmware syndromes are opaque
+//! diagnostics; these values are the model's own and are listed in
+//! `docs/fidelity.md`.
+//!
+//! Checks made the same way for every opcode (length, state, op_mod, reserved
+//! bits) carry the opcode in the low 16 bits: `INP_LEN | opcode`. All other
+//! values are unique constants.
+
+use mlx5_regs::CmdStatus;
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct SyndromeInfo {
+    /// Constant name.
+    pub name: &'static str,
+    /// Syndrome value.
+    pub value: u32,
+    /// Status returned with it.
+    pub status: CmdStatus,
+    /// What was refused.
+    pub what: &'static str,
+    /// True if the opcode is OR-ed into the low 16 bits.
+    pub per_opcode: bool,
+}
+
+macro_rules! syndromes {
+    ($($(#[$m:meta])* $name:ident = $val:literal, $status:ident, $per:literal, $desc:literal;)*) => {
+        $(
+            #[doc = $desc]
+            $(#[$m])*
+            pub const $name: u32 = $val;
+        )*
+        /// Every syndrome the model returns.
+        pub const TABLE: &[SyndromeInfo] = &[$(SyndromeInfo {
+            name: stringify!($name),
+            value: $val,
+            status: CmdStatus::$status,
+            what: $desc,
+            per_opcode: $per,
+        }),*];
+    };
+}
+
+syndromes! {
+    // ---- generic, per opcode (low 16 bits = opcode) ----
+    INP_LEN = 0x0101_0000, BAD_INP_LEN_ERR, true, "input_length shorter than the command's input layout (plus its page list)";
+    OUTP_LEN = 0x0102_0000, BAD_OUTP_LEN_ERR, true, "output_length shorter than the command's output layout (plus returned entries)";
+    STATE_DISABLED = 0x0103_0000, BAD_SYS_STATE_ERR, true, "command not legal before ENABLE_HCA";
+    STATE_ENABLED = 0x0104_0000, BAD_SYS_STATE_ERR, true, "command not legal between ENABLE_HCA and INIT_HCA";
+    STATE_INITIALIZED = 0x0105_0000, BAD_SYS_STATE_ERR, true, "command not legal after INIT_HCA";
+    STATE_TORN_DOWN = 0x0106_0000, BAD_SYS_STATE_ERR, true, "command not legal after TEARDOWN_HCA";
+    BAD_OP_MOD = 0x0107_0000, BAD_PARAM_ERR, true, "op_mod value not defined for the command";
+    RESERVED = 0x0108_0000, BAD_PARAM_ERR, true, "a reserved bit of the input is not zero";
+    UID = 0x0109_0000, BAD_PARAM_ERR, true, "uid not 0 (no user contexts modelled)";
+    ISSI_0_ONLY = 0x010a_0000, BAD_OP_ERR, true, "command exists only at ISSI 0 (SRQ family) but ISSI 1 is set";
+    ISSI_1_ONLY = 0x010b_0000, BAD_OP_ERR, true, "command exists only at ISSI 1 (RMP family) but ISSI is 0";
+    UNKNOWN_OPCODE = 0x010c_0000, BAD_OP_ERR, true, "opcode not implemented by this firmware";
+    // ---- bring-up ----
+    SET_ISSI_UNSUPPORTED = 0x0200_0001, BAD_PARAM_ERR, false, "SET_ISSI to a value not in supported_issi";
+    ENABLE_FUNC_ID = 0x0200_0002, BAD_PARAM_ERR, false, "ENABLE/DISABLE_HCA/QUERY/MANAGE_PAGES function_id or embedded_cpu_function not 0";
+    DISABLE_PAGES_HELD = 0x0200_0003, BAD_RES_STATE_ERR, false, "DISABLE_HCA while firmware still holds pages";
+    INIT_HCA_NO_PAGES = 0x0200_0004, BAD_SYS_STATE_ERR, false, "INIT_HCA before the boot and init pages were given";
+    INIT_HCA_SW_OWNER = 0x0200_0005, BAD_PARAM_ERR, false, "INIT_HCA sw_owner_id/sw_vhca_id set without the sw_owner_id capability";
+    TEARDOWN_PROFILE = 0x0200_0006, BAD_PARAM_ERR, false, "TEARDOWN_HCA profile unknown or its capability (force/fast teardown) absent";
+    CAP_TYPE = 0x0200_0007, BAD_PARAM_ERR, false, "QUERY/SET_HCA_CAP capability type not supported (only general caps)";
+    CAP_OTHER_FUNC = 0x0200_0008, BAD_PARAM_ERR, false, "QUERY/SET_HCA_CAP other_function / function_id not 0";
+    SET_CAP_NOT_SETTABLE = 0x0200_0009, BAD_PARAM_ERR, false, "SET_HCA_CAP changes a field that is not settable";
+    SET_CAP_ABOVE_MAX = 0x0200_000a, BAD_PARAM_ERR, false, "SET_HCA_CAP sets a settable field above its maximum";
+    SET_CAP_UAR_PAGE_SZ = 0x0200_000b, BAD_PARAM_ERR, false, "SET_HCA_CAP log_uar_page_sz not 0 (model has 4 KiB UAR pages)";
+    ACCESS_REG_ID = 0x0200_000c, BAD_PARAM_ERR, false, "ACCESS_REG register id not modelled";
+    ACCESS_REG_ENDIANNESS = 0x0200_000d, BAD_PARAM_ERR, false, "HOST_ENDIANNESS written with the wrong endianness for this host";
+    ACCESS_REG_ARG = 0x0200_000e, BAD_PARAM_ERR, false, "ACCESS_REG argument not 0";
+    UAR_EXHAUSTED = 0x0200_000f, LIM_ERR, false, "no UAR index left (2^uar_sz)";
+    UAR_NOT_FOUND = 0x0200_0010, BAD_RES_ERR, false, "UAR index not allocated";
+    UAR_IN_USE = 0x0200_0011, BAD_RES_STATE_ERR, false, "DEALLOC_UAR while an EQ or CQ uses the UAR";
+    PD_EXHAUSTED = 0x0200_0012, LIM_ERR, false, "no PD left (2^log_max_pd)";
+    PD_NOT_FOUND = 0x0200_0013, BAD_RES_ERR, false, "PD not allocated";
+    PD_IN_USE = 0x0200_0014, BAD_RES_STATE_ERR, false, "DEALLOC_PD while an SRQ/RMP uses the PD";
+    // ---- pages ----
+    PAGES_NOT_ALIGNED = 0x0300_0001, BAD_PARAM_ERR, false, "MANAGE_PAGES give: page address not 4 KiB aligned";
+    PAGES_NOT_MAPPED = 0x0300_0002, BAD_PARAM_ERR, false, "MANAGE_PAGES give: page outside DMA memory (IOMMU fault recorded)";
+    PAGES_DUPLICATE = 0x0300_0003, BAD_PARAM_ERR, false, "MANAGE_PAGES give: page already held by firmware or listed twice";
+    PAGES_NOT_REQUESTED = 0x0300_0004, BAD_PARAM_ERR, false, "MANAGE_PAGES give: more pages than firmware asked for";
+    PAGES_ZERO_ENTRIES = 0x0300_0005, BAD_PARAM_ERR, false, "MANAGE_PAGES give/take with input_num_entries 0";
+    PAGES_ALLOC_FAIL_NOT_PENDING = 0x0300_0006, BAD_PARAM_ERR, false, "MANAGE_PAGES op_mod 0 (cannot give) with no page request pending";
+    PAGES_ALLOC_FAIL_ENTRIES = 0x0300_0007, BAD_PARAM_ERR, false, "MANAGE_PAGES op_mod 0 with input_num_entries not 0";
+    // ---- EQ ----
+    EQ_LOG_SIZE = 0x0400_0001, BAD_PARAM_ERR, false, "eqc.log_eq_size above log_max_eq_sz";
+    EQ_TOO_MANY = 0x0400_0002, LIM_ERR, false, "more than 2^log_max_eq EQs";
+    EQ_UAR = 0x0400_0003, BAD_RES_ERR, false, "eqc.uar_page is not an allocated UAR";
+    EQ_INTR = 0x0400_0004, BAD_PARAM_ERR, false, "eqc.intr not below the number of MSI-X vectors";
+    EQ_EVENT_MASK = 0x0400_0005, BAD_PARAM_ERR, false, "event_bitmask selects an event type the device does not generate";
+    EQ_PAS_SHORT = 0x0400_0006, BAD_INP_LEN_ERR, false, "CREATE_EQ input too short for the page list the size needs";
+    EQ_PAS_ALIGN = 0x0400_0007, BAD_PARAM_ERR, false, "EQ page address not aligned to the page size";
+    EQ_CTX_FIELD = 0x0400_0008, BAD_PARAM_ERR, false, "eqc field not settable at creation (status, ec, st, counters)";
+    EQ_NOT_FOUND = 0x0400_0009, BAD_RES_ERR, false, "EQ number does not exist";
+    EQ_IN_USE = 0x0400_000a, BAD_RES_STATE_ERR, false, "DESTROY_EQ while a CQ uses the EQ";
+    EQ_PAGE_SIZE = 0x0400_000b, BAD_PARAM_ERR, false, "eqc.log_page_size above the model's limit";
+    // ---- CQ ----
+    CQ_LOG_SIZE = 0x0500_0001, BAD_PARAM_ERR, false, "cqc.log_cq_size above log_max_cq_sz";
+    CQ_TOO_MANY = 0x0500_0002, LIM_ERR, false, "more than 2^log_max_cq CQs";
+    CQ_UAR = 0x0500_0003, BAD_RES_ERR, false, "cqc.uar_page is not an allocated UAR";
+    CQ_EQN = 0x0500_0004, BAD_RES_ERR, false, "cqc.c_eqn is not an existing EQ";
+    CQ_CQE_SZ = 0x0500_0005, BAD_PARAM_ERR, false, "cqc.cqe_sz not 0 (64 B) or 1 (128 B)";
+    CQ_DBR_ALIGN = 0x0500_0006, BAD_PARAM_ERR, false, "cqc.dbr_addr not 8-byte aligned";
+    CQ_PAS_SHORT = 0x0500_0007, BAD_INP_LEN_ERR, false, "CREATE_CQ/MODIFY_CQ input too short for the page list the size needs";
+    CQ_PAS_ALIGN = 0x0500_0008, BAD_PARAM_ERR, false, "CQ page address not aligned to the page size";
+    CQ_OI_CAP = 0x0500_0009, BAD_PARAM_ERR, false, "cqc.oi set without the cq_oi capability";
+    CQ_MODERATION_CAP = 0x0500_000a, BAD_OP_ERR, false, "CQ moderation requested without the cq_moderation capability";
+    CQ_UNSUPPORTED_FEATURE = 0x0500_000b, BAD_PARAM_ERR, false, "cqc asks for an unmodelled feature (compression, collapsed, apu, umem)";
+    CQ_CTX_FIELD = 0x0500_000c, BAD_PARAM_ERR, false, "cqc field not settable at creation (status, st, counters, indices)";
+    CQ_NOT_FOUND = 0x0500_000d, BAD_RES_ERR, false, "CQ number does not exist";
+    CQ_IN_USE = 0x0500_000e, BAD_RES_STATE_ERR, false, "DESTROY_CQ while an SRQ (srqc.cqn) uses the CQ";
+    CQ_RESIZE_CAP = 0x0500_000f, BAD_OP_ERR, false, "MODIFY_CQ resize without the cq_resize capability";
+    CQ_RESIZE_OUTSTANDING = 0x0500_0010, BAD_SIZE_OUTS_CQES_ERR, false, "resize to fewer entries than outstanding CQEs";
+    CQ_RESIZE_SELECT = 0x0500_0011, BAD_PARAM_ERR, false, "resize_field_select without LOG_CQ_SIZE or with unknown bits";
+    CQ_RESIZE_CQE_SZ = 0x0500_0012, BAD_PARAM_ERR, false, "resize changes cqe_sz";
+    CQ_MODIFY_SELECT = 0x0500_0013, BAD_PARAM_ERR, false, "modify_field_select empty or with unknown/unsupported bits";
+    CQ_RESIZE_OLD_FULL = 0x0500_0014, BAD_SIZE_OUTS_CQES_ERR, false, "resize while the old ring is full (no room for the RESIZE_CQ CQE)";
+    CQ_IN_ERROR = 0x0500_0015, BAD_RES_STATE_ERR, false, "MODIFY_CQ resize of a CQ in error (overrun / write failure)";
+    CQ_PAGE_SIZE = 0x0500_0016, BAD_PARAM_ERR, false, "cqc.log_page_size above the model's limit";
+    CQ_MODERATION_CREATE_CAP = 0x0500_0018, BAD_PARAM_ERR, false, "cqc.cq_period/cq_max_count set without the cq_moderation capability";
+    CQ_PERIOD_MODE_CAP = 0x0500_0017, BAD_PARAM_ERR, false, "cq_period_mode != 0 without cq_period_mode_modify";
+    // ---- SRQ / RMP ----
+    SRQ_LOG_SIZE = 0x0600_0001, BAD_PARAM_ERR, false, "SRQ/RMP log size above log_max_srq_sz";
+    SRQ_TOO_MANY = 0x0600_0002, LIM_ERR, false, "more than 2^log_max_srq SRQs (2^log_max_rmp RMPs)";
+    SRQ_STRIDE = 0x0600_0003, BAD_PARAM_ERR, false, "WQE stride below 32 bytes or above max_wqe_sz_rq";
+    SRQ_PD = 0x0600_0004, BAD_RES_ERR, false, "pd is not an allocated PD";
+    SRQ_CQN = 0x0600_0005, BAD_RES_ERR, false, "srqc.cqn is not an existing CQ";
+    SRQ_DBR_ALIGN = 0x0600_0006, BAD_PARAM_ERR, false, "SRQ/RMP dbr_addr not 4-byte aligned";
+    SRQ_PAS_SHORT = 0x0600_0007, BAD_INP_LEN_ERR, false, "CREATE_SRQ/RMP input too short for the page list the size needs";
+    SRQ_PAS_ALIGN = 0x0600_0008, BAD_PARAM_ERR, false, "SRQ/RMP page address not aligned to the page size";
+    SRQ_LWM = 0x0600_0009, BAD_PARAM_ERR, false, "limit (lwm) not below the number of WQEs";
+    SRQ_XRCD = 0x0600_000a, BAD_RES_ERR, false, "srqc.xrcd not 0 (no XRC domains modelled)";
+    SRQ_CTX_FIELD = 0x0600_000b, BAD_PARAM_ERR, false, "SRQ/RMP context field not settable (state, wqe_cnt, counters, wq_type, umem, cyclic)";
+    SRQ_SIGNATURE_CAP = 0x0600_000c, BAD_PARAM_ERR, false, "wq_signature without the wq_signature capability";
+    SRQ_NOT_FOUND = 0x0600_000d, BAD_RES_ERR, false, "SRQ/RMP number does not exist";
+    RMP_STATE = 0x0600_000e, BAD_RES_STATE_ERR, false, "MODIFY_RMP rmp_state does not match the current state";
+    RMP_BITMASK = 0x0600_000f, BAD_PARAM_ERR, false, "MODIFY_RMP bitmask empty or with bits other than lwm";
+    RMP_NEW_STATE = 0x0600_0010, BAD_PARAM_ERR, false, "MODIFY_RMP ctx.state is not a legal transition (RDY -> RDY only)";
+    SRQ_PAGE_SIZE = 0x0600_0011, BAD_PARAM_ERR, false, "SRQ/RMP log page size above the model's limit";
+}
+
+/// Syndrome of a generic, per-opcode check.
+pub const fn per_opcode(base: u32, opcode: u16) -> u32 {
+    base | opcode as u32
+}
+
+/// Look up the table row for a syndrome (a per-opcode one by its base).
+pub fn lookup(syndrome: u32) -> Option<&'static SyndromeInfo> {
+    TABLE.iter().find(|s| s.value == syndrome).or_else(|| {
+        TABLE
+            .iter()
+            .find(|s| s.per_opcode && s.value == syndrome & 0xffff_0000)
+    })
+}
