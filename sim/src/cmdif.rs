@@ -160,6 +160,9 @@ impl State {
         let opcode = cmd_in::opcode.get(inline);
         let op_mod = cmd_in::op_mod.get(inline);
 
+        // The completion EQE goes to the EQ subscribed when the command was
+        // issued (CREATE_EQ does not signal its own completion).
+        let cmd_eq = self.eq_for(EventType::CMD.0);
         let (deliv, input, output, status, synd) = match self.deliver_cmd(&ent) {
             Err(d) => (d, Vec::new(), Vec::new(), 0, 0),
             Ok(d) => {
@@ -209,7 +212,7 @@ impl State {
             stalled: false,
         });
         // Command-completion EQE (type 0x0a) if an EQ subscribes to it.
-        if let Some(eqn) = self.eq_for(EventType::CMD.0) {
+        if let Some(eqn) = cmd_eq.filter(|e| self.eqs.contains_key(e)) {
             let mut e = State::make_eqe(EventType::CMD, 0);
             cmd_inter_comp_event::command_completion_vector
                 .set(eqe::event_data.get_mut(&mut e), 1u32 << slot)

@@ -180,6 +180,20 @@ impl Fw {
         self.out_blocks = (nin + 1, nout);
     }
 
+    /// Run `f` on the test-owned region (command queue, mailbox pool, kept
+    /// regions) containing `iova`.
+    pub fn with_iova(&self, iova: u64, f: impl FnOnce(&Region, usize)) {
+        let all = std::iter::once(&self.cmdq)
+            .chain(self.pool.iter())
+            .chain(self.keep.iter());
+        for r in all {
+            if iova >= r.iova() && iova < r.iova() + r.len() as u64 {
+                return f(r, (iova - r.iova()) as usize);
+            }
+        }
+        panic!("{iova:#x} not in a test region");
+    }
+
     pub fn ring(&self, slot: usize) {
         mlx5_hal::barrier::mmio_wmb();
         self.hal.mmio_write32(0x18, 1 << slot);
