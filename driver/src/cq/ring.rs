@@ -190,45 +190,39 @@ impl<H: Hal> CqRing<H> {
         self.sw_owned(self.consumer_index, self.op_own(self.consumer_index))
     }
 
-    /// Decode the software-owned CQE at running index `index`. Call only after
-    /// the ownership check and the read barrier.
-    #[inline(always)]
-    fn decode(&self, index: u32, op_own: u8) -> Cqe {
-        let b = self.base_of(index);
-        let opcode = CqeOpcode(op_own >> 4);
-        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
-            let w = self.buf.read_be32(b + off::SYNDROME_WORD);
-            CqeStatus::Error {
-                syndrome: w as u8,
-                vendor_syndrome: (w >> 8) as u8,
-            }
-        } else {
-            CqeStatus::Success
-        };
-        Cqe {
-            opcode,
-            status,
-            byte_len: self.buf.read_be32(b + off::BYTE_CNT),
-            wqe_counter: self.buf.read_be16(b + off::WQE_COUNTER),
-            qpn: self.buf.read_be32(b + off::QPN) & 0x00ff_ffff,
-            srqn: self.buf.read_be32(b + off::SRQN) & 0x00ff_ffff,
-            imm: self.buf.read_be32(b + off::IMM),
-        }
-    }
-
     /// Take the next CQE if software owns it: ownership check, one read
-    /// barrier, then the body. Does not publish the consumer index; call
+    /// barrier, then the body, every field read once through a window that
+    /// was bounds-checked once. Does not publish the consumer index; call
     /// [`CqRing::update_doorbell`] once per batch.
     #[inline(always)]
     pub fn pop(&mut self) -> Option<Cqe> {
         let ci = self.consumer_index;
-        let op_own = self.op_own(ci);
+        let w = self.buf.window::<64>(self.base_of(ci));
+        let op_own = w.read_u8::<{ off::OP_OWN }>();
         if !self.sw_owned(ci, op_own) {
             return None;
         }
         // The body must not be read before the ownership byte (facts §5).
         barrier::dma_rmb();
-        let cqe = self.decode(ci, op_own);
+        let opcode = CqeOpcode(op_own >> 4);
+        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
+            let s = w.read_be32::<{ off::SYNDROME_WORD }>();
+            CqeStatus::Error {
+                syndrome: s as u8,
+                vendor_syndrome: (s >> 8) as u8,
+            }
+        } else {
+            CqeStatus::Success
+        };
+        let cqe = Cqe {
+            opcode,
+            status,
+            byte_len: w.read_be32::<{ off::BYTE_CNT }>(),
+            wqe_counter: w.read_be16::<{ off::WQE_COUNTER }>(),
+            qpn: w.read_be32::<{ off::QPN }>() & 0x00ff_ffff,
+            srqn: w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff,
+            imm: w.read_be32::<{ off::IMM }>(),
+        };
         self.consumer_index = ci.wrapping_add(1);
         Some(cqe)
     }

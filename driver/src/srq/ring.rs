@@ -207,17 +207,17 @@ impl<H: Hal> SrqRing<H> {
         let idx = self.head;
         let base = self.wqe(idx);
         for (k, sge) in sges.iter().enumerate() {
-            let d = base + SEG * (k + 1);
-            self.wqes.write_be32(d, sge.length);
-            self.wqes.write_be32(d + 4, sge.lkey);
-            self.wqes.write_be64(d + 8, sge.addr);
+            let d = self.wqes.window::<SEG>(base + SEG * (k + 1));
+            d.write_be32::<0>(sge.length);
+            d.write_be32::<4>(sge.lkey);
+            d.write_be64::<8>(sge.addr);
         }
         if sges.len() < self.geo.max_sge {
             // Terminator: a zero-length entry with the invalid lkey.
-            let d = base + SEG * (sges.len() + 1);
-            self.wqes.write_be32(d, 0);
-            self.wqes.write_be32(d + 4, INVALID_LKEY);
-            self.wqes.write_be64(d + 8, 0);
+            let d = self.wqes.window::<SEG>(base + SEG * (sges.len() + 1));
+            d.write_be32::<0>(0);
+            d.write_be32::<4>(INVALID_LKEY);
+            d.write_be64::<8>(0);
         }
         self.book.write_be64(idx as usize * 8, wr_id);
         self.set_state(idx, STATE_POSTED);

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Print driver/raw ratios from criterion's results (after `cargo bench -p mlx5-bench`).
+
+Reads <target>/criterion/<group>/<driver|raw>[/<param>]/new/estimates.json and
+prints a markdown table: ns per element (median) for the driver and the raw
+baseline, and their ratio.
+"""
+import json, os, sys
+
+target = os.environ.get("CARGO_TARGET_DIR", os.path.join(os.path.dirname(__file__), "..", "target"))
+root = os.path.join(target, "criterion")
+if not os.path.isdir(root):
+    sys.exit(f"no criterion results under {root}: run `cargo bench -p mlx5-bench` first")
+
+def median_ns_per_elem(path):
+    est = json.load(open(os.path.join(path, "new", "estimates.json")))
+    bench = json.load(open(os.path.join(path, "new", "benchmark.json")))
+    elems = (bench.get("throughput") or {}).get("Elements") or 1
+    return est["median"]["point_estimate"] / elems
+
+rows = []
+for dirpath, dirnames, filenames in os.walk(root):
+    if os.path.basename(dirpath) != "new" or "estimates.json" not in filenames:
+        continue
+    bench_dir = os.path.dirname(dirpath)
+    rel = os.path.relpath(bench_dir, root).split(os.sep)
+    if "driver" not in rel:
+        continue
+    raw_dir = os.path.join(root, *["raw" if p == "driver" else p for p in rel])
+    if not os.path.isdir(raw_dir):
+        continue
+    d, r = median_ns_per_elem(bench_dir), median_ns_per_elem(raw_dir)
+    name = "/".join(p for p in rel if p != "driver")
+    rows.append((name, d, r, d / r))
+
+print("| benchmark | driver ns/elem | raw ns/elem | ratio |")
+print("|---|---|---|---|")
+for name, d, r, q in sorted(rows):
+    print(f"| {name} | {d:.2f} | {r:.2f} | {q:.2f}x |")
