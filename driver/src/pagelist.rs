@@ -20,13 +20,13 @@ impl PageList {
     /// `max_entries` entries and to which `iova` is aligned. `None` if no page
     /// size fits (the buffer is too large for the command, or misaligned).
     pub fn for_buffer(iova: u64, used_len: usize, max_entries: usize) -> Option<PageList> {
-        if iova % PAGE_SIZE as u64 != 0 || used_len == 0 || max_entries == 0 {
+        if !iova.is_multiple_of(PAGE_SIZE as u64) || used_len == 0 || max_entries == 0 {
             return None;
         }
         let mut shift = 12u32;
         loop {
             let page = 1u64 << shift;
-            if iova % page != 0 {
+            if !iova.is_multiple_of(page) {
                 return None;
             }
             let count = (used_len as u64).div_ceil(page) as usize;
