@@ -361,6 +361,17 @@ impl Fw {
     /// Linux-order bring-up up to INIT_HCA, at ISSI `issi`.
     pub fn init(&mut self, issi: u16) {
         self.enable();
+        self.init_after_enable(issi);
+    }
+
+    /// Bring-up after ENABLE_HCA at ISSI 1, plus a UAR and a PD.
+    pub fn init_rest(&mut self) {
+        self.init_after_enable(1);
+        self.uar = self.alloc_uar();
+        self.pd = self.alloc_pd();
+    }
+
+    fn init_after_enable(&mut self, issi: u16) {
         if issi == 1 {
             assert!(self.set_issi(1).ok());
         }
