@@ -1282,7 +1282,7 @@ impl State {
                 wq_signature: srqc::wq_signature.get(s),
                 state: ctx::SRQ_STATE_GOOD,
                 consumed: 0,
-                last: None,
+                next: 0,
             },
         );
         create_srq_out::srqn.set(out, n).expect("24-bit");
@@ -1384,7 +1384,7 @@ impl State {
                 wq_signature: wq::wq_signature.get(w),
                 state: ctx::RMP_STATE_RDY,
                 consumed: 0,
-                last: None,
+                next: 0,
             },
         );
         create_rmp_out::rmpn.set(out, n).expect("24-bit");

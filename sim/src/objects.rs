@@ -133,6 +133,8 @@ pub(crate) struct Srq {
     pub state: u8,
     /// WQEs consumed so far (16-bit running counter like the doorbell record).
     pub consumed: u16,
-    /// Index of the last consumed WQE (its next segment names the next one).
-    pub last: Option<u16>,
+    /// Index of the WQE the device consumes next: 0 at creation, then the
+    /// `next_wqe_index` read from each WQE at the moment it is consumed
+    /// (facts §9.4; see docs/fidelity.md "SRQ free-list walk").
+    pub next: u16,
 }

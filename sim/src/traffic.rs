@@ -197,27 +197,12 @@ impl State {
             self.dropped += 1;
             return Ok(Delivery::Dropped);
         }
-        // Next WQE of the free list: WQE 0 first, then the next_wqe_index of
-        // the previously consumed WQE, read now (lazily).
+        // The WQE the device is positioned on. Its next pointer is read
+        // together with the WQE, at consumption: once consumed the driver may
+        // complete it out of order, make it the free-list tail and rewrite
+        // that pointer, so a later read would follow the wrong link.
         let stride = 1u64 << s.log_stride;
-        let idx = match s.last {
-            None => 0u16,
-            Some(l) => {
-                let mut next = [0u8; 16];
-                let ok = match s.buf.at(l as u64 * stride) {
-                    Some((iova, _)) => self
-                        .rd(iova, &mut next, &|| {
-                            format!("SRQ next segment read srqn {srqn:#x}")
-                        })
-                        .is_ok(),
-                    None => false,
-                };
-                if !ok {
-                    return self.srq_catastrophe(srqn, "next segment unreadable");
-                }
-                srq_next_seg::next_wqe_index.get(&next)
-            }
-        };
+        let idx = s.next;
         if idx as u32 >= size {
             return self.srq_catastrophe(srqn, "next_wqe_index beyond the SRQ size");
         }
@@ -236,7 +221,7 @@ impl State {
         {
             let sm = self.srqs.get_mut(&srqn).expect("exists");
             sm.consumed = sm.consumed.wrapping_add(1);
-            sm.last = Some(idx);
+            sm.next = srq_next_seg::next_wqe_index.get(&wqe[..16]);
         }
         // Scatter list: data segments after the 16-byte next segment, up to
         // the terminator (byte_count 0, lkey MLX5_INVALID_LKEY) or the end.

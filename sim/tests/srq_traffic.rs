@@ -224,6 +224,36 @@ fn rmp_traffic_scatter_free_list_and_cqes() {
 }
 
 #[test]
+fn next_pointer_is_read_when_a_wqe_is_consumed() {
+    // facts §9.4 free list: a consumed WQE may be completed out of order,
+    // become the tail and get its next pointer rewritten; the device must
+    // already have read where to go next.
+    let (mut f, _eq, cq) = setup(1);
+    let mut s = create_rmp(&mut f, 0);
+    post(&mut s, 3);
+    let dev = f.dev.clone();
+    let t = dev.traffic();
+    assert_eq!(
+        t.deliver(s.n, cq.cqn, 1, &[1, 2, 3]).unwrap(),
+        Delivery::Completed { wqe_index: 0 }
+    );
+    // The driver completes WQE 0 and links it after the tail; then frees
+    // another WQE behind it: WQE 0's next pointer now says 9.
+    let mut next = [0u8; 16];
+    srq_next_seg::next_wqe_index.set(&mut next, 9).unwrap();
+    s.buf.write_bytes(0, &next);
+    assert_eq!(
+        t.deliver(s.n, cq.cqn, 1, &[1, 2, 3]).unwrap(),
+        Delivery::Completed { wqe_index: 1 },
+        "the link read when WQE 0 was consumed (0 -> 1) is followed"
+    );
+    assert_eq!(
+        t.deliver(s.n, cq.cqn, 1, &[1, 2, 3]).unwrap(),
+        Delivery::Completed { wqe_index: 2 }
+    );
+}
+
+#[test]
 fn rmp_limit_one_shot_rearm_and_immediate() {
     let (mut f, mut eq, cq) = setup(1);
     let mut s = create_rmp(&mut f, 0);
