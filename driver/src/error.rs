@@ -111,6 +111,24 @@ pub enum Error {
     /// An argument is out of range (a buffer shorter than a command header,
     /// an EQ size above the capability, ...).
     InvalidArgument(&'static str),
+    /// The object is still in use by another (a CQ an SRQ reports to), or
+    /// has events read but not acknowledged; nothing was changed.
+    Busy(&'static str),
+    /// The device lacks the capability (`cq_resize`, `cq_moderation`, ...).
+    Unsupported {
+        /// What is missing.
+        what: &'static str,
+        /// The errno libibverbs/mlx5 reports for it (`ENOSYS` for CQ resize,
+        /// `EOPNOTSUPP` for moderation).
+        errno: i32,
+    },
+    /// Firmware did not leave the old CQ ring as facts §8 describes after a
+    /// resize (no RESIZE_CQ CQE, or an entry still hardware-owned on the
+    /// way): the CQ uses the new ring, completions before it may be lost.
+    ResizeCopy {
+        /// Running index where the copy stopped.
+        index: u32,
+    },
     /// The page manager is at its configured capacity or DMA memory ran out
     /// while giving pages to firmware.
     OutOfPages {
@@ -152,6 +170,9 @@ impl Error {
             Error::Dma(HalError::InvalidRequest) => errno::EINVAL,
             Error::Dma(HalError::Platform { errno }) => *errno,
             Error::Layout(_) | Error::InvalidArgument(_) => errno::EINVAL,
+            Error::Busy(_) => errno::EBUSY,
+            Error::Unsupported { errno, .. } => *errno,
+            Error::ResizeCopy { .. } => errno::EIO,
             Error::UnsupportedCmdIf { .. } | Error::BadCmdQueue { .. } => errno::EINVAL,
             Error::CommandTooLarge { .. } => errno::EINVAL,
             Error::OutOfPages { .. } => errno::ENOMEM,
@@ -266,6 +287,14 @@ impl fmt::Display for Error {
                 OpName(opcode)
             ),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Busy(what) => write!(f, "busy: {what}"),
+            Error::Unsupported { what, errno } => {
+                write!(f, "not supported by the device: {what} (errno {errno})")
+            }
+            Error::ResizeCopy { index } => write!(
+                f,
+                "CQ resize: firmware left the old ring unexpected at index {index}; completions may be lost"
+            ),
             Error::OutOfPages { requested } => {
                 write!(f, "cannot provide {requested} firmware pages")
             }

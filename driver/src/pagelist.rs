@@ -1,7 +1,7 @@
 //! How a contiguous DMA buffer is described to firmware: a page size and the
 //! device address of each page (`pas[]`, facts §3, §7.1, §9).
 
-use mlx5_hal::PAGE_SIZE;
+use mlx5_hal::{DmaRegion, Hal, HalError, PAGE_SIZE};
 
 /// A page list for a buffer that is contiguous in device address space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,9 +56,55 @@ impl PageList {
     }
 }
 
+/// Allocate DMA memory for a firmware buffer of `len` bytes that must be
+/// described by at most `max_entries` pages. The page size is the smallest
+/// power of two (from 4 KiB) that keeps the list short enough; the buffer is
+/// placed at an offset of the allocation aligned to that page size (the
+/// platform only guarantees 4 KiB alignment, so up to one page minus 4 KiB
+/// is over-allocated). Returns the region, the buffer's offset in it and the
+/// page list.
+pub fn alloc_paged<H: Hal>(
+    hal: &H,
+    len: usize,
+    max_entries: usize,
+) -> Result<(DmaRegion<H>, usize, PageList), HalError> {
+    if len == 0 || max_entries == 0 {
+        return Err(HalError::InvalidRequest);
+    }
+    let min_page = len.div_ceil(max_entries).max(PAGE_SIZE);
+    let page = min_page
+        .checked_next_power_of_two()
+        .filter(|p| p.trailing_zeros() <= 12 + 31)
+        .ok_or(HalError::InvalidRequest)?;
+    let region = hal.alloc_dma(len + page - PAGE_SIZE)?;
+    let iova = region.iova();
+    let first = iova.next_multiple_of(page as u64);
+    let offset = (first - iova) as usize;
+    let list = PageList {
+        first,
+        log_page_size: (page.trailing_zeros() - 12) as u8,
+        count: len.div_ceil(page),
+    };
+    Ok((region, offset, list))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paged_allocations_align_the_buffer_to_the_page_size() {
+        extern crate std;
+        let hal = mlx5_hal::host::HostHal::new(0);
+        let (r, off, list) = alloc_paged(&hal, 4 << 20, 480).unwrap();
+        assert_eq!(list.page_size(), 16 << 10);
+        assert_eq!(list.count, 256);
+        assert_eq!(list.first % (16 << 10), 0);
+        assert_eq!(r.iova() + off as u64, list.first);
+        assert!(off + (4 << 20) <= r.len());
+        let (_r, off, list) = alloc_paged(&hal, 8192, 480).unwrap();
+        assert_eq!((off, list.log_page_size, list.count), (0, 0, 2));
+    }
 
     #[test]
     fn four_k_pages_when_they_fit() {

@@ -6,6 +6,8 @@
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
 use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+
+use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
 use mlx5_regs::doorbell::{cq_arm_doorbell, cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
 use mlx5_regs::CqeOpcode;
@@ -103,28 +105,44 @@ impl Cqe {
 /// owner bit equals `(ci >> log_nent) & 1` (facts §7.2).
 pub struct CqRing<H: Hal> {
     buf: DmaRegion<H>,
+    /// Offset of entry 0 in `buf` (aligned to the firmware page size).
+    base: usize,
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
 }
 
 impl<H: Hal> CqRing<H> {
-    /// Allocate a ring of `2^log_nent` CQEs and mark every CQE invalid and
-    /// hardware-owned for the first pass (`op_own = 0xf0`).
+    /// Allocate a ring of `2^log_nent` CQEs in 4 KiB firmware pages and mark
+    /// every CQE invalid and hardware-owned for the first pass
+    /// (`op_own = 0xf0`).
     pub fn new(hal: &H, log_nent: u8, cqe_size: CqeSize) -> Result<Self, HalError> {
+        Self::new_paged(hal, log_nent, cqe_size, usize::MAX).map(|(ring, _)| ring)
+    }
+
+    /// Like [`CqRing::new`], with a page list of at most `max_pages`
+    /// entries (larger firmware pages for large rings, see
+    /// [`crate::pagelist::alloc_paged`]). Returns the ring and its page list.
+    pub fn new_paged(
+        hal: &H,
+        log_nent: u8,
+        cqe_size: CqeSize,
+        max_pages: usize,
+    ) -> Result<(Self, PageList), HalError> {
         if log_nent > 24 {
             return Err(HalError::InvalidRequest);
         }
         let len = (1usize << log_nent) * cqe_size.stride();
-        let buf = hal.alloc_dma(len)?;
+        let (buf, base, pages) = alloc_paged(hal, len, max_pages)?;
         let ring = CqRing {
             buf,
+            base,
             log_nent,
             cqe_size,
             consumer_index: 0,
         };
         ring.init_all();
-        Ok(ring)
+        Ok((ring, pages))
     }
 
     fn init_all(&self) {
@@ -150,9 +168,14 @@ impl<H: Hal> CqRing<H> {
         self.cqe_size
     }
 
-    /// The ring's DMA region (for the page list of CREATE_CQ / MODIFY_CQ).
+    /// The DMA region holding the ring; entry 0 is at [`CqRing::base_offset`].
     pub fn region(&self) -> &DmaRegion<H> {
         &self.buf
+    }
+
+    /// Offset of entry 0 inside [`CqRing::region`].
+    pub fn base_offset(&self) -> usize {
+        self.base
     }
 
     /// The free-running consumer index.
@@ -162,7 +185,7 @@ impl<H: Hal> CqRing<H> {
 
     #[inline(always)]
     fn cqe_base(&self, slot: usize) -> usize {
-        slot * self.cqe_size.stride() + self.cqe_size.cqe_offset()
+        self.base + slot * self.cqe_size.stride() + self.cqe_size.cqe_offset()
     }
 
     /// Byte offset of the 64-byte CQE for running index `index`.
@@ -277,9 +300,10 @@ impl<H: Hal> CqRing<H> {
     /// consumer index is `old ci + 1`, so the copies are read first and the
     /// first CQE firmware writes to the new ring (at `r + 1`) follows them.
     ///
-    /// Returns the number of CQEs copied, or an error (and leaves `new`
-    /// untouched but for already-copied entries) if the walk meets a
-    /// hardware-owned entry or does not find the resize CQE within a ring.
+    /// Returns the number of CQEs copied, or an error if the walk meets a
+    /// hardware-owned entry or does not find the resize CQE within a ring
+    /// (then `new` keeps what was copied and its consumer index is set just
+    /// past the stopping point).
     pub fn copy_into_resized(&self, new: &mut CqRing<H>) -> Result<usize, ResizeCopyError> {
         let start = self.consumer_index;
         let mut i = start;
@@ -288,6 +312,9 @@ impl<H: Hal> CqRing<H> {
         loop {
             let op_own = self.op_own(i);
             if !self.sw_owned(i, op_own) {
+                // Best guess for where firmware continues: right after the
+                // missing resize CQE.
+                new.consumer_index = i.wrapping_add(1);
                 return Err(ResizeCopyError::NotSoftwareOwned { index: i });
             }
             barrier::dma_rmb();
@@ -295,6 +322,7 @@ impl<H: Hal> CqRing<H> {
                 break;
             }
             if copied >= new.nent() || copied >= self.nent() {
+                new.consumer_index = i.wrapping_add(1);
                 return Err(ResizeCopyError::ResizeCqeMissing);
             }
             let dst_index = i.wrapping_add(1);

@@ -1,8 +1,10 @@
 //! Shared receive queues (facts §9).
 
 pub mod cmd;
+mod queue;
 pub mod ring;
 
+pub use queue::{LimitArm, PostFailure, RecvRequest, Srq};
 pub use ring::{CompleteError, PostError, Sge, SrqGeometry, SrqRing};
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 //! and no caller-provided arrays.
 
 use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+
+use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::INVALID_LKEY;
 
 /// One scatter entry of a receive work request.
@@ -106,6 +108,8 @@ impl SrqGeometry {
 /// The WQE ring of one SRQ with its free list and doorbell record.
 pub struct SrqRing<H: Hal> {
     wqes: DmaRegion<H>,
+    /// Offset of WQE 0 in `wqes` (aligned to the firmware page size).
+    base: usize,
     book: DmaRegion<H>,
     dbr: DmaRegion<H>,
     geo: SrqGeometry,
@@ -116,15 +120,27 @@ pub struct SrqRing<H: Hal> {
 }
 
 impl<H: Hal> SrqRing<H> {
-    /// Allocate and initialise a ring of the given geometry.
+    /// Allocate and initialise a ring of the given geometry in 4 KiB
+    /// firmware pages.
     pub fn new(hal: &H, geo: SrqGeometry) -> Result<Self, HalError> {
+        Self::new_paged(hal, geo, usize::MAX).map(|(ring, _)| ring)
+    }
+
+    /// Like [`SrqRing::new`], with a page list of at most `max_pages`
+    /// entries. Returns the ring and its page list.
+    pub fn new_paged(
+        hal: &H,
+        geo: SrqGeometry,
+        max_pages: usize,
+    ) -> Result<(Self, PageList), HalError> {
         let n = geo.wqe_cnt();
-        let wqes = hal.alloc_dma(n * geo.stride())?;
+        let (wqes, base, pages) = alloc_paged(hal, n * geo.stride(), max_pages)?;
         // wr_id table (8 bytes each) followed by one state byte per WQE.
         let book = hal.alloc_dma(n * 9)?;
         let dbr = hal.alloc_dma(mlx5_regs::doorbell::SRQ_DBR_SIZE)?;
         let ring = SrqRing {
             wqes,
+            base,
             book,
             dbr,
             geo,
@@ -136,7 +152,7 @@ impl<H: Hal> SrqRing<H> {
         for i in 0..n {
             ring.set_next(i as u16, ((i + 1) & (n - 1)) as u16);
         }
-        Ok(ring)
+        Ok((ring, pages))
     }
 
     /// The geometry.
@@ -144,9 +160,14 @@ impl<H: Hal> SrqRing<H> {
         self.geo
     }
 
-    /// The WQE buffer (for the page list of CREATE_RMP / CREATE_SRQ).
+    /// The DMA region holding the WQEs; WQE 0 is at [`SrqRing::base_offset`].
     pub fn region(&self) -> &DmaRegion<H> {
         &self.wqes
+    }
+
+    /// Offset of WQE 0 inside [`SrqRing::region`].
+    pub fn base_offset(&self) -> usize {
+        self.base
     }
 
     /// Device address of the doorbell record.
@@ -166,7 +187,7 @@ impl<H: Hal> SrqRing<H> {
 
     #[inline(always)]
     fn wqe(&self, index: u16) -> usize {
-        index as usize * self.geo.stride()
+        self.base + index as usize * self.geo.stride()
     }
 
     #[inline(always)]

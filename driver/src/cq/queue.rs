@@ -1,0 +1,309 @@
+//! The CQ object: create, poll, arm, resize, query, destroy (facts §7, §8).
+
+use mlx5_hal::Hal;
+use mlx5_regs::consts::errno;
+use mlx5_regs::doorbell::uar_page_offset;
+
+use super::cmd::{self, CqParams, CqState};
+use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord, ResizeCopyError};
+use crate::cmd::MAX_CMD_LEN;
+use crate::error::Error;
+use crate::hca::Hca;
+use crate::stats::CmdObserver;
+
+/// Options of a new CQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqOptions {
+    /// CQE size (64 or 128 bytes).
+    pub cqe_size: CqeSize,
+    /// Ignore overrun (`cqc.oi`): firmware then raises no CQ error event
+    /// when the CQ overflows.
+    pub overrun_ignore: bool,
+}
+
+impl Default for CqOptions {
+    fn default() -> Self {
+        CqOptions {
+            cqe_size: CqeSize::B64,
+            overrun_ignore: false,
+        }
+    }
+}
+
+/// A completion queue owned by the caller.
+///
+/// Polling, arming and event bookkeeping are methods of the CQ (`&mut self`:
+/// one poller at a time, no lock on the hot path). Commands that change the
+/// CQ (resize, destroy) go through the [`Hca`]. `Cq` is `Send` when the
+/// platform handle is: it owns its DMA memory.
+pub struct Cq<H: Hal> {
+    cqn: u32,
+    ring: CqRing<H>,
+    dbr: DoorbellRecord<H>,
+    hal: H,
+    uar_offset: usize,
+    eqn: u8,
+    arm_sn: u32,
+    users: u32,
+}
+
+impl<H: Hal> Cq<H> {
+    /// The CQ number firmware assigned.
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// Usable entries: `2^log_size − 1` (one entry is kept free, like mlx5).
+    pub fn capacity(&self) -> u32 {
+        self.ring.nent() as u32 - 1
+    }
+
+    /// log2 of the ring size.
+    pub fn log_size(&self) -> u8 {
+        self.ring.log_nent()
+    }
+
+    /// CQE size.
+    pub fn cqe_size(&self) -> CqeSize {
+        self.ring.cqe_size()
+    }
+
+    /// The EQ that receives this CQ's events.
+    pub fn eqn(&self) -> u8 {
+        self.eqn
+    }
+
+    /// The running consumer index.
+    pub fn consumer_index(&self) -> u32 {
+        self.ring.consumer_index()
+    }
+
+    /// Poll up to `out.len()` completions; the consumer index is published
+    /// once for the batch.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [Cqe]) -> usize {
+        self.ring.poll(&self.dbr, out)
+    }
+
+    /// Take one completion (the consumer index is published at once).
+    #[inline]
+    pub fn poll_one(&mut self) -> Option<Cqe> {
+        let c = self.ring.pop()?;
+        self.ring.update_doorbell(&self.dbr);
+        Some(c)
+    }
+
+    /// Completions waiting, counted by ownership from the consumer index.
+    pub fn pending(&self) -> usize {
+        self.ring.pending()
+    }
+
+    /// Request one completion event (facts §5): for the next CQE, or for the
+    /// next solicited CQE only. Exactly one event follows each arm.
+    pub fn arm(&mut self, solicited_only: bool) {
+        self.ring.arm(
+            &self.hal,
+            &self.dbr,
+            self.uar_offset,
+            self.cqn,
+            self.arm_sn,
+            solicited_only,
+        );
+    }
+
+    /// Account for a completion event of this CQ taken from the EQ: the next
+    /// arm carries the next command sequence number (facts §5, `arm_sn`).
+    pub fn event_received(&mut self) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
+
+    /// Objects (SRQs at ISSI 0) that report to this CQ; destroy is refused
+    /// while this is not zero.
+    pub fn users(&self) -> u32 {
+        self.users
+    }
+
+    pub(crate) fn add_user(&mut self) {
+        self.users += 1;
+    }
+
+    pub(crate) fn remove_user(&mut self) {
+        self.users = self.users.saturating_sub(1);
+    }
+}
+
+/// Entries a command's page list can hold after the fixed part at 0x110.
+const MAX_PAS: usize = (MAX_CMD_LEN - 0x110) / 8;
+
+/// `log2(roundup_pow2(entries + 1))`: mlx5 keeps one entry free.
+fn log_for(entries: u32) -> u8 {
+    let n = (entries as u64 + 1).next_power_of_two();
+    n.trailing_zeros() as u8
+}
+
+impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
+    fn cq_log_size(&self, entries: u32) -> Result<u8, Error> {
+        if entries < 1 {
+            return Err(Error::InvalidArgument("a CQ needs at least one entry"));
+        }
+        let max_log = self.caps().log_max_cq_sz;
+        let log = log_for(entries);
+        if log > max_log {
+            return Err(Error::InvalidArgument(
+                "CQ size above the device's log_max_cq_sz",
+            ));
+        }
+        Ok(log)
+    }
+
+    /// Create a CQ of at least `entries` entries on the completion EQ
+    /// (facts §7.1): ring initialised to invalid CQEs, doorbell record,
+    /// CREATE_CQ. The CQ gets `2^k − 1` usable entries, `2^k ≥ entries + 1`.
+    pub fn create_cq(&self, entries: u32, opts: CqOptions) -> Result<Cq<H>, Error> {
+        let log = self.cq_log_size(entries)?;
+        let hal = self.hal().clone();
+        let (ring, pages) = CqRing::new_paged(&hal, log, opts.cqe_size, MAX_PAS)?;
+        let dbr = DoorbellRecord::new(&hal)?;
+        let eqn = self.comp_eqn();
+        let uar = self.uar();
+        let mut input = [0u8; MAX_CMD_LEN];
+        let len = cmd::create_cq(
+            &mut input,
+            &CqParams {
+                log_size: log,
+                cqe_size: opts.cqe_size,
+                uar_page: uar,
+                eqn,
+                dbr_addr: dbr.iova(),
+                pages,
+                overrun_ignore: opts.overrun_ignore,
+            },
+        )?;
+        let mut out = [0u8; cmd::CREATE_CQ_OUT];
+        self.exec(&input[..len], &mut out)?;
+        Ok(Cq {
+            cqn: cmd::parse_create_cq(&out),
+            ring,
+            dbr,
+            hal,
+            uar_offset: uar_page_offset(uar),
+            eqn,
+            arm_sn: 0,
+            users: 0,
+        })
+    }
+
+    /// Destroy a CQ. Refused with [`Error::Busy`] while an SRQ reports to it;
+    /// on any failure the CQ is handed back unchanged and keeps working.
+    /// Unpolled completions and a pending arm do not prevent destruction.
+    // No heap to box into: handing the object back on failure is the point.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy_cq(&self, cq: Cq<H>) -> Result<(), (Cq<H>, Error)> {
+        if cq.users > 0 {
+            return Err((cq, Error::Busy("CQ still used by an SRQ")));
+        }
+        let input = match cmd::destroy_cq(cq.cqn) {
+            Ok(i) => i,
+            Err(e) => return Err((cq, e.into())),
+        };
+        let mut out = [0u8; cmd::DESTROY_CQ_OUT];
+        match self.exec(&input, &mut out) {
+            // The ring and record are freed when `cq` drops here, after
+            // firmware stopped using them.
+            Ok(()) => Ok(()),
+            Err(e) => Err((cq, e)),
+        }
+    }
+
+    /// Query the CQ context.
+    pub fn query_cq(&self, cq: &Cq<H>) -> Result<CqState, Error> {
+        let input = cmd::query_cq(cq.cqn)?;
+        let mut out = [0u8; cmd::QUERY_CQ_OUT];
+        self.exec(&input, &mut out)?;
+        Ok(cmd::parse_query_cq(&out))
+    }
+
+    /// Completion moderation (MODIFY_CQ op_mod 0): raise the event after
+    /// `max_count` CQEs or `period` time units. Needs `cq_moderation`.
+    pub fn modify_cq_moderation(
+        &self,
+        cq: &Cq<H>,
+        period: u16,
+        max_count: u16,
+    ) -> Result<(), Error> {
+        if !self.caps().cq_moderation {
+            return Err(Error::Unsupported {
+                what: "CQ moderation",
+                errno: errno::EOPNOTSUPP,
+            });
+        }
+        if period > 4095 {
+            return Err(Error::InvalidArgument("CQ moderation period above 4095"));
+        }
+        let input = cmd::modify_cq_moderation(cq.cqn, period, max_count)?;
+        let mut out = [0u8; cmd::MODIFY_CQ_OUT];
+        self.exec(&input, &mut out)
+    }
+
+    /// Resize a CQ to at least `entries` entries with MODIFY_CQ op_mod 1,
+    /// keeping every unpolled completion, in order (facts §8):
+    ///
+    /// 1. a size that rounds to the current one changes nothing;
+    /// 2. the new ring is allocated and initialised (invalid CQEs);
+    /// 3. MODIFY_CQ points firmware at it; firmware writes a RESIZE_CQ CQE
+    ///    into the old ring and continues in the new one;
+    /// 4. the unpolled CQEs of the old ring are copied in front of firmware's
+    ///    first new CQE, owner bits fixed for the new size, and the old ring
+    ///    is freed.
+    ///
+    /// `&mut Cq` keeps pollers out for the whole operation. If the command
+    /// fails (too few entries for the completions waiting: firmware status
+    /// 0x40, `EINVAL`; no `cq_resize`: [`Error::Unsupported`], `ENOSYS`; no
+    /// memory: `ENOMEM`), the CQ is exactly as it was and keeps working.
+    pub fn resize_cq(&self, cq: &mut Cq<H>, entries: u32) -> Result<(), Error> {
+        if !self.caps().cq_resize {
+            return Err(Error::Unsupported {
+                what: "CQ resize (cq_resize capability)",
+                errno: errno::ENOSYS,
+            });
+        }
+        let log = self.cq_log_size(entries)?;
+        if log == cq.ring.log_nent() {
+            return Ok(());
+        }
+        let cqe_size = cq.ring.cqe_size();
+        let (mut new_ring, pages) = CqRing::new_paged(&cq.hal, log, cqe_size, MAX_PAS)?;
+        let mut input = [0u8; MAX_CMD_LEN];
+        let len = cmd::resize_cq(&mut input, cq.cqn, log, cqe_size, &pages)?;
+        let mut out = [0u8; cmd::MODIFY_CQ_OUT];
+        // On failure `new_ring` drops here and the CQ is untouched.
+        self.exec(&input[..len], &mut out)?;
+        let copied = cq.ring.copy_into_resized(&mut new_ring);
+        // Firmware now writes to the new ring whatever the copy found.
+        core::mem::swap(&mut cq.ring, &mut new_ring);
+        cq.ring.update_doorbell(&cq.dbr);
+        drop(new_ring);
+        match copied {
+            Ok(_) => Ok(()),
+            Err(ResizeCopyError::NotSoftwareOwned { index }) => Err(Error::ResizeCopy { index }),
+            Err(ResizeCopyError::ResizeCqeMissing) => Err(Error::ResizeCopy {
+                index: cq.ring.consumer_index(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_for;
+
+    #[test]
+    fn sizes_round_like_mlx5() {
+        assert_eq!(log_for(1), 1);
+        assert_eq!(log_for(3), 2);
+        assert_eq!(log_for(4), 3);
+        assert_eq!(log_for(100), 7);
+        assert_eq!(log_for(127), 7);
+        assert_eq!(log_for(2000), 11);
+    }
+}

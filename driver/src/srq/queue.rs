@@ -1,0 +1,286 @@
+//! The SRQ object: create (RMP at ISSI 1, SRQ at ISSI 0), post, complete,
+//! arm the limit, query, destroy (facts §9).
+
+use mlx5_hal::Hal;
+
+use super::cmd::{self, SrqParams, SrqState};
+use super::ring::{CompleteError, PostError, Sge, SrqGeometry, SrqRing};
+use crate::cmd::MAX_CMD_LEN;
+use crate::cq::Cq;
+use crate::error::Error;
+use crate::hca::Hca;
+use crate::stats::CmdObserver;
+
+/// One receive work request: the caller's id and its scatter list.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvRequest<'a> {
+    /// Returned with the completion.
+    pub wr_id: u64,
+    /// Where the message goes.
+    pub sges: &'a [Sge],
+}
+
+/// A post that stopped at request `index`; the requests before it are posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostFailure {
+    /// Index in the list of the first request not posted.
+    pub index: usize,
+    /// Why.
+    pub error: PostError,
+}
+
+/// What arming the limit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitArm {
+    /// Armed: the SRQ_RQ_LIMIT event comes through the EQ once the number
+    /// of posted-but-unconsumed WQEs drops below the limit.
+    Armed,
+    /// The limit was 0: disarmed.
+    Disarmed,
+    /// The limit was above the WQEs outstanding and firmware did not fire at
+    /// once: the driver disarmed firmware and the caller must deliver the
+    /// limit event itself (the verbs documentation promises it).
+    RaiseNow,
+}
+
+/// A shared receive queue owned by the caller.
+pub struct Srq<H: Hal> {
+    srqn: u32,
+    rmp: bool,
+    cqn: Option<u32>,
+    ring: SrqRing<H>,
+}
+
+impl<H: Hal> Srq<H> {
+    /// The SRQ number (the RMP number at ISSI 1); receive CQEs carry it.
+    pub fn srqn(&self) -> u32 {
+        self.srqn
+    }
+
+    /// True when the SRQ is an RMP (ISSI 1).
+    pub fn is_rmp(&self) -> bool {
+        self.rmp
+    }
+
+    /// The CQ named in the SRQ context (ISSI 0 only).
+    pub fn cqn(&self) -> Option<u32> {
+        self.cqn
+    }
+
+    /// Usable WQEs after rounding (`2^k − 1`).
+    pub fn max_wr(&self) -> usize {
+        self.ring.geometry().max_wr
+    }
+
+    /// Scatter entries per WQE after rounding the stride.
+    pub fn max_sge(&self) -> usize {
+        self.ring.geometry().max_sge
+    }
+
+    /// WQEs posted and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.ring.outstanding()
+    }
+
+    /// Post a list of receive requests; the doorbell record is written once
+    /// for all that were posted. On the first failure (full: `ENOMEM`, too
+    /// many scatter entries: `EINVAL`) the requests before it stay posted and
+    /// the failure names the request.
+    pub fn post(&mut self, reqs: &[RecvRequest<'_>]) -> Result<(), PostFailure> {
+        let mut result = Ok(());
+        for (index, r) in reqs.iter().enumerate() {
+            if let Err(error) = self.ring.post(r.wr_id, r.sges) {
+                result = Err(PostFailure { index, error });
+                break;
+            }
+        }
+        self.ring.ring_doorbell();
+        result
+    }
+
+    /// Return the WQE of a receive completion to the free list and get its
+    /// `wr_id`. A WQE the SRQ never posted is refused (untrusted device).
+    pub fn complete(&mut self, wqe_counter: u16) -> Result<u64, CompleteError> {
+        self.ring.complete(wqe_counter)
+    }
+
+    /// The ring (geometry, doorbell record address).
+    pub fn ring(&self) -> &SrqRing<H> {
+        &self.ring
+    }
+}
+
+/// Entries a command's page list can hold after the fixed part at 0x110.
+const MAX_PAS: usize = (MAX_CMD_LEN - 0x110) / 8;
+
+impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
+    /// Create an SRQ for at least `max_wr` receive requests of up to
+    /// `max_sge` scatter entries each: an RMP when the device runs ISSI 1, a
+    /// CREATE_SRQ SRQ at ISSI 0 (facts §9.1). At ISSI 0 the context names a
+    /// CQ (`cq`, required there, as Linux always names one); that CQ then
+    /// counts the SRQ as a user. The limit starts disarmed.
+    ///
+    /// Limits (facts §9.5): `max_wr` below `2^log_max_srq_sz`, `max_sge` up to
+    /// `max_wqe_sz_rq / 16 − 1`; otherwise [`Error::InvalidArgument`].
+    pub fn create_srq(
+        &self,
+        max_wr: u32,
+        max_sge: u32,
+        cq: Option<&mut Cq<H>>,
+    ) -> Result<Srq<H>, Error> {
+        let caps = self.caps();
+        if max_wr == 0 || (max_wr as u64) >= 1u64 << caps.log_max_srq_sz {
+            return Err(Error::InvalidArgument(
+                "SRQ max_wr outside 1..2^log_max_srq_sz",
+            ));
+        }
+        if max_sge as usize > (caps.max_wqe_sz_rq as usize / 16).saturating_sub(1) {
+            return Err(Error::InvalidArgument(
+                "SRQ max_sge above max_wqe_sz_rq/16 - 1",
+            ));
+        }
+        let geo = SrqGeometry::for_request(max_wr as usize, max_sge as usize)
+            .ok_or(Error::InvalidArgument("SRQ geometry out of range"))?;
+        if geo.log_wqe_cnt > caps.log_max_srq_sz || geo.stride() > caps.max_wqe_sz_rq as usize {
+            return Err(Error::InvalidArgument(
+                "SRQ after rounding exceeds the device limits",
+            ));
+        }
+        let rmp = self.issi() >= 1;
+        let cqn = match (rmp, &cq) {
+            (true, _) => None,
+            (false, Some(c)) => Some(c.cqn()),
+            (false, None) => return Err(Error::InvalidArgument("an ISSI 0 SRQ names a CQ")),
+        };
+        let (ring, pages) = SrqRing::new_paged(self.hal(), geo, MAX_PAS)?;
+        let params = SrqParams {
+            log_wqe_cnt: geo.log_wqe_cnt,
+            log_stride: geo.log_stride,
+            pd: self.pd(),
+            dbr_addr: ring.dbr_iova(),
+            pages,
+            cqn: cqn.unwrap_or(0),
+        };
+        let mut input = [0u8; MAX_CMD_LEN];
+        let srqn = if rmp {
+            let len = cmd::create_rmp(&mut input, &params)?;
+            let mut out = [0u8; cmd::CREATE_RMP_OUT];
+            self.exec(&input[..len], &mut out)?;
+            cmd::parse_create_rmp(&out)
+        } else {
+            let len = cmd::create_srq(&mut input, &params)?;
+            let mut out = [0u8; cmd::CREATE_SRQ_OUT];
+            self.exec(&input[..len], &mut out)?;
+            cmd::parse_create_srq(&out)
+        };
+        if let Some(c) = cq {
+            if !rmp {
+                c.add_user();
+            }
+        }
+        Ok(Srq {
+            srqn,
+            rmp,
+            cqn,
+            ring,
+        })
+    }
+
+    fn set_srq_lwm(&self, srq: &Srq<H>, lwm: u16) -> Result<(), Error> {
+        if srq.rmp {
+            let input = cmd::arm_rmp(srq.srqn, lwm)?;
+            let mut out = [0u8; cmd::MODIFY_RMP_OUT];
+            self.exec(&input, &mut out)
+        } else {
+            let input = cmd::arm_rq(srq.srqn, lwm)?;
+            let mut out = [0u8; cmd::ARM_RQ_OUT];
+            self.exec(&input, &mut out)
+        }
+    }
+
+    /// Arm the SRQ limit (MODIFY_RMP at ISSI 1, ARM_RQ at ISSI 0; facts
+    /// §9.3, §9.6). `0` disarms; a limit above [`Srq::max_wr`] is refused.
+    /// One-shot: after the event the limit reads 0 until armed again.
+    ///
+    /// When the limit is above the WQEs outstanding, the event is due at
+    /// once. Firmware raises it itself (its count of unconsumed WQEs is never
+    /// above the driver's); if it did not — the limit still reads back
+    /// armed — the driver disarms it and returns [`LimitArm::RaiseNow`], so
+    /// the event is delivered exactly once either way.
+    pub fn arm_srq_limit(&self, srq: &mut Srq<H>, limit: u32) -> Result<LimitArm, Error> {
+        if limit as usize > srq.max_wr() {
+            return Err(Error::InvalidArgument("SRQ limit above the SRQ's capacity"));
+        }
+        self.set_srq_lwm(srq, limit as u16)?;
+        if limit == 0 {
+            return Ok(LimitArm::Disarmed);
+        }
+        if srq.outstanding() >= limit as usize {
+            return Ok(LimitArm::Armed);
+        }
+        let state = self.query_srq(srq)?;
+        if state.lwm == 0 {
+            // Firmware fired; its SRQ_RQ_LIMIT EQE is on the async EQ.
+            return Ok(LimitArm::Armed);
+        }
+        self.set_srq_lwm(srq, 0)?;
+        Ok(LimitArm::RaiseNow)
+    }
+
+    /// Query the SRQ context: state, current limit (0 when disarmed or after
+    /// the event), size.
+    pub fn query_srq(&self, srq: &Srq<H>) -> Result<SrqState, Error> {
+        if srq.rmp {
+            let input = cmd::query_rmp(srq.srqn)?;
+            let mut out = [0u8; cmd::QUERY_RMP_OUT];
+            self.exec(&input, &mut out)?;
+            Ok(cmd::parse_query_rmp(&out))
+        } else {
+            let input = cmd::query_srq(srq.srqn)?;
+            let mut out = [0u8; cmd::QUERY_SRQ_OUT];
+            self.exec(&input, &mut out)?;
+            Ok(cmd::parse_query_srq(&out))
+        }
+    }
+
+    /// Destroy an SRQ. At ISSI 0 pass the CQ it names, which stops counting
+    /// it as a user. On failure the SRQ is handed back unchanged.
+    // No heap to box into: handing the object back on failure is the point.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy_srq(&self, srq: Srq<H>, cq: Option<&mut Cq<H>>) -> Result<(), (Srq<H>, Error)> {
+        if let Some(cqn) = srq.cqn {
+            if cq.as_ref().map(|c| c.cqn()) != Some(cqn) {
+                return Err((
+                    srq,
+                    Error::InvalidArgument("pass the CQ the ISSI 0 SRQ names"),
+                ));
+            }
+        }
+        let r = if srq.rmp {
+            cmd::destroy_rmp(srq.srqn)
+                .map_err(Error::from)
+                .and_then(|input| {
+                    let mut out = [0u8; cmd::DESTROY_RMP_OUT];
+                    self.exec(&input, &mut out)
+                })
+        } else {
+            cmd::destroy_srq(srq.srqn)
+                .map_err(Error::from)
+                .and_then(|input| {
+                    let mut out = [0u8; cmd::DESTROY_SRQ_OUT];
+                    self.exec(&input, &mut out)
+                })
+        };
+        match r {
+            Ok(()) => {
+                if srq.cqn.is_some() {
+                    if let Some(c) = cq {
+                        c.remove_user();
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err((srq, e)),
+        }
+    }
+}
