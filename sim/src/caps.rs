@@ -91,6 +91,13 @@ pub struct Caps {
     pub regular_pages: i32,
     /// Number of MSI-X vectors (bound for `eqc.intr`).
     pub msix_vectors: u16,
+    /// Model behaviour, not a capability bit: arming an SRQ limit above the
+    /// WQEs currently available raises the limit event at once (default;
+    /// what the verbs documentation promises). `false` models a firmware that
+    /// raises it only when a consumption crosses the limit (whether mlx5
+    /// firmware fires on arm is UNCONFIRMED, facts §11.9), so a driver's own
+    /// fallback can be tested.
+    pub limit_event_on_arm: bool,
 }
 
 impl Caps {
@@ -152,6 +159,7 @@ impl Caps {
             init_pages: 48,
             regular_pages: 0,
             msix_vectors: 64,
+            limit_event_on_arm: true,
         };
         match p {
             Profile::ConnectX4Lx => {

@@ -1497,7 +1497,9 @@ impl State {
             .ok_or(bad_res(sy::SRQ_NOT_FOUND))?;
         ensure((lwm as u32) < (1u32 << s.log_size), bad_param(sy::SRQ_LWM))?;
         s.lwm = lwm;
-        self.srq_check_limit(n);
+        if self.caps.limit_event_on_arm {
+            self.srq_check_limit(n);
+        }
         Ok(())
     }
 

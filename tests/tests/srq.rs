@@ -378,3 +378,62 @@ fn create_limits_follow_the_device() {
         assert_clean(&dev, "srq limits");
     }
 }
+
+#[test]
+fn when_firmware_does_not_fire_on_arm_the_driver_says_raise_now_and_disarms_it() {
+    for issi in [0, 1] {
+        let dev = device(issi);
+        dev.caps_mut(|c| c.limit_event_on_arm = false);
+        let hca = bring_up(&dev);
+        let mut cq = hca.create_cq(63, CqOptions::default()).unwrap();
+        let mut srq = hca.create_srq(15, 1, Some(&mut cq)).unwrap();
+        let bufs = dev.hal().alloc_dma(4096 * 4).unwrap();
+        let sges: Vec<[Sge; 1]> = (0..3u64)
+            .map(|i| {
+                [Sge {
+                    addr: bufs.iova() + i * 4096,
+                    length: 4096,
+                    lkey: hca.reserved_lkey(),
+                }]
+            })
+            .collect();
+        let reqs: Vec<RecvRequest> = sges
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RecvRequest {
+                wr_id: i as u64,
+                sges: s,
+            })
+            .collect();
+        srq.post(&reqs).unwrap();
+        assert_eq!(hca.arm_srq_limit(&mut srq, 5).unwrap(), LimitArm::RaiseNow);
+        assert_eq!(
+            hca.query_srq(&srq).unwrap().lwm,
+            0,
+            "driver disarmed firmware"
+        );
+        hca.poll_events().unwrap();
+        assert_eq!(hca.next_event(), None, "firmware raised nothing");
+        // Nothing later either: the event is the caller's to deliver, once.
+        dev.traffic()
+            .deliver(srq.srqn(), cq.cqn(), 1, b"x")
+            .unwrap();
+        hca.poll_events().unwrap();
+        assert_eq!(hca.next_event(), None);
+        // Below the count it is an ordinary arm, and firmware fires on consumption.
+        srq.complete(cq.poll_one().unwrap().wqe_counter).unwrap();
+        assert_eq!(hca.arm_srq_limit(&mut srq, 2).unwrap(), LimitArm::Armed);
+        dev.traffic()
+            .deliver(srq.srqn(), cq.cqn(), 1, b"x")
+            .unwrap();
+        hca.poll_events().unwrap();
+        assert_eq!(hca.next_event(), Some(Event::SrqLimit { srqn: srq.srqn() }));
+        drop(bufs);
+        hca.destroy_srq(srq, Some(&mut cq))
+            .map_err(|(_, e)| e)
+            .unwrap();
+        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.teardown().unwrap();
+        assert_clean(&dev, "raise now");
+    }
+}
