@@ -557,6 +557,42 @@ fn resize_refusals() {
 }
 
 #[test]
+fn resize_refused_when_the_old_ring_is_full_or_the_cq_in_error() {
+    let (mut f, eq) = setup();
+    let cq = f.create_cq(2, eq.eqn); // 4 entries
+    let dev = f.dev.clone();
+    let t = dev.traffic();
+    for i in 0..4 {
+        t.complete_send(cq.cqn, 1, i, 0).unwrap();
+    }
+    // 4 outstanding in a ring of 4: no room for the RESIZE_CQ CQE.
+    let new = f.new_cq_buf(4, 0);
+    let i = resize_cmd(&f, &cq, &new, 4);
+    f.refused(
+        &i,
+        16,
+        CmdStatus::BAD_SIZE_OUTS_CQES_ERR,
+        sy::CQ_RESIZE_OLD_FULL,
+    );
+    // One more: overrun, the CQ is in error and cannot be resized.
+    let _ = t.complete_send(cq.cqn, 1, 4, 0);
+    let i = resize_cmd(&f, &cq, &new, 4);
+    f.refused(&i, 16, CmdStatus::BAD_RES_STATE_ERR, sy::CQ_IN_ERROR);
+}
+
+#[test]
+fn cq_period_mode_needs_its_capability() {
+    let (mut f, eq) = setup();
+    f.dev.caps_mut(|c| c.cq_period_mode_modify = false);
+    let cq = f.cq_shell(2, 0);
+    let mut i = f.create_cq_cmd(&cq, eq.eqn);
+    cqc::cq_period_mode
+        .set(create_cq_in::cq_context.get_mut(&mut i), 1)
+        .unwrap();
+    f.refused(&i, 16, CmdStatus::BAD_PARAM_ERR, sy::CQ_PERIOD_MODE_CAP);
+}
+
+#[test]
 fn moderation_stored_and_queried() {
     let (mut f, eq) = setup();
     let cq = f.create_cq(3, eq.eqn);

@@ -254,6 +254,18 @@ fn next_pointer_is_read_when_a_wqe_is_consumed() {
 }
 
 #[test]
+fn srq_count_limit_is_lim_err() {
+    let (mut f, _eq, cq) = setup(0);
+    f.dev.caps_mut(|c| c.log_max_srq = 0); // one SRQ at most
+    let (buf, dbr, _data) = wq_buffers(&f);
+    let i = srq_cmd(&f, &buf, &dbr, cq.cqn, 0);
+    f.ok(&i, create_srq_out::SIZE);
+    let (buf2, dbr2, _data2) = wq_buffers(&f);
+    let i = srq_cmd(&f, &buf2, &dbr2, cq.cqn, 0);
+    f.refused(&i, 16, CmdStatus::LIM_ERR, sy::SRQ_TOO_MANY);
+}
+
+#[test]
 fn rmp_limit_one_shot_rearm_and_immediate() {
     let (mut f, mut eq, cq) = setup(1);
     let mut s = create_rmp(&mut f, 0);
@@ -405,6 +417,12 @@ fn srq_issi0_commands_limit_and_destroy_ordering() {
     bad!(pd = 0x777, CmdStatus::BAD_RES_ERR, sy::SRQ_PD);
     bad!(lwm = 16, CmdStatus::BAD_PARAM_ERR, sy::SRQ_LWM);
     bad!(dbr_addr = 6, CmdStatus::BAD_PARAM_ERR, sy::SRQ_DBR_ALIGN);
+    f.dev.caps_mut(|c| c.wq_signature = false);
+    bad!(
+        wq_signature = true,
+        CmdStatus::BAD_PARAM_ERR,
+        sy::SRQ_SIGNATURE_CAP
+    );
     let o = f.ok(&good, create_srq_out::SIZE);
     let mut s = TSrq {
         n: create_srq_out::srqn.get(&o),
