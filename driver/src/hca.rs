@@ -715,7 +715,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         } else {
             caps.log_max_eq_sz
         };
-        let mut mask = EventMask::LINUX_ASYNC | EventMask::PAGE_REQUEST;
+        let mut mask = async_event_mask();
         if caps.page_request_disable {
             mask.remove(EventMask::PAGE_REQUEST);
         }
@@ -1146,9 +1146,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Drop for Hca<H, O
     }
 }
 
-/// The EQE event types this driver subscribes its async EQ to.
+/// The EQE event types this driver subscribes its async EQ to: Linux's
+/// `MLX5_ASYNC_EVENT_MASK` (0x1f02be), PAGE_REQUEST (Linux has a separate
+/// pages EQ for it) and INTERNAL_ERROR (so the upper layers see it as an
+/// event, not only through the health buffer).
 pub fn async_event_mask() -> EventMask {
-    EventMask::LINUX_ASYNC | EventMask::PAGE_REQUEST
+    EventMask::LINUX_ASYNC | EventMask::PAGE_REQUEST | EventMask::INTERNAL_ERROR
 }
 
 #[cfg(test)]
@@ -1157,8 +1160,11 @@ mod tests {
     use mlx5_regs::EventType;
 
     #[test]
-    fn async_mask_is_linux_plus_page_request() {
-        assert_eq!(async_event_mask().bits(), 0x1f02be | (1 << 0x0b));
+    fn async_mask_is_linux_plus_page_request_and_internal_error() {
+        assert_eq!(
+            async_event_mask().bits(),
+            0x1f02be | (1 << 0x0b) | (1 << 0x08)
+        );
         assert_eq!(
             EventType::PAGE_REQUEST.mask_bit(),
             EventMask::PAGE_REQUEST.bits()

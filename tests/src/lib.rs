@@ -1,1 +1,69 @@
 //! Shared helpers for the driver-against-model integration tests in `tests/tests/`.
+
+use mlx5_driver::{Hca, HcaConfig};
+use mlx5_sim::{Device, ExecMode, Profile, SimConfig, SimHal};
+
+/// Every capability profile of the model.
+pub const PROFILES: [Profile; 4] = [
+    Profile::ConnectX4Lx,
+    Profile::ConnectX5,
+    Profile::ConnectX6Dx,
+    Profile::ConnectX7,
+];
+
+/// Both execution modes of the model.
+pub const MODES: [ExecMode; 2] = [ExecMode::Synchronous, ExecMode::Threaded];
+
+/// A model device.
+pub fn device(profile: Profile, mode: ExecMode) -> Device {
+    let cfg = SimConfig::profile(profile);
+    Device::new(match mode {
+        ExecMode::Synchronous => cfg,
+        ExecMode::Threaded => cfg.threaded(),
+    })
+}
+
+/// Driver configuration for tests: default timeouts (virtual time makes
+/// them free in synchronous mode), smaller EQs so wrap-around is cheap.
+pub fn config() -> HcaConfig {
+    HcaConfig {
+        async_eq_log_size: 8,
+        comp_eq_log_size: 7,
+        ..HcaConfig::default()
+    }
+}
+
+/// Bring a device up with [`config`], panicking with the error's text.
+pub fn bring_up(dev: &Device) -> Hca<SimHal> {
+    match Hca::bring_up(dev.hal(), config()) {
+        Ok(h) => h,
+        Err(e) => panic!("bring-up failed: {e}"),
+    }
+}
+
+/// The model holds no page, no object, saw no protocol violation and no
+/// IOMMU fault.
+pub fn assert_clean(dev: &Device, what: &str) {
+    assert_eq!(dev.pages_held(), 0, "{what}: model still holds pages");
+    assert_eq!(
+        dev.objects().total(),
+        0,
+        "{what}: model still holds objects {:?}",
+        dev.objects()
+    );
+    assert!(
+        dev.violations().is_empty(),
+        "{what}: protocol violations {:#?}",
+        dev.violations()
+    );
+    assert!(
+        dev.iommu_faults().is_empty(),
+        "{what}: IOMMU faults {:#?}",
+        dev.iommu_faults()
+    );
+}
+
+/// The opcodes of the model's trace, in order.
+pub fn traced_opcodes(dev: &Device) -> Vec<u16> {
+    dev.trace().iter().map(|t| t.opcode).collect()
+}
