@@ -1051,21 +1051,22 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             }
             if self.progress.initialized {
                 self.progress.initialized = false;
-                note(
-                    self.run::<_, { encode::TEARDOWN_HCA_OUT }>(encode::teardown_hca(
-                        op_mod::TEARDOWN_GRACEFUL,
-                    ))
-                    .and_then(|out| {
-                        if encode::parse_teardown_hca_failed(&out) {
-                            Err(Error::BadResponse {
-                                opcode: Opcode::TEARDOWN_HCA,
-                                what: "teardown state: failed",
-                            })
+                let r = self.teardown_hca(op_mod::TEARDOWN_GRACEFUL);
+                if let Err(e) = r {
+                    note(Err(e));
+                    // Without a torn-down HCA firmware keeps its pages. Linux
+                    // falls back to a forced teardown on its shutdown path
+                    // (facts §4.3); do so when the device has the
+                    // capability, else retry the graceful one once.
+                    if !e.is_fatal() {
+                        let force = self.caps.is_some_and(|c| c.force_teardown);
+                        let _ = self.teardown_hca(if force {
+                            op_mod::TEARDOWN_FORCE_CLOSE
                         } else {
-                            Ok(())
-                        }
-                    }),
-                );
+                            op_mod::TEARDOWN_GRACEFUL
+                        });
+                    }
+                }
             }
             note(self.reclaim_all());
             if self.progress.enabled {
@@ -1107,31 +1108,55 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         }
     }
 
+    fn teardown_hca(&self, profile: u16) -> Result<(), Error> {
+        let out: [u8; encode::TEARDOWN_HCA_OUT] = self.run(encode::teardown_hca(profile))?;
+        if encode::parse_teardown_hca_failed(&out) {
+            return Err(Error::BadResponse {
+                opcode: Opcode::TEARDOWN_HCA,
+                what: "teardown state: failed",
+            });
+        }
+        Ok(())
+    }
+
     /// MANAGE_PAGES op_mod 2 until firmware holds no page; gives up after
     /// `reclaim_timeout_ns` without progress (Linux
-    /// `mlx5_reclaim_startup_pages`).
+    /// `mlx5_reclaim_startup_pages`). A refused command counts as no
+    /// progress and is retried; the first error is returned at the end even
+    /// if a retry succeeded. Timeouts and fatal errors end it at once.
     fn reclaim_all(&self) -> Result<(), Error> {
         let mut last_progress = self.hal.now_ns();
+        let mut first: Option<Error> = None;
         loop {
             let mut core = self.core.lock();
             let held = core.pages.held();
             if held == 0 {
-                return Ok(());
+                return first.map_or(Ok(()), Err);
             }
             let f = core.function_id;
             let r = core.take_pages(&self.hal, &self.observer, &self.cfg, f, held);
             drop(core);
             match r {
-                Ok(0) => {
-                    if self.hal.now_ns().saturating_sub(last_progress) > self.cfg.reclaim_timeout_ns
-                    {
-                        return Err(Error::ReclaimStalled { pages_left: held });
-                    }
-                    self.hal.delay_us(self.cfg.poll_max_delay_us.max(1));
+                Ok(n) if n > 0 => {
+                    last_progress = self.hal.now_ns();
+                    continue;
                 }
-                Ok(_) => last_progress = self.hal.now_ns(),
-                Err(e) => return Err(self.note_fatal(e)),
+                Ok(_) => {}
+                Err(
+                    e
+                    @ (Error::Command { .. } | Error::Delivery { .. } | Error::BadResponse { .. }),
+                ) => {
+                    first.get_or_insert(e);
+                }
+                Err(e) => {
+                    let e = self.note_fatal(e);
+                    return Err(first.unwrap_or(e));
+                }
             }
+            if self.hal.now_ns().saturating_sub(last_progress) > self.cfg.reclaim_timeout_ns {
+                return Err(first.unwrap_or(Error::ReclaimStalled { pages_left: held }));
+            }
+            self.hal.delay_us(self.cfg.poll_max_delay_us.max(1));
         }
     }
 }

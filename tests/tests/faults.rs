@@ -125,6 +125,35 @@ fn a_failing_teardown_step_is_reported_and_the_rest_still_runs() {
 }
 
 #[test]
+fn every_teardown_command_failing_still_returns_every_page_and_object() {
+    let probe = device(Profile::ConnectX5, ExecMode::Synchronous);
+    let hca = bring_up(&probe);
+    probe.clear_trace();
+    hca.teardown().unwrap();
+    let mut seen = std::collections::HashMap::<u16, usize>::new();
+    let cmds: Vec<(u16, usize)> = traced_opcodes(&probe)
+        .into_iter()
+        .map(|op| {
+            let n = seen.entry(op).or_default();
+            *n += 1;
+            (op, *n - 1)
+        })
+        .collect();
+    for (op, nth) in cmds {
+        let what = format!("{:?} #{nth}", Opcode(op));
+        let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
+        let hca = bring_up(&dev);
+        dev.inject()
+            .fail_nth(op, nth, CmdStatus::BAD_RES_STATE_ERR.0, 0xfeed);
+        let e = hca.teardown().unwrap_err();
+        assert_eq!(e.opcode(), Some(Opcode(op)), "{what}: {e}");
+        assert!(e.to_string().contains("BAD_RES_STATE_ERR"), "{what}: {e}");
+        assert_eq!(dev.pages_held(), 0, "{what}: pages left");
+        assert_eq!(dev.objects().total(), 0, "{what}: objects left");
+    }
+}
+
+#[test]
 fn raw_exec_refuses_manage_pages_and_short_buffers() {
     let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
     let hca = bring_up(&dev);
