@@ -90,17 +90,18 @@ impl<H: Hal> DmaRegion<H> {
 
     #[inline(always)]
     fn ptr_at(&self, offset: usize, size: usize, align: usize) -> *mut u8 {
-        assert!(
-            offset
-                .checked_add(size)
-                .is_some_and(|end| end <= self.raw.len),
-            "DMA access {offset:#x}+{size} outside region of {:#x} bytes",
-            self.raw.len
-        );
-        assert!(
-            offset.is_multiple_of(align),
-            "unaligned DMA access at {offset:#x}"
-        );
+        // The checks stay on every access; only their failure paths are out
+        // of line (`#[cold]`), so the hot path is a compare and a branch and
+        // does not spill the panic message's arguments to the stack.
+        if offset
+            .checked_add(size)
+            .is_none_or(|end| end > self.raw.len)
+        {
+            out_of_range(offset, size, self.raw.len);
+        }
+        if !offset.is_multiple_of(align) {
+            unaligned(offset);
+        }
         // SAFETY: `offset + size <= len` was just checked, so the result stays
         // inside the allocation described by `raw`.
         unsafe { self.raw.vaddr.as_ptr().add(offset) }
@@ -213,6 +214,41 @@ impl<H: Hal> DmaRegion<H> {
             _region: core::marker::PhantomData,
         }
     }
+
+    /// `count` consecutive windows of `N` bytes starting at `offset`
+    /// (8-byte aligned, `N` a multiple of 8), bounds-checked once here for
+    /// all `count · N` bytes. For descriptors made of equal segments (a
+    /// receive WQE's data segments): the loop over the segments pays one
+    /// check in total.
+    #[inline(always)]
+    pub fn windows<const N: usize>(&self, offset: usize, count: usize) -> DmaWindows<'_, N> {
+        const {
+            assert!(
+                N > 0 && N.is_multiple_of(8),
+                "window size must be a multiple of 8"
+            )
+        };
+        let Some(bytes) = count.checked_mul(N) else {
+            out_of_range(offset, usize::MAX, self.raw.len)
+        };
+        DmaWindows {
+            ptr: self.ptr_at(offset, bytes, 8),
+            left: count,
+            _region: core::marker::PhantomData,
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range(offset: usize, size: usize, len: usize) -> ! {
+    panic!("DMA access {offset:#x}+{size} outside region of {len:#x} bytes")
+}
+
+#[cold]
+#[inline(never)]
+fn unaligned(offset: usize) -> ! {
+    panic!("unaligned DMA access at {offset:#x}")
 }
 
 /// `N` bytes of a [`DmaRegion`], checked once when made (see
@@ -268,6 +304,44 @@ impl<const N: usize> DmaWindow<'_, N> {
     window_access!(read_be32, write_be32, u32, u32::from_be, to_be);
     window_access!(read_be64, write_be64, u64, u64::from_be, to_be);
 }
+
+/// Consecutive [`DmaWindow`]s of one [`DmaRegion`], checked once when made
+/// (see [`DmaRegion::windows`]).
+pub struct DmaWindows<'a, const N: usize> {
+    ptr: *mut u8,
+    left: usize,
+    _region: core::marker::PhantomData<&'a ()>,
+}
+
+impl<'a, const N: usize> Iterator for DmaWindows<'a, N> {
+    type Item = DmaWindow<'a, N>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<DmaWindow<'a, N>> {
+        if self.left == 0 {
+            return None;
+        }
+        // `ptr .. ptr + left · N` lies inside the region (checked when the
+        // iterator was made), so this window's N bytes do; its base stays
+        // 8-byte aligned because N is a multiple of 8.
+        let w = DmaWindow {
+            ptr: self.ptr,
+            _region: core::marker::PhantomData,
+        };
+        self.left -= 1;
+        // Plain pointer arithmetic (no access): past the last window it may
+        // point one past the checked range, where it is never dereferenced.
+        self.ptr = self.ptr.wrapping_add(N);
+        Some(w)
+    }
+
+    #[inline(always)]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl<const N: usize> ExactSizeIterator for DmaWindows<'_, N> {}
 
 impl<H: Hal> Drop for DmaRegion<H> {
     fn drop(&mut self) {
@@ -413,6 +487,39 @@ mod tests {
         let h = hal();
         let r = h.alloc_dma(PAGE_SIZE).unwrap();
         r.read_be32(2);
+    }
+
+    #[test]
+    fn windows_cover_consecutive_segments_once_checked() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let mut ws = r.windows::<16>(64, 3);
+        assert_eq!(ws.len(), 3);
+        for (i, w) in ws.by_ref().enumerate() {
+            w.write_be32::<4>(i as u32 + 1);
+        }
+        assert!(ws.next().is_none());
+        assert_eq!(r.read_be32(64 + 4), 1);
+        assert_eq!(r.read_be32(80 + 4), 2);
+        assert_eq!(r.read_be32(96 + 4), 3);
+        assert_eq!(r.windows::<16>(PAGE_SIZE - 32, 2).count(), 2);
+        assert_eq!(r.windows::<16>(PAGE_SIZE, 0).count(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside region")]
+    fn windows_past_the_end_panic_when_made() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let _ = r.windows::<16>(PAGE_SIZE - 32, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside region")]
+    fn windows_with_an_overflowing_count_panic() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let _ = r.windows::<16>(0, usize::MAX / 8);
     }
 
     #[test]

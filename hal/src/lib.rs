@@ -30,7 +30,7 @@ mod dma;
 #[cfg(feature = "host")]
 pub mod host;
 
-pub use dma::{DmaRegion, DmaWindow, RawDma};
+pub use dma::{DmaRegion, DmaWindow, DmaWindows, RawDma};
 
 /// Size of a page as the device sees it (`MLX5_ADAPTER_PAGE_SHIFT = 12`,
 /// facts §4.2). Every DMA region is aligned to at least this.

@@ -191,11 +191,6 @@ impl<H: Hal> SrqRing<H> {
     }
 
     #[inline(always)]
-    fn next(&self, index: u16) -> u16 {
-        self.wqes.read_be16(self.wqe(index) + 2)
-    }
-
-    #[inline(always)]
     fn set_next(&self, index: u16, next: u16) {
         self.wqes.write_be16(self.wqe(index) + 2, next);
     }
@@ -226,23 +221,31 @@ impl<H: Hal> SrqRing<H> {
             return Err(PostError::Full);
         }
         let idx = self.head;
-        let base = self.wqe(idx);
-        for (k, sge) in sges.iter().enumerate() {
-            let d = self.wqes.window::<SEG>(base + SEG * (k + 1));
+        // One bounds check for every segment this post touches: the next
+        // segment, the data segments and the terminator.
+        let terminated = sges.len() < self.geo.max_sge;
+        let mut segs = self
+            .wqes
+            .windows::<SEG>(self.wqe(idx), 1 + sges.len() + terminated as usize);
+        let Some(next_seg) = segs.next() else {
+            unreachable!("a WQE has a next segment")
+        };
+        // `sges` drives the zip so no window is pulled and dropped after
+        // the last entry: the next one is the terminator.
+        for (sge, d) in sges.iter().zip(segs.by_ref()) {
             d.write_be32::<0>(sge.length);
             d.write_be32::<4>(sge.lkey);
             d.write_be64::<8>(sge.addr);
         }
-        if sges.len() < self.geo.max_sge {
+        if let Some(d) = segs.next() {
             // Terminator: a zero-length entry with the invalid lkey.
-            let d = self.wqes.window::<SEG>(base + SEG * (sges.len() + 1));
             d.write_be32::<0>(0);
             d.write_be32::<4>(INVALID_LKEY);
             d.write_be64::<8>(0);
         }
         self.book.write_be64(idx as usize * 8, wr_id);
         self.set_state(idx, STATE_POSTED);
-        self.head = self.next(idx);
+        self.head = next_seg.read_be16::<2>();
         self.counter = self.counter.wrapping_add(1);
         self.outstanding += 1;
         Ok(idx)
