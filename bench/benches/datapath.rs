@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mlx5_bench::prefill_cq;
+use mlx5_bench::{prefill_cq, RawSrq};
 use mlx5_driver::cq::{CqRing, Cqe, CqeSize, DoorbellRecord};
 use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
 use mlx5_hal::host::HostHal;
@@ -146,49 +146,6 @@ fn poll_cq(c: &mut Criterion) {
     }
 }
 
-/// The raw post loop: same WQE bytes (data segments, terminator), wr_id
-/// store, free-list advance through next_wqe_index, doorbell record.
-struct RawSrq {
-    wqes: DmaRegion<HostHal>,
-    wrids: Vec<u64>,
-    dbr: DmaRegion<HostHal>,
-    stride: usize,
-    max_sge: usize,
-    head: u16,
-    counter: u16,
-}
-
-impl RawSrq {
-    fn post(&mut self, wr_id: u64, sges: &[Sge]) {
-        let base = self.head as usize * self.stride;
-        let p = self.wqes.as_ptr();
-        // SAFETY: (whole block) offsets stay inside WQE `head` of the live
-        // ring; aligned volatile stores.
-        unsafe {
-            for (k, s) in sges.iter().enumerate() {
-                let d = p.add(base + 16 * (k + 1));
-                (d as *mut u32).write_volatile(s.length.to_be());
-                (d.add(4) as *mut u32).write_volatile(s.lkey.to_be());
-                (d.add(8) as *mut u64).write_volatile(s.addr.to_be());
-            }
-            if sges.len() < self.max_sge {
-                let d = p.add(base + 16 * (sges.len() + 1));
-                (d as *mut u32).write_volatile(0);
-                (d.add(4) as *mut u32).write_volatile(0x100u32.to_be());
-                (d.add(8) as *mut u64).write_volatile(0);
-            }
-            self.wrids[self.head as usize] = wr_id;
-            self.head = u16::from_be((p.add(base + 2) as *const u16).read_volatile());
-        }
-        self.counter = self.counter.wrapping_add(1);
-    }
-    fn ring(&self) {
-        barrier::dma_wmb();
-        // SAFETY: the record is 4 live bytes of DMA memory.
-        unsafe { (self.dbr.as_ptr() as *mut u32).write_volatile((self.counter as u32).to_be()) };
-    }
-}
-
 fn post_srq_recv(c: &mut Criterion) {
     let hal = HostHal::new(0);
     const MAX_WR: usize = 255;
@@ -232,20 +189,7 @@ fn post_srq_recv(c: &mut Criterion) {
             });
         });
         group.bench_function("raw", |b| {
-            let n = geo.wqe_cnt();
-            let wqes = mlx5_hal::Hal::alloc_dma(&hal, n * geo.stride()).unwrap();
-            for i in 0..n {
-                wqes.write_be16(i * geo.stride() + 2, ((i + 1) % n) as u16);
-            }
-            let mut raw = RawSrq {
-                wqes,
-                wrids: vec![0; n],
-                dbr: mlx5_hal::Hal::alloc_dma(&hal, 4).unwrap(),
-                stride: geo.stride(),
-                max_sge: geo.max_sge,
-                head: 0,
-                counter: 0,
-            };
+            let mut raw = RawSrq::new(&hal, geo);
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -258,7 +202,7 @@ fn post_srq_recv(c: &mut Criterion) {
                     }
                     raw.ring();
                     total += t.elapsed();
-                    black_box(&raw.wrids);
+                    black_box(&raw);
                 }
                 total
             });

@@ -2,7 +2,9 @@
 //! device by writing CQEs straight into ring memory, as a DMA engine would.
 
 use mlx5_driver::cq::CqRing;
+use mlx5_driver::srq::{Sge, SrqGeometry};
 use mlx5_hal::host::HostHal;
+use mlx5_hal::{barrier, DmaRegion, Hal};
 
 /// Fill every slot of `ring` with a receive CQE owned by software for the pass
 /// that starts at running index `first` (which must be a multiple of the ring
@@ -29,5 +31,75 @@ pub fn prefill_cq(ring: &CqRing<HostHal>, first: u32) {
                 unsafe { base.add(cqe + off + i).write_volatile(*b) };
             }
         }
+    }
+}
+
+/// The raw receive-posting baseline: the same WQE bytes (data segments,
+/// terminator), `wr_id` store, free-list advance through `next_wqe_index`
+/// and doorbell record as `SrqRing::post`, written with plain volatile
+/// stores and no driver around them.
+pub struct RawSrq {
+    wqes: DmaRegion<HostHal>,
+    wrids: Vec<u64>,
+    dbr: DmaRegion<HostHal>,
+    stride: usize,
+    max_sge: usize,
+    head: u16,
+    counter: u16,
+}
+
+impl RawSrq {
+    /// A ring of the given geometry with WQE `i` linked to `i + 1`.
+    pub fn new(hal: &HostHal, geo: SrqGeometry) -> RawSrq {
+        let n = geo.wqe_cnt();
+        let wqes = hal.alloc_dma(n * geo.stride()).expect("DMA memory");
+        for i in 0..n {
+            wqes.write_be16(i * geo.stride() + 2, ((i + 1) % n) as u16);
+        }
+        RawSrq {
+            wqes,
+            wrids: vec![0; n],
+            dbr: hal.alloc_dma(4).expect("DMA memory"),
+            stride: geo.stride(),
+            max_sge: geo.max_sge,
+            head: 0,
+            counter: 0,
+        }
+    }
+
+    /// Write one WQE at the head and advance (no fullness check: the
+    /// baseline never completes, the list is circular).
+    #[inline(always)]
+    pub fn post(&mut self, wr_id: u64, sges: &[Sge]) {
+        let base = self.head as usize * self.stride;
+        let p = self.wqes.as_ptr();
+        // SAFETY: (whole block) offsets stay inside WQE `head` of the live
+        // ring (`sges.len() < max_sge` as the callers size the geometry);
+        // aligned volatile stores.
+        unsafe {
+            for (k, s) in sges.iter().enumerate() {
+                let d = p.add(base + 16 * (k + 1));
+                (d as *mut u32).write_volatile(s.length.to_be());
+                (d.add(4) as *mut u32).write_volatile(s.lkey.to_be());
+                (d.add(8) as *mut u64).write_volatile(s.addr.to_be());
+            }
+            if sges.len() < self.max_sge {
+                let d = p.add(base + 16 * (sges.len() + 1));
+                (d as *mut u32).write_volatile(0);
+                (d.add(4) as *mut u32).write_volatile(0x100u32.to_be());
+                (d.add(8) as *mut u64).write_volatile(0);
+            }
+            self.wrids[self.head as usize] = wr_id;
+            self.head = u16::from_be((p.add(base + 2) as *const u16).read_volatile());
+        }
+        self.counter = self.counter.wrapping_add(1);
+    }
+
+    /// Publish the posted counter in the doorbell record.
+    #[inline(always)]
+    pub fn ring(&self) {
+        barrier::dma_wmb();
+        // SAFETY: the record is 4 live bytes of DMA memory.
+        unsafe { (self.dbr.as_ptr() as *mut u32).write_volatile((self.counter as u32).to_be()) };
     }
 }
