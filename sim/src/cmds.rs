@@ -207,10 +207,15 @@ impl State {
     /// Run one command: returns (status, syndrome) and fills `out`.
     pub(crate) fn execute(&mut self, inp: &[u8], out: &mut [u8]) -> (u8, u32) {
         let op = cmd_in::opcode.get(inp);
+        let op_mod = cmd_in::op_mod.get(inp);
+        let snapshot = self.hostile_pages_snapshot(Opcode(op), op_mod);
         let r = match self.inj.take_fail(op) {
             Some((status, synd)) => Err(fail(CmdStatus(status), synd)),
             None => self.run(Opcode(op), inp, out),
         };
+        if r.is_ok() {
+            self.hostile_output(Opcode(op), op_mod, inp, out, snapshot);
+        }
         let (status, synd) = match r {
             Ok(()) => (0, 0),
             Err(f) => {

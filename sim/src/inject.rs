@@ -1,6 +1,6 @@
 //! Fault injection (the contract's `Injector`).
 
-use crate::Device;
+use crate::{Device, HostileKind};
 
 /// How the next command delivery is corrupted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub(crate) struct Injections {
     pub corrupt: Option<Corruption>,
     pub fw_init_never: bool,
     pub page_req_on: Vec<(u16, i32)>,
+    /// Armed hostile-device corruptions, in request order.
+    pub hostile: Vec<crate::HostileKind>,
 }
 
 impl Injections {
@@ -125,5 +127,17 @@ impl Injector<'_> {
     /// first.
     pub fn page_request_on_next(&self, opcode: u16, num_pages: i32) {
         self.dev.lock().inj.page_req_on.push((opcode, num_pages));
+    }
+
+    /// Hostile device mode: arm one corruption of `kind`; the model applies
+    /// it to the next CQE, EQE or command output of the matching class
+    /// (see [`HostileKind`]) and then forgets it.
+    pub fn hostile(&self, kind: HostileKind) {
+        self.dev.lock().inj.hostile.push(kind);
+    }
+
+    /// Hostile corruptions armed and not yet applied.
+    pub fn hostile_pending(&self) -> usize {
+        self.dev.lock().hostile_pending()
     }
 }

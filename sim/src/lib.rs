@@ -25,6 +25,7 @@ mod cmdif;
 mod cmds;
 mod dma;
 mod hal;
+pub mod hostile;
 mod inject;
 mod objects;
 mod state;
@@ -39,6 +40,7 @@ use std::time::Duration;
 pub use caps::{Caps, Profile};
 pub use dma::IommuFault;
 pub use hal::SimHal;
+pub use hostile::HostileKind;
 pub use inject::{Corruption, Injector};
 pub use trace::TraceEntry;
 pub use traffic::{Delivery, Traffic};
@@ -212,6 +214,7 @@ pub enum Violation {
 pub(crate) struct Shared {
     pub st: Mutex<State>,
     pub cv: Condvar,
+    pub cmd_work: hal::CmdWork,
 }
 
 impl Shared {
@@ -255,6 +258,7 @@ impl Device {
         let shared = Arc::new(Shared {
             st: Mutex::new(State::new(cfg)),
             cv: Condvar::new(),
+            cmd_work: hal::CmdWork::default(),
         });
         let thread = if threaded {
             let s = shared.clone();

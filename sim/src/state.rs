@@ -373,9 +373,10 @@ impl State {
         }
         let slot = eq.pc & (n - 1);
         let owner = (eq.pc >> eq.log_size) & 1 == 1;
+        let buf = eq.buf.clone();
+        self.hostile_eqe(&mut img);
         eqe::owner.set(&mut img, owner).expect("flag");
         eqe::signature.set(&mut img, 0).expect("8-bit");
-        let buf = eq.buf.clone();
         let r = self.write_entry(&buf, slot as u64 * 64, &img, &|| {
             format!("EQE write eqn {eqn}")
         });
@@ -457,11 +458,12 @@ impl State {
         }
         let slot = cq.pc & (n - 1);
         let owner = (cq.pc >> cq.log_size) & 1 == 1;
+        let stride = cq.stride();
+        let buf = cq.buf.clone();
+        self.hostile_cqe(&mut cqe);
         mlx5_regs::layouts::cqe64::owner
             .set(&mut cqe, owner)
             .expect("flag");
-        let stride = cq.stride();
-        let buf = cq.buf.clone();
         let r = if stride == 128 {
             // 128-byte CQEs: the 64-byte CQE is the second half (facts §7.2).
             let mut big = [0u8; 128];
