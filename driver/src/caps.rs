@@ -2,6 +2,21 @@
 //! (QUERY_HCA_CAP op_mod general/current, facts §3, §4.1).
 
 use mlx5_regs::layouts::cmd_hca_cap as c;
+use mlx5_regs::Opcode;
+
+use crate::error::Error;
+
+/// Largest queue-size log [`Caps::validate`] accepts (24-bit indices).
+pub const MAX_LOG_QUEUE_SIZE: u8 = 24;
+/// Largest object-count log [`Caps::validate`] accepts (24-bit numbers).
+pub const MAX_LOG_OBJECTS: u8 = 24;
+
+fn bad(what: &'static str) -> Error {
+    Error::BadResponse {
+        opcode: Opcode::QUERY_HCA_CAP,
+        what,
+    }
+}
 
 /// The general capabilities the driver and the verbs layer use. `raw` keeps
 /// the whole 256-byte `cmd_hca_cap` for anything not named here
@@ -87,10 +102,14 @@ pub struct Caps {
 }
 
 impl Caps {
-    /// Parse a `cmd_hca_cap` block (at least 256 bytes; panics if shorter).
+    /// Parse a `cmd_hca_cap` block (256 bytes; a shorter slice reads as if
+    /// zero-padded, bytes beyond 256 are ignored). Never panics: every value
+    /// is taken as the device wrote it; call [`Caps::validate`] before
+    /// trusting the logs.
     pub fn parse(raw: &[u8]) -> Caps {
         let mut copy = [0u8; c::SIZE];
-        copy.copy_from_slice(&raw[..c::SIZE]);
+        let n = raw.len().min(c::SIZE);
+        copy[..n].copy_from_slice(&raw[..n]);
         let r = &copy[..];
         let max_wqe_sz_rq = c::max_wqe_sz_rq.get(r);
         Caps {
@@ -126,6 +145,51 @@ impl Caps {
             log_max_msg: c::log_max_msg.get(r),
             raw: copy,
         }
+    }
+
+    /// Refuse capability logs no device can mean (the device is not
+    /// trusted): a queue-size log above [`MAX_LOG_QUEUE_SIZE`] (queue and
+    /// consumer indices are 24 bits) or an object-count log above
+    /// [`MAX_LOG_OBJECTS`] (object numbers are 24 bits). The error names the
+    /// field.
+    ///
+    /// ```
+    /// use mlx5_driver::{Caps, Error};
+    /// use mlx5_regs::layouts::cmd_hca_cap;
+    /// let mut raw = [0u8; cmd_hca_cap::SIZE];
+    /// cmd_hca_cap::log_max_cq_sz.set(&mut raw, 22).unwrap();
+    /// assert!(Caps::parse(&raw).validate().is_ok());
+    /// cmd_hca_cap::log_max_srq_sz.set(&mut raw, 0xff).unwrap();
+    /// assert!(matches!(Caps::parse(&raw).validate(), Err(Error::BadResponse { .. })));
+    /// ```
+    pub fn validate(&self) -> Result<(), Error> {
+        let sizes = [
+            (self.log_max_cq_sz, "capability log_max_cq_sz above 24"),
+            (self.log_max_eq_sz, "capability log_max_eq_sz above 24"),
+            (self.log_max_srq_sz, "capability log_max_srq_sz above 24"),
+            (
+                c::log_max_qp_sz.get(&self.raw),
+                "capability log_max_qp_sz above 24",
+            ),
+        ];
+        let counts = [
+            (self.log_max_cq, "capability log_max_cq above 24"),
+            (self.log_max_srq, "capability log_max_srq above 24"),
+            (self.log_max_rmp, "capability log_max_rmp above 24"),
+            (self.log_max_qp, "capability log_max_qp above 24"),
+            (self.log_max_pd, "capability log_max_pd above 24"),
+        ];
+        for (v, what) in sizes {
+            if v > MAX_LOG_QUEUE_SIZE {
+                return Err(bad(what));
+            }
+        }
+        for (v, what) in counts {
+            if v > MAX_LOG_OBJECTS {
+                return Err(bad(what));
+            }
+        }
+        Ok(())
     }
 
     /// Largest CQ a verbs caller may ask for: `2^log_max_cq_sz − 1` (facts §10).

@@ -331,6 +331,9 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         mut n: usize,
     ) -> Result<(), Error> {
         let mut pas = [0u64; PAGES_PER_COMMAND];
+        // A count beyond what the manager may hold is refused before any
+        // page is given (a hostile or broken device asking for 8 TiB).
+        self.pages.check_room(n)?;
         while n > 0 {
             let k = n.min(PAGES_PER_COMMAND);
             self.pages.alloc(hal, &mut pas[..k])?;
@@ -370,21 +373,27 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         self.exec_reserved(hal, obs, cfg, input.len(), out_len)?;
         let got = encode::parse_manage_pages_count(&self.scratch_out[..out_len]) as usize;
         if got > k {
+            self.pages.note_bad_return();
             return Err(Error::BadResponse {
                 opcode: Opcode::MANAGE_PAGES,
                 what: "more pages returned than requested",
             });
         }
         let mut bad = false;
+        let mut freed = 0;
         for i in 0..got {
             let pa = encode::parse_manage_pages_pa(&self.scratch_out[..out_len], i).unwrap_or(0);
-            if !self.pages.free(pa) {
+            if self.pages.free(pa) {
+                freed += 1;
+            } else {
                 bad = true;
             }
         }
-        self.pages.note_reclaimed(got);
+        // Only pages the driver gave and got back count as reclaimed.
+        self.pages.note_reclaimed(freed);
         self.pages.release_empty();
         if bad {
+            self.pages.note_bad_return();
             return Err(Error::BadResponse {
                 opcode: Opcode::MANAGE_PAGES,
                 what: "returned a page the driver never gave",
@@ -633,7 +642,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     fn query_caps(&self, current: bool) -> Result<Caps, Error> {
         let out: [u8; encode::QUERY_HCA_CAP_OUT] =
             self.run(encode::query_hca_cap(op_mod::CAP_GENERAL, current))?;
-        Ok(Caps::parse(encode::parse_query_hca_cap(&out)))
+        let caps = Caps::parse(encode::parse_query_hca_cap(&out));
+        caps.validate()?;
+        Ok(caps)
     }
 
     fn create_eq(&self, log_size: u8, mask: u64) -> Result<EventQueue<H>, Error> {
@@ -708,7 +719,16 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
         // 14. UAR, async EQ, completion EQ.
         let out: [u8; encode::ALLOC_UAR_OUT] = self.run(encode::alloc_uar())?;
-        self.uar = Some(encode::parse_alloc_uar(&out));
+        let uar = encode::parse_alloc_uar(&out);
+        // The UAR's doorbells are MMIO writes at uar × 4 KiB: an index
+        // beyond BAR0 (untrusted output) must never be used.
+        if uar as usize >= self.hal.bar0_size() / mlx5_regs::doorbell::UAR_PAGE_SIZE {
+            return Err(Error::BadResponse {
+                opcode: Opcode::ALLOC_UAR,
+                what: "UAR index beyond BAR0",
+            });
+        }
+        self.uar = Some(uar);
 
         let max_log = if caps.log_max_eq_sz == 0 {
             self.cfg.async_eq_log_size

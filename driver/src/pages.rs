@@ -61,6 +61,15 @@ pub struct PageStats {
     pub give_failures: u64,
     /// Requests merged into an earlier one because the pending queue was full.
     pub merged: u64,
+    /// Page counts refused before any page was given because they exceed
+    /// what the manager may hold ([`crate::HcaConfig::max_fw_pages`]): a
+    /// device asking for more memory than exists (answered "cannot give"
+    /// for page requests, an error at bring-up).
+    pub refused_counts: u64,
+    /// MANAGE_PAGES outputs refused: pages the driver never gave (or gave
+    /// back already), or more pages than asked for. Nothing is freed on
+    /// such an answer.
+    pub bad_returns: u64,
 }
 
 /// A pending page request from firmware.
@@ -109,6 +118,18 @@ impl<H: Hal> PageManager<H> {
     /// DMA chunks currently allocated.
     pub fn chunks(&self) -> usize {
         self.chunks.len()
+    }
+
+    /// Check, before giving anything, that `n` more pages fit under the cap;
+    /// a larger count (a device asking for more than the host has) is
+    /// refused with [`Error::OutOfPages`] and counted in
+    /// [`PageStats::refused_counts`].
+    pub fn check_room(&mut self, n: usize) -> Result<(), Error> {
+        if n > self.max_pages.saturating_sub(self.held) {
+            self.stats.refused_counts += 1;
+            return Err(Error::OutOfPages { requested: n });
+        }
+        Ok(())
     }
 
     /// Take `out.len()` free pages, allocating chunks as needed, and mark
@@ -222,6 +243,9 @@ impl<H: Hal> PageManager<H> {
     pub(crate) fn note_give_failure(&mut self) {
         self.stats.give_failures += 1;
     }
+    pub(crate) fn note_bad_return(&mut self) {
+        self.stats.bad_returns += 1;
+    }
 
     /// Queue a page request from an EQE.
     pub fn push_request(&mut self, req: PageRequest) {
@@ -278,6 +302,10 @@ mod tests {
             "no page given twice"
         );
         assert!(pm.alloc(&hal, &mut [0u64; 5]).is_err(), "cap of 10 pages");
+        assert!(pm.check_room(4).is_ok());
+        assert!(pm.check_room(5).is_err(), "count beyond the cap refused");
+        assert!(pm.check_room(usize::MAX).is_err());
+        assert_eq!(pm.stats().refused_counts, 2);
         assert_eq!(pm.held(), 6, "failed alloc leaves nothing behind");
         for p in &pages[..4] {
             assert!(pm.free(*p));

@@ -4,7 +4,7 @@ pub mod cmd;
 mod queue;
 pub mod ring;
 
-pub use queue::{LimitArm, PostFailure, RecvRequest, Srq};
+pub use queue::{BadRecvCqe, LimitArm, PostFailure, RecvCompletion, RecvRequest, Srq};
 pub use ring::{CompleteError, PostError, Sge, SrqGeometry, SrqRing};
 
 #[cfg(test)]

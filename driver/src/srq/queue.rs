@@ -6,10 +6,12 @@ use mlx5_hal::Hal;
 use super::cmd::{self, SrqParams, SrqState};
 use super::ring::{CompleteError, PostError, Sge, SrqGeometry, SrqRing};
 use crate::cmd::MAX_CMD_LEN;
-use crate::cq::Cq;
+use crate::cq::{Cq, Cqe, CqeStatus};
 use crate::error::Error;
 use crate::hca::Hca;
 use crate::stats::CmdObserver;
+use mlx5_regs::consts::ctx::INVALID_LKEY;
+use mlx5_regs::CqeOpcode;
 
 /// One receive work request: the caller's id and its scatter list.
 #[derive(Debug, Clone, Copy)]
@@ -43,12 +45,56 @@ pub enum LimitArm {
     RaiseNow,
 }
 
+/// A receive completion matched to its work request by
+/// [`Srq::complete_cqe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvCompletion {
+    /// The `wr_id` the request was posted with.
+    pub wr_id: u64,
+    /// Success or error, as the CQE reports it.
+    pub status: CqeStatus,
+    /// Bytes received (checked against the posted buffers on success).
+    pub byte_len: u32,
+    /// QP number from the CQE (24 bits, not checked: the core has no QPs).
+    pub qpn: u32,
+    /// The responder opcode.
+    pub opcode: CqeOpcode,
+}
+
+/// Why [`Srq::complete_cqe`] refused a CQE (the device is not trusted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRecvCqe {
+    /// The CQE names another SRQ number.
+    WrongSrq {
+        /// SRQ number in the CQE.
+        srqn: u32,
+    },
+    /// Not a receive (responder) opcode, or an opcode facts §7.2 does not
+    /// define.
+    UnexpectedOpcode {
+        /// The 4-bit opcode.
+        opcode: u8,
+    },
+    /// `wqe_counter` names no posted WQE.
+    Wqe(CompleteError),
+    /// More bytes than the WQE's buffers hold; the WQE was freed.
+    ByteCountBeyondBuffer {
+        /// The request's `wr_id`.
+        wr_id: u64,
+        /// Bytes the CQE claims.
+        byte_len: u32,
+        /// Bytes the posted scatter list holds.
+        capacity: u64,
+    },
+}
+
 /// A shared receive queue owned by the caller.
 pub struct Srq<H: Hal> {
     srqn: u32,
     rmp: bool,
     cqn: Option<u32>,
     ring: SrqRing<H>,
+    rejected: u64,
 }
 
 impl<H: Hal> Srq<H> {
@@ -104,6 +150,96 @@ impl<H: Hal> Srq<H> {
         self.ring.complete(wqe_counter)
     }
 
+    /// Match a whole receive CQE to this SRQ, treating every field the
+    /// device wrote as untrusted, and return the WQE to the free list:
+    ///
+    /// * the CQE must name this SRQ ([`BadRecvCqe::WrongSrq`]) and carry a
+    ///   responder opcode ([`BadRecvCqe::UnexpectedOpcode`]); nothing changes
+    ///   otherwise;
+    /// * `wqe_counter` must be a posted WQE ([`BadRecvCqe::Wqe`]);
+    /// * a successful receive must fit the buffers posted with that WQE
+    ///   ([`BadRecvCqe::ByteCountBeyondBuffer`]): the device consumed the
+    ///   WQE, so it is freed and its `wr_id` is in the error, for the caller
+    ///   to complete the request with an error instead of reading past its
+    ///   buffer.
+    ///
+    /// Every refusal is counted in [`Srq::rejected_cqes`].
+    pub fn complete_cqe(&mut self, cqe: &Cqe) -> Result<RecvCompletion, BadRecvCqe> {
+        let r = self.match_cqe(cqe);
+        if r.is_err() {
+            self.rejected = self.rejected.saturating_add(1);
+        }
+        r
+    }
+
+    fn match_cqe(&mut self, cqe: &Cqe) -> Result<RecvCompletion, BadRecvCqe> {
+        if cqe.srqn != self.srqn {
+            return Err(BadRecvCqe::WrongSrq { srqn: cqe.srqn });
+        }
+        let recv = [
+            CqeOpcode::RESP_WR_IMM,
+            CqeOpcode::RESP_SEND,
+            CqeOpcode::RESP_SEND_IMM,
+            CqeOpcode::RESP_SEND_INV,
+            CqeOpcode::RESP_ERR,
+        ];
+        if !recv.contains(&cqe.opcode) {
+            return Err(BadRecvCqe::UnexpectedOpcode {
+                opcode: cqe.opcode.0,
+            });
+        }
+        let idx = cqe.wqe_counter;
+        // Capacity first: it is read from the WQE while it is still posted.
+        let capacity = self.posted_capacity(idx).map_err(BadRecvCqe::Wqe)?;
+        let wr_id = self.ring.complete(idx).map_err(BadRecvCqe::Wqe)?;
+        if cqe.status == CqeStatus::Success && cqe.byte_len as u64 > capacity {
+            return Err(BadRecvCqe::ByteCountBeyondBuffer {
+                wr_id,
+                byte_len: cqe.byte_len,
+                capacity,
+            });
+        }
+        Ok(RecvCompletion {
+            wr_id,
+            status: cqe.status,
+            byte_len: cqe.byte_len,
+            qpn: cqe.qpn,
+            opcode: cqe.opcode,
+        })
+    }
+
+    /// Bytes the scatter list of posted WQE `idx` holds (its data segments
+    /// up to the terminator; a length of 0 means 2 GiB, as the device reads
+    /// it). Errors for an index outside the ring or a WQE not posted.
+    fn posted_capacity(&self, idx: u16) -> Result<u64, CompleteError> {
+        let geo = self.ring.geometry();
+        if idx as usize >= geo.wqe_cnt() {
+            return Err(CompleteError::OutOfRange { index: idx });
+        }
+        if self.ring.wr_id(idx).is_none() {
+            return Err(CompleteError::NotPosted { index: idx });
+        }
+        let region = self.ring.region();
+        let base = self.ring.base_offset() + idx as usize * geo.stride();
+        let mut total = 0u64;
+        for k in 0..geo.max_sge {
+            let seg = base + 16 * (k + 1);
+            let len = region.read_be32(seg);
+            let lkey = region.read_be32(seg + 4);
+            if len == 0 && lkey == INVALID_LKEY {
+                break;
+            }
+            let len = len & 0x7fff_ffff;
+            total += if len == 0 { 1 << 31 } else { len as u64 };
+        }
+        Ok(total)
+    }
+
+    /// Receive CQEs refused by [`Srq::complete_cqe`] so far.
+    pub fn rejected_cqes(&self) -> u64 {
+        self.rejected
+    }
+
     /// The ring (geometry, doorbell record address).
     pub fn ring(&self) -> &SrqRing<H> {
         &self.ring
@@ -129,7 +265,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         cq: Option<&mut Cq<H>>,
     ) -> Result<Srq<H>, Error> {
         let caps = self.caps();
-        if max_wr == 0 || (max_wr as u64) >= 1u64 << caps.log_max_srq_sz {
+        // `checked_shl`: the log comes from the device (validated at
+        // bring-up, but never trusted to be below 64 here).
+        let limit = 1u64
+            .checked_shl(caps.log_max_srq_sz as u32)
+            .unwrap_or(u64::MAX);
+        if max_wr == 0 || (max_wr as u64) >= limit {
             return Err(Error::InvalidArgument(
                 "SRQ max_wr outside 1..2^log_max_srq_sz",
             ));
@@ -183,6 +324,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             rmp,
             cqn,
             ring,
+            rejected: 0,
         })
     }
 
