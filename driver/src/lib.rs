@@ -43,6 +43,7 @@ pub mod pagelist;
 pub mod pages;
 pub mod srq;
 pub mod stats;
+pub mod verbs;
 
 #[cfg(test)]
 mod testhal;
