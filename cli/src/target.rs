@@ -1,0 +1,265 @@
+//! `--device`: the built-in model (`sim[:PROFILE]`) or a real ConnectX
+//! through VFIO (`vfio:DDDD:BB:DD.F`), and the model-only fault options.
+
+use mlx5_regs::{CmdStatus, Opcode};
+use mlx5_sim::{Device, Profile, SimConfig};
+
+use crate::error::CliError;
+
+/// What `--device` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The device model with a capability profile.
+    Sim(Profile),
+    /// A PCI function bound to vfio-pci.
+    Vfio(String),
+}
+
+/// Profile names accepted after `sim:`.
+pub const PROFILES: &[(&str, Profile)] = &[
+    ("cx4lx", Profile::ConnectX4Lx),
+    ("cx5", Profile::ConnectX5),
+    ("cx6dx", Profile::ConnectX6Dx),
+    ("cx7", Profile::ConnectX7),
+];
+
+/// Human name of a profile.
+pub fn profile_name(p: Profile) -> &'static str {
+    match p {
+        Profile::ConnectX4Lx => "ConnectX-4 Lx",
+        Profile::ConnectX5 => "ConnectX-5",
+        Profile::ConnectX6Dx => "ConnectX-6 Dx",
+        Profile::ConnectX7 => "ConnectX-7",
+    }
+}
+
+/// Short name of a profile (`cx5`).
+pub fn profile_short(p: Profile) -> &'static str {
+    PROFILES
+        .iter()
+        .find(|(_, q)| *q == p)
+        .map_or("?", |(n, _)| n)
+}
+
+impl Target {
+    /// Parse `sim`, `sim:cx7`, `vfio:0000:03:00.0`.
+    pub fn parse(s: &str) -> Result<Target, CliError> {
+        let profiles = PROFILES
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if s == "sim" {
+            return Ok(Target::Sim(Profile::ConnectX5));
+        }
+        if let Some(p) = s.strip_prefix("sim:") {
+            let p = p.to_ascii_lowercase();
+            return PROFILES
+                .iter()
+                .find(|(n, _)| *n == p)
+                .map(|(_, prof)| Target::Sim(*prof))
+                .ok_or_else(|| {
+                    CliError::usage(
+                        format!("unknown model profile '{p}'"),
+                        format!("use one of: {profiles} (e.g. --device sim:cx7)"),
+                    )
+                });
+        }
+        if let Some(addr) = s.strip_prefix("vfio:") {
+            if addr.is_empty() {
+                return Err(CliError::usage(
+                    "--device vfio: needs a PCI address",
+                    "e.g. --device vfio:0000:03:00.0 (find it with lspci -D -d 15b3:)",
+                ));
+            }
+            return Ok(Target::Vfio(addr.to_string()));
+        }
+        Err(CliError::usage(
+            format!("unknown device '{s}'"),
+            format!(
+                "use --device sim (the built-in model), sim:PROFILE ({profiles}) or vfio:DDDD:BB:DD.F (a ConnectX bound to vfio-pci)"
+            ),
+        ))
+    }
+
+    /// `sim:cx5` / `vfio:0000:03:00.0`.
+    pub fn label(&self) -> String {
+        match self {
+            Target::Sim(p) => format!("sim:{}", profile_short(*p)),
+            Target::Vfio(a) => format!("vfio:{a}"),
+        }
+    }
+
+    /// One line for humans.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Sim(p) => format!("the device model, {} profile", profile_name(*p)),
+            Target::Vfio(a) => format!("the ConnectX at {a} (VFIO)"),
+        }
+    }
+}
+
+/// The model-only fault options.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// `--fail-opcode NAME:STATUS:SYNDROME`.
+    pub fail: Vec<(Opcode, CmdStatus, u32)>,
+    /// `--stall-opcode NAME`.
+    pub stall: Vec<Opcode>,
+    /// `--fatal-after N`.
+    pub fatal_after: Option<u64>,
+}
+
+impl Faults {
+    /// Any fault requested?
+    pub fn any(&self) -> bool {
+        !self.fail.is_empty() || !self.stall.is_empty() || self.fatal_after.is_some()
+    }
+
+    /// Arm the model (fatal-after is done by the tracer).
+    pub fn apply(&self, dev: &Device) {
+        for (op, st, syn) in &self.fail {
+            dev.inject().fail_next(op.0, st.0, *syn);
+        }
+        for op in &self.stall {
+            dev.inject().stall_next(op.0);
+        }
+    }
+}
+
+/// Parse an opcode name (`create-cq`, `CREATE_CQ`) or number (`0x400`).
+pub fn parse_opcode(s: &str) -> Result<Opcode, CliError> {
+    if let Some(op) = Opcode::from_name(s) {
+        return Ok(op);
+    }
+    if let Ok(v) = parse_u64(s) {
+        if v <= 0xffff {
+            return Ok(Opcode(v as u16));
+        }
+    }
+    let mut close: Vec<String> = Opcode::ALL
+        .iter()
+        .filter_map(|o| o.name())
+        .filter(|n| {
+            let n = n.to_ascii_lowercase().replace('_', "-");
+            let q = s.to_ascii_lowercase().replace('_', "-");
+            q.split('-').any(|w| w.len() > 2 && n.contains(w))
+        })
+        .map(|n| n.to_ascii_lowercase().replace('_', "-"))
+        .collect();
+    close.truncate(8);
+    let hint = if close.is_empty() {
+        "names are the mlx5_ifc.h command names, e.g. query-hca-cap, create-cq, nop (or a number such as 0x80d)".to_string()
+    } else {
+        format!("did you mean: {}?", close.join(", "))
+    };
+    Err(CliError::usage(
+        format!("unknown command opcode '{s}'"),
+        hint,
+    ))
+}
+
+/// Parse a status name (`bad_param_err`, `BAD_PARAM`) or number.
+pub fn parse_status(s: &str) -> Result<CmdStatus, CliError> {
+    if let Some(st) = CmdStatus::from_name(s) {
+        return Ok(st);
+    }
+    let with_err = format!("{s}_ERR");
+    if let Some(st) = CmdStatus::from_name(&with_err) {
+        return Ok(st);
+    }
+    if let Ok(v) = parse_u64(s) {
+        if v <= 0xff {
+            return Ok(CmdStatus(v as u8));
+        }
+    }
+    let names: Vec<&str> = CmdStatus::all().filter_map(|s| s.name()).collect();
+    Err(CliError::usage(
+        format!("unknown command status '{s}'"),
+        format!("use a name ({}) or a number", names.join(", ")),
+    ))
+}
+
+/// Decimal or `0x` hex.
+pub fn parse_u64(s: &str) -> Result<u64, std::num::ParseIntError> {
+    let s = s.trim().replace('_', "");
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+}
+
+/// Build [`Faults`] from the option strings; refuse them on hardware.
+pub fn parse_faults(
+    target: &Target,
+    fail: &[String],
+    stall: &[String],
+    fatal_after: Option<u64>,
+) -> Result<Faults, CliError> {
+    let mut f = Faults {
+        fatal_after,
+        ..Faults::default()
+    };
+    for s in fail {
+        let parts: Vec<&str> = s.split(':').collect();
+        if parts.len() != 3 {
+            return Err(CliError::usage(
+                format!("--fail-opcode '{s}' is not NAME:STATUS:SYNDROME"),
+                "e.g. --fail-opcode create-cq:bad_param_err:0x1234",
+            ));
+        }
+        let op = parse_opcode(parts[0])?;
+        let st = parse_status(parts[1])?;
+        if st.0 == 0 {
+            return Err(CliError::usage(
+                "--fail-opcode with status OK injects nothing",
+                "give a failing status such as bad_param_err or bad_res_state_err",
+            ));
+        }
+        let syn = parse_u64(parts[2])
+            .ok()
+            .filter(|v| *v <= u32::MAX as u64)
+            .ok_or_else(|| {
+                CliError::usage(
+                    format!("syndrome '{}' is not a 32-bit number", parts[2]),
+                    "e.g. 0x1234 or 4660",
+                )
+            })?;
+        f.fail.push((op, st, syn as u32));
+    }
+    for s in stall {
+        f.stall.push(parse_opcode(s)?);
+    }
+    if f.fatal_after == Some(0) {
+        return Err(CliError::usage(
+            "--fatal-after 0 would kill the device before it exists",
+            "give N >= 1: the device dies after the Nth firmware command",
+        ));
+    }
+    if let Target::Vfio(addr) = target {
+        if f.any() {
+            return Err(CliError::usage(
+                "--fail-opcode, --stall-opcode and --fatal-after work only on the device model",
+                format!(
+                    "a real ConnectX ({addr}) cannot be told to fail; drop these options, or run them on the model with --device sim"
+                ),
+            ));
+        }
+    }
+    Ok(f)
+}
+
+/// A model device for a profile.
+pub fn model(profile: Profile) -> Device {
+    Device::new(SimConfig::profile(profile))
+}
+
+/// Open the VFIO platform, with the platform's own message and what to do.
+pub fn open_vfio(addr: &str) -> Result<mlx5_vfio::VfioPlatform, CliError> {
+    mlx5_vfio::VfioPlatform::open(addr, mlx5_vfio::VfioOptions::default()).map_err(|e| {
+        CliError::NoDevice {
+            what: format!("cannot open {addr} through VFIO: {e}"),
+            hint: "docs/hardware.md walks through IOMMU, vfio-pci binding and permissions; without a ConnectX, run on the built-in model: --device sim".into(),
+        }
+    })
+}
