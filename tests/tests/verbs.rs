@@ -12,7 +12,7 @@ use mlx5_driver::verbs::{
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::layouts::{cq_error, eqe, port_state_change_event, qp_events};
 use mlx5_regs::{EventType, Opcode};
-use mlx5_sim::{Delivery, Device, SimConfig, SimHal};
+use mlx5_sim::{Delivery, Device, ExecMode, SimConfig, SimHal};
 use mlx5_tests::{assert_clean, bring_up, PROFILES};
 
 type Ctx = Verbs<SimHal>;
@@ -1474,5 +1474,32 @@ fn close_destroys_whatever_is_left_in_dependency_order() {
         ctx.req_notify_cq(cq, false).unwrap();
         drop(bufs);
         close(&dev, ctx, "close with objects");
+    }
+}
+
+#[test]
+fn seed_1_and_req_notify_cq_on_every_profile_with_the_device_on_its_own_thread() {
+    for profile in PROFILES {
+        let dev = mlx5_tests::device(profile, ExecMode::Threaded);
+        let mut ctx = open(&dev);
+        let (cq, cqe) = ctx.create_cq(100).unwrap();
+        fill(&dev, &ctx, cq, 0, cqe);
+        assert_eq!(ctx.resize_cq(cq, 2000).unwrap(), 2047, "{profile:?}");
+        fill(&dev, &ctx, cq, cqe, 100);
+        assert_eq!(
+            byte_lens(&drain(&mut ctx, cq)),
+            (0..cqe + 100).collect::<Vec<_>>()
+        );
+        for round in 0..3 {
+            ctx.req_notify_cq(cq, false).unwrap();
+            dev.quiesce(); // the arm doorbell is the device thread's to run
+            fill(&dev, &ctx, cq, round, 2);
+            dev.quiesce();
+            assert_eq!(cq_events(&mut ctx), [cq], "{profile:?} round {round}");
+            ctx.ack_cq_events(cq, 1).unwrap();
+            drain(&mut ctx, cq);
+        }
+        ctx.destroy_cq(cq).unwrap();
+        close(&dev, ctx, "threaded");
     }
 }
