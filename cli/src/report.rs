@@ -1,7 +1,7 @@
 //! Output: human narration on stdout as it happens, or one JSON document at
 //! the end (`--json`). Progress goes to stderr in both modes.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use serde_json::{Map, Value};
 
@@ -69,11 +69,6 @@ impl Report {
             let mut e = std::io::stderr().lock();
             let _ = writeln!(e, "mlx5: {}", text.as_ref());
         }
-    }
-
-    /// Is stderr a terminal (for in-place progress)?
-    pub fn progress_tty(&self) -> bool {
-        self.progress && std::io::stderr().is_terminal()
     }
 
     fn flush(&mut self) {

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::error::CliError;
 use crate::report::Report;
 use crate::target::Target;
-use crate::trace::{clear_progress_line, Tracer};
+use crate::trace::Tracer;
 
 /// The HCA type the tool drives.
 pub type TracedHca<'t, H> = Hca<H, &'t Tracer>;
@@ -86,10 +86,9 @@ pub fn bring_up<'t, H: Hal>(
         "bringing the HCA up on {} (ENABLE_HCA ... INIT_HCA, pages, EQs)",
         env.target.label()
     ));
+    tracer.set_counting(true);
     let res = Hca::<H, &Tracer>::bring_up_with(hal, env.cfg, tracer);
-    if r.progress_tty() {
-        clear_progress_line();
-    }
+    tracer.set_counting(false);
     let hca = res.map_err(|e| CliError::driver("bring-up", e))?;
     r.progress(format!("HCA up after {} commands", tracer.count()));
     Ok((hca, waited))
@@ -218,12 +217,11 @@ pub fn teardown<H: Hal>(
 ) -> Result<TeardownSummary, CliError> {
     let held_before = hca.pages_held_by_firmware();
     r.progress("tearing down (TEARDOWN_HCA, reclaiming pages, DISABLE_HCA)");
-    let rep = hca
-        .teardown()
-        .map_err(|e| CliError::driver("teardown", e))?;
-    if r.progress_tty() {
-        clear_progress_line();
-    }
+    let tracer = *hca.observer();
+    tracer.set_counting(true);
+    let rep = hca.teardown();
+    tracer.set_counting(false);
+    let rep = rep.map_err(|e| CliError::driver("teardown", e))?;
     let mut s = TeardownSummary {
         pages_given: rep.page_stats.given,
         pages_returned: rep.page_stats.reclaimed,

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use mlx5_driver::stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats};
@@ -55,6 +56,7 @@ pub struct Tracer {
     state: Mutex<State>,
     live: Option<Live>,
     progress: bool,
+    counting: AtomicBool,
     fatal_after: Option<(u64, mlx5_sim::Device)>,
 }
 
@@ -71,12 +73,22 @@ impl Tracer {
             state: Mutex::new(State::default()),
             live,
             progress,
+            counting: AtomicBool::new(false),
             fatal_after,
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Show the in-place command counter on stderr (during bring-up and
+    /// teardown, while nothing else is printed).
+    pub fn set_counting(&self, on: bool) {
+        self.counting.store(on, Ordering::Relaxed);
+        if !on && self.progress {
+            clear_progress_line();
+        }
     }
 
     /// Every command so far.
@@ -114,7 +126,7 @@ impl CmdObserver for Tracer {
         if let Some(live) = self.live {
             outp!("{}", render(&r, live.hexdump));
             let _ = std::io::stdout().flush();
-        } else if self.progress {
+        } else if self.progress && self.counting.load(Ordering::Relaxed) {
             let mut e = std::io::stderr().lock();
             let _ = write!(
                 e,
