@@ -489,9 +489,13 @@ impl Run {
         let same = new_cap == self.cqs[i].cap;
         let fault = !same && self.maybe_fault(Opcode::MODIFY_CQ);
         let r = self.ctx.resize_cq(self.cqs[i].h, n);
+        // Firmware refuses when the new ring cannot take what waits, and
+        // when the old ring has no free slot for the RESIZE_CQ CQE (a CQ
+        // shrunk to exactly full earlier) (facts §8).
+        let old_full = pending > self.cqs[i].cap;
         if same {
             assert_eq!(r, Ok(new_cap), "{at}: same-size resize");
-        } else if pending > new_cap + 1 || fault {
+        } else if pending > new_cap + 1 || old_full || fault {
             assert_eq!(
                 r,
                 Err(Errno::EINVAL),
