@@ -1,6 +1,8 @@
 //! Shared helpers for the driver-against-model integration tests in `tests/tests/`.
 
 use mlx5_driver::{Hca, HcaConfig};
+
+pub mod fuzz;
 use mlx5_sim::{Device, ExecMode, Profile, SimConfig, SimHal};
 
 /// Every capability profile of the model.
