@@ -306,40 +306,87 @@ impl<H: Hal> CqRing<H> {
     /// past the stopping point).
     pub fn copy_into_resized(&self, new: &mut CqRing<H>) -> Result<usize, ResizeCopyError> {
         let start = self.consumer_index;
+        // Phase 1: ownership only. Walk the owner bytes up to the RESIZE_CQ
+        // CQE; `count` entries are to be copied, `outcome` says how the walk
+        // ended.
+        let limit = new.nent().min(self.nent());
         let mut i = start;
-        let mut copied = 0usize;
-        let mut tmp = [0u8; 64];
-        loop {
+        let outcome = loop {
             let op_own = self.op_own(i);
             if !self.sw_owned(i, op_own) {
+                break Err(ResizeCopyError::NotSoftwareOwned { index: i });
+            }
+            if op_own >> 4 == CqeOpcode::RESIZE_CQ.0 {
+                break Ok(());
+            }
+            if i.wrapping_sub(start) as usize >= limit {
+                break Err(ResizeCopyError::ResizeCqeMissing);
+            }
+            i = i.wrapping_add(1);
+        };
+        let count = i.wrapping_sub(start) as usize;
+        // One read barrier for the whole batch: every body read below is at
+        // least as new as the owner byte read above (facts §5).
+        barrier::dma_rmb();
+        // Phase 2: copy `count` CQEs, old running index j to new index j + 1,
+        // in runs that wrap neither ring (one bounds check per run).
+        match self.cqe_size {
+            CqeSize::B64 => self.copy_runs::<64, 0, 56>(new, start, count),
+            CqeSize::B128 => self.copy_runs::<128, 64, 120>(new, start, count),
+        }
+        match outcome {
+            Ok(()) => {
+                new.consumer_index = start.wrapping_add(1);
+                Ok(count)
+            }
+            Err(e) => {
                 // Best guess for where firmware continues: right after the
                 // missing resize CQE.
                 new.consumer_index = i.wrapping_add(1);
-                return Err(ResizeCopyError::NotSoftwareOwned { index: i });
+                Err(e)
             }
-            barrier::dma_rmb();
-            if op_own >> 4 == CqeOpcode::RESIZE_CQ.0 {
-                break;
-            }
-            if copied >= new.nent() || copied >= self.nent() {
-                new.consumer_index = i.wrapping_add(1);
-                return Err(ResizeCopyError::ResizeCqeMissing);
-            }
-            let dst_index = i.wrapping_add(1);
-            self.buf.read_bytes(self.base_of(i), &mut tmp);
-            let pass = ((dst_index >> new.log_nent) & 1) as u8;
-            tmp[off::OP_OWN] = (tmp[off::OP_OWN] & !1) | pass;
-            let dst = new.base_of(dst_index);
-            // Body first, ownership byte last: a reader of the new ring must
-            // never see a valid owner over a half-copied body.
-            new.buf.write_bytes(dst, &tmp[..off::OP_OWN]);
-            barrier::dma_wmb();
-            new.buf.write_u8(dst + off::OP_OWN, tmp[off::OP_OWN]);
-            copied += 1;
-            i = i.wrapping_add(1);
         }
-        new.consumer_index = start.wrapping_add(1);
-        Ok(copied)
+    }
+
+    /// Copy the CQEs at old running indices `start .. start + count` to new
+    /// indices `start + 1 ..`, with the owner bit of the new ring's pass.
+    /// `S` is the entry stride (both rings have the same CQE size); the
+    /// 64-byte CQE is the last 64 bytes of an entry, at `CQE = S - 64`, its
+    /// last word at `TAIL = S - 8` (spelled out: no const arithmetic on
+    /// generics in stable Rust; checked below).
+    #[inline(always)]
+    fn copy_runs<const S: usize, const CQE: usize, const TAIL: usize>(
+        &self,
+        new: &CqRing<H>,
+        start: u32,
+        count: usize,
+    ) {
+        const { assert!(CQE + 64 == S && TAIL + 8 == S) };
+        let (old_n, new_n) = (self.nent(), new.nent());
+        let mut j = start;
+        let mut left = count;
+        while left > 0 {
+            let src_slot = j as usize & (old_n - 1);
+            let dst_index = j.wrapping_add(1);
+            let dst_slot = dst_index as usize & (new_n - 1);
+            let run = left.min(old_n - src_slot).min(new_n - dst_slot);
+            let pass = ((dst_index >> new.log_nent) & 1) as u64;
+            let src = self.buf.windows::<S>(self.base + src_slot * S, run);
+            let dst = new.buf.windows::<S>(new.base + dst_slot * S, run);
+            for (s, d) in src.zip(dst) {
+                // Body first (wide volatile copies), then the last 8 bytes
+                // in one aligned store carrying the ownership byte (byte 63
+                // of the CQE, the low byte of its big-endian word): a reader
+                // of the new ring never sees a valid owner over a
+                // half-copied body.
+                s.copy_to::<CQE, 56>(&d);
+                let tail = s.read_be64::<TAIL>();
+                barrier::dma_wmb();
+                d.write_be64::<TAIL>((tail & !1) | pass);
+            }
+            j = j.wrapping_add(run as u32);
+            left -= run;
+        }
     }
 
     /// Compose and ring the arm doorbell (facts §5): store the arm word in
