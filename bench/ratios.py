@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Print driver/raw ratios from criterion's results (after `cargo bench -p mlx5-bench`).
 
-Reads <target>/criterion/<group>/<driver|raw>[/<param>]/new/estimates.json and
-prints a markdown table: ns per element (median) for the driver and the raw
-baseline, and their ratio.
+Reads <target>/criterion/<group>/<driver|baseline>[/<param>]/new/estimates.json
+and prints a markdown table: ns per element (median) for the driver and its
+baseline in the same group, and their ratio. The baseline is the first of
+`raw`, `plain_copy`, `model` that exists (for the model-backed control-path
+benchmarks the "ratio" is driver time over model time, for information; their
+targets are absolute).
 """
 import json, os, sys
 
@@ -26,14 +29,17 @@ for dirpath, dirnames, filenames in os.walk(root):
     rel = os.path.relpath(bench_dir, root).split(os.sep)
     if "driver" not in rel:
         continue
-    raw_dir = os.path.join(root, *["raw" if p == "driver" else p for p in rel])
-    if not os.path.isdir(raw_dir):
+    for base in ("raw", "plain_copy", "model"):
+        raw_dir = os.path.join(root, *[base if p == "driver" else p for p in rel])
+        if os.path.isdir(raw_dir):
+            break
+    else:
         continue
     d, r = median_ns_per_elem(bench_dir), median_ns_per_elem(raw_dir)
     name = "/".join(p for p in rel if p != "driver")
-    rows.append((name, d, r, d / r))
+    rows.append((name, base, d, r, d / r if r else float("inf")))
 
-print("| benchmark | driver ns/elem | raw ns/elem | ratio |")
-print("|---|---|---|---|")
-for name, d, r, q in sorted(rows):
-    print(f"| {name} | {d:.2f} | {r:.2f} | {q:.2f}x |")
+print("| benchmark | driver ns/elem | baseline | baseline ns/elem | ratio |")
+print("|---|---|---|---|---|")
+for name, base, d, r, q in sorted(rows):
+    print(f"| {name} | {d:.2f} | {base} | {r:.2f} | {q:.2f}x |")

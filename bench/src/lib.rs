@@ -103,3 +103,44 @@ impl RawSrq {
         unsafe { (self.dbr.as_ptr() as *mut u32).write_volatile((self.counter as u32).to_be()) };
     }
 }
+
+/// Offsets inside a 64-byte EQE (facts §6.2): event type, the completion
+/// event's CQ number word (24 bits) and the owner byte.
+pub mod eqe_off {
+    /// `event_type`.
+    pub const EVENT_TYPE: usize = 0x01;
+    /// Word holding `comp_event.cq_number` (low 24 bits).
+    pub const CQN: usize = 0x38;
+    /// Byte holding the owner bit (bit 0).
+    pub const OWNER: usize = 0x3f;
+}
+
+/// Fill every EQE of an EQ ring of `2^log_size` entries with a completion
+/// event for CQ `0x40 + slot`, owned by software for pass `pass` (owner bit
+/// = `pass & 1`), as firmware would write them.
+pub fn prefill_eq(ring: &DmaRegion<HostHal>, log_size: u8, pass: u32) {
+    for slot in 0..1usize << log_size {
+        let e = slot * 64;
+        ring.write_u8(e + eqe_off::EVENT_TYPE, 0x00);
+        ring.write_be32(e + eqe_off::CQN, 0x40 + slot as u32);
+        ring.write_u8(e + eqe_off::OWNER, (pass & 1) as u8);
+    }
+}
+
+/// Set up `old` (consumer index 0) for a resize copy: `n` software-owned
+/// receive CQEs at running indices `0..n`, then the RESIZE_CQ CQE firmware
+/// writes at index `n`. `old` must have more than `n` entries.
+pub fn prefill_resize(old: &CqRing<HostHal>, n: usize) {
+    assert!(n < old.nent(), "the resize CQE must fit");
+    let stride = old.cqe_size().stride();
+    let r = old.region();
+    for i in 0..=n {
+        let cqe = old.base_offset() + i * stride + stride - 64;
+        let opcode: u8 = if i == n { 5 } else { 2 }; // RESIZE_CQ / RESP_SEND
+        r.write_be32(cqe + 0x20, 0x42);
+        r.write_be32(cqe + 0x2c, i as u32);
+        r.write_be32(cqe + 0x38, 0x1234);
+        r.write_be16(cqe + 0x3c, i as u16);
+        r.write_u8(cqe + 0x3f, opcode << 4); // owner 0: pass 0
+    }
+}
