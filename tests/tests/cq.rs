@@ -295,17 +295,22 @@ fn resize_while_completions_arrive_from_the_device_thread_loses_nothing() {
     let mut cq = hca.create_cq(4095, CqOptions::default()).unwrap();
     let cqn = cq.cqn();
     const TOTAL: u32 = 20_000;
+    // Credits: the injector never has more than this many completions
+    // unpolled, well inside the smallest size used below (2047), as a
+    // sender with flow control would; without it a slow poller overruns.
+    const WINDOW: u32 = 1500;
+    let polled = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let injector = {
         let dev = dev.clone();
+        let polled = polled.clone();
         std::thread::spawn(move || {
             for seq in 0..TOTAL {
-                // Stay well inside the smallest size used below.
+                while seq - polled.load(std::sync::atomic::Ordering::Acquire) >= WINDOW {
+                    std::thread::yield_now();
+                }
                 dev.traffic()
                     .complete_send(cqn, 0x77, seq as u16, seq)
                     .expect("inject");
-                if seq % 64 == 63 {
-                    std::thread::yield_now();
-                }
             }
         })
     };
@@ -316,6 +321,7 @@ fn resize_while_completions_arrive_from_the_device_thread_loses_nothing() {
     while got.len() < TOTAL as usize {
         let n = cq.poll(&mut out);
         got.extend(out[..n].iter().map(|c| c.byte_len));
+        polled.store(got.len() as u32, std::sync::atomic::Ordering::Release);
         if n == 0 {
             std::thread::yield_now();
         }
