@@ -81,7 +81,31 @@ pub struct CmdQueue<H: Hal> {
 }
 
 fn xor(bytes: &[u8]) -> u8 {
-    bytes.iter().fold(0, |a, b| a ^ b)
+    // XOR is associative: fold 8 bytes at a time, then the lanes.
+    let mut words = bytes.chunks_exact(8);
+    let wide = (&mut words).fold(0u64, |a, w| {
+        a ^ u64::from_ne_bytes(w.try_into().expect("8-byte chunk"))
+    });
+    let tail = words.remainder().iter().fold(0u8, |a, b| a ^ b);
+    wide.to_ne_bytes().iter().fold(tail, |a, b| a ^ b)
+}
+
+#[cfg(test)]
+mod xor_tests {
+    #[test]
+    fn wide_xor_equals_the_bytewise_xor() {
+        let data: [u8; 67] = core::array::from_fn(|i| (i as u8).wrapping_mul(29) ^ 0xc3);
+        for start in 0..8 {
+            for end in start..data.len() {
+                let s = &data[start..end];
+                assert_eq!(
+                    super::xor(s),
+                    s.iter().fold(0, |a, b| a ^ b),
+                    "{start}..{end}"
+                );
+            }
+        }
+    }
 }
 
 impl<H: Hal> CmdQueue<H> {
