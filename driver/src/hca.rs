@@ -61,6 +61,11 @@ pub struct HcaConfig {
     pub heartbeat_timeout_ns: Option<u64>,
     /// `sw_owner_id` for INIT_HCA when the device has the capability.
     pub sw_owner_id: Option<[u8; 16]>,
+    /// [`Hca::poll_events`] reads the health buffer on every this-many-th
+    /// call (default 256; 1 checks every call). A data-path loop polls
+    /// millions of times a second; Linux checks health every 2 s. Command
+    /// waits check it on every iteration regardless.
+    pub poll_health_interval: u32,
 }
 
 impl Default for HcaConfig {
@@ -78,6 +83,7 @@ impl Default for HcaConfig {
             max_fw_pages: 65536,
             heartbeat_timeout_ns: Some(6_000_000_000),
             sw_owner_id: None,
+            poll_health_interval: 256,
         }
     }
 }
@@ -142,6 +148,8 @@ pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
     pub(crate) events: EventSink<Event, AE>,
     pub(crate) stats: CmdStats,
     heartbeat: Heartbeat,
+    /// `poll_events` calls since the last health check.
+    polls_since_health: u32,
     function_id: u16,
     scratch_in: [u8; MAX_CMD_LEN],
     scratch_out: [u8; MAX_CMD_LEN],
@@ -463,6 +471,31 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         cfg: &HcaConfig,
     ) -> Result<PollReport, Error> {
         self.heartbeat.check(hal)?;
+        self.service_eqs(hal, obs, cfg)
+    }
+
+    /// [`Core::service`] for [`Hca::poll_events`]: the health buffer is read
+    /// on every `poll_health_interval`-th call only.
+    fn service_polled<O: CmdObserver>(
+        &mut self,
+        hal: &H,
+        obs: &O,
+        cfg: &HcaConfig,
+    ) -> Result<PollReport, Error> {
+        self.polls_since_health += 1;
+        if self.polls_since_health >= cfg.poll_health_interval {
+            self.polls_since_health = 0;
+            self.heartbeat.check(hal)?;
+        }
+        self.service_eqs(hal, obs, cfg)
+    }
+
+    fn service_eqs<O: CmdObserver>(
+        &mut self,
+        hal: &H,
+        obs: &O,
+        cfg: &HcaConfig,
+    ) -> Result<PollReport, Error> {
         let eqes = self.poll_eqs(hal, cfg.eq_poll_budget);
         let page_requests = self.serve_pages(hal, obs, cfg)?;
         Ok(PollReport {
@@ -578,6 +611,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             events: EventSink::new(),
             stats: CmdStats::new(),
             heartbeat: Heartbeat::new(cfg.heartbeat_timeout_ns, now),
+            polls_since_health: 0,
             function_id: 0,
             scratch_in: [0; MAX_CMD_LEN],
             scratch_out: [0; MAX_CMD_LEN],
@@ -891,15 +925,25 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         }
     }
 
-    /// Poll the EQs once: health check, consume EQEs (reporting the consumer
-    /// index), serve page requests, queue completion and async events for
-    /// [`Hca::next_completion`] / [`Hca::next_event`].
+    /// Poll the EQs once: consume EQEs (reporting the consumer index), serve
+    /// page requests, queue completion and async events for
+    /// [`Hca::next_completion`] / [`Hca::next_event`]. The health buffer is
+    /// checked on every [`HcaConfig::poll_health_interval`]-th call.
     pub fn poll_events(&self) -> Result<PollReport, Error> {
         self.check_alive()?;
         let r = self
             .core
             .lock()
-            .service(&self.hal, &self.observer, &self.cfg);
+            .service_polled(&self.hal, &self.observer, &self.cfg);
+        r.map_err(|e| self.note_fatal(e))
+    }
+
+    /// Read the health buffer now (fatal sensors and heartbeat, facts
+    /// §1.3), whatever [`HcaConfig::poll_health_interval`] says. A fatal
+    /// finding sticks: every later call fails fast with it.
+    pub fn check_health(&self) -> Result<(), Error> {
+        self.check_alive()?;
+        let r = self.core.lock().heartbeat.check(&self.hal);
         r.map_err(|e| self.note_fatal(e))
     }
 

@@ -604,6 +604,11 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
     /// [`AsyncEventType::DeviceFatal`]. Every event read must be
     /// acknowledged with [`Verbs::ack_async_event`].
     pub fn get_async_event(&mut self) -> Result<AsyncEvent, Errno> {
+        // Not a hot path: read the health buffer every time, so a dead
+        // device is reported here at once (the data-path poll checks it
+        // only every `poll_health_interval` calls).
+        let health = self.hca.check_health();
+        self.note_fatal_once(health.err());
         let polled = self.pump();
         let Some(ev) = self.async_q.pop_front() else {
             polled?;
@@ -673,9 +678,10 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
     /// CQ (bumping its arm sequence number at once, as Linux's EQ handler
     /// does), async events to the async queue. A dead device queues one
     /// `DeviceFatal` event.
-    fn pump(&mut self) -> Result<(), Errno> {
-        let r = self.hca.poll_events();
-        if let Err(e) = &r {
+    /// Queue the one `DeviceFatal` event the first time the device is
+    /// found dead.
+    fn note_fatal_once(&mut self, e: Option<crate::Error>) {
+        if let Some(e) = e {
             if e.is_fatal() && !self.fatal_reported {
                 self.fatal_reported = true;
                 self.push_event(AsyncEvent {
@@ -684,6 +690,11 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 });
             }
         }
+    }
+
+    fn pump(&mut self) -> Result<(), Errno> {
+        let r = self.hca.poll_events();
+        self.note_fatal_once(r.as_ref().err().copied());
         while let Some(ev) = self.hca.next_completion() {
             match ev {
                 Event::Completion { cqn } => self.route_completion(cqn),
