@@ -90,24 +90,6 @@ fn xor(bytes: &[u8]) -> u8 {
     wide.to_ne_bytes().iter().fold(tail, |a, b| a ^ b)
 }
 
-#[cfg(test)]
-mod xor_tests {
-    #[test]
-    fn wide_xor_equals_the_bytewise_xor() {
-        let data: [u8; 67] = core::array::from_fn(|i| (i as u8).wrapping_mul(29) ^ 0xc3);
-        for start in 0..8 {
-            for end in start..data.len() {
-                let s = &data[start..end];
-                assert_eq!(
-                    super::xor(s),
-                    s.iter().fold(0, |a, b| a ^ b),
-                    "{start}..{end}"
-                );
-            }
-        }
-    }
-}
-
 impl<H: Hal> CmdQueue<H> {
     /// Read the queue geometry from the init segment, check it, allocate the
     /// queue page and mailboxes, and program the queue address (high word,
@@ -382,6 +364,24 @@ impl<H: Hal> CmdQueue<H> {
                 posted_ns,
             } => Some((opcode, op_mod, token, posted_ns)),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod xor_tests {
+    #[test]
+    fn wide_xor_equals_the_bytewise_xor() {
+        let data: [u8; 67] = core::array::from_fn(|i| (i as u8).wrapping_mul(29) ^ 0xc3);
+        for start in 0..8 {
+            for end in start..data.len() {
+                let s = &data[start..end];
+                assert_eq!(
+                    super::xor(s),
+                    s.iter().fold(0, |a, b| a ^ b),
+                    "{start}..{end}"
+                );
+            }
         }
     }
 }
