@@ -5,7 +5,7 @@
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
-use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
@@ -213,6 +213,31 @@ impl<H: Hal> CqRing<H> {
         self.sw_owned(self.consumer_index, self.op_own(self.consumer_index))
     }
 
+    /// Decode the body of a software-owned CQE (after the read barrier):
+    /// every field read once.
+    #[inline(always)]
+    fn decode(w: &DmaWindow<'_, 64>, op_own: u8) -> Cqe {
+        let opcode = CqeOpcode(op_own >> 4);
+        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
+            let s = w.read_be32::<{ off::SYNDROME_WORD }>();
+            CqeStatus::Error {
+                syndrome: s as u8,
+                vendor_syndrome: (s >> 8) as u8,
+            }
+        } else {
+            CqeStatus::Success
+        };
+        Cqe {
+            opcode,
+            status,
+            byte_len: w.read_be32::<{ off::BYTE_CNT }>(),
+            wqe_counter: w.read_be16::<{ off::WQE_COUNTER }>(),
+            qpn: w.read_be32::<{ off::QPN }>() & 0x00ff_ffff,
+            srqn: w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff,
+            imm: w.read_be32::<{ off::IMM }>(),
+        }
+    }
+
     /// Take the next CQE if software owns it: ownership check, one read
     /// barrier, then the body, every field read once through a window that
     /// was bounds-checked once. Does not publish the consumer index; call
@@ -227,25 +252,7 @@ impl<H: Hal> CqRing<H> {
         }
         // The body must not be read before the ownership byte (facts §5).
         barrier::dma_rmb();
-        let opcode = CqeOpcode(op_own >> 4);
-        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
-            let s = w.read_be32::<{ off::SYNDROME_WORD }>();
-            CqeStatus::Error {
-                syndrome: s as u8,
-                vendor_syndrome: (s >> 8) as u8,
-            }
-        } else {
-            CqeStatus::Success
-        };
-        let cqe = Cqe {
-            opcode,
-            status,
-            byte_len: w.read_be32::<{ off::BYTE_CNT }>(),
-            wqe_counter: w.read_be16::<{ off::WQE_COUNTER }>(),
-            qpn: w.read_be32::<{ off::QPN }>() & 0x00ff_ffff,
-            srqn: w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff,
-            imm: w.read_be32::<{ off::IMM }>(),
-        };
+        let cqe = Self::decode(&w, op_own);
         self.consumer_index = ci.wrapping_add(1);
         Some(cqe)
     }
@@ -254,16 +261,27 @@ impl<H: Hal> CqRing<H> {
     /// index is published in the doorbell record once, at the end.
     #[inline]
     pub fn poll(&mut self, dbr: &DoorbellRecord<H>, out: &mut [Cqe]) -> usize {
+        // Loop invariants in locals; the consumer index lives in a register
+        // and is stored once.
+        let mask = (self.nent() - 1) as u32;
+        let log = self.log_nent as u32;
+        let stride = self.cqe_size.stride();
+        let first = self.base + self.cqe_size.cqe_offset();
+        let mut ci = self.consumer_index;
         let mut n = 0;
-        while n < out.len() {
-            match self.pop() {
-                Some(c) => {
-                    out[n] = c;
-                    n += 1;
-                }
-                None => break,
+        for slot in out.iter_mut() {
+            let w = self.buf.window::<64>(first + (ci & mask) as usize * stride);
+            let op_own = w.read_u8::<{ off::OP_OWN }>();
+            if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
+                break;
             }
+            // The body must not be read before the ownership byte (facts §5).
+            barrier::dma_rmb();
+            *slot = Self::decode(&w, op_own);
+            ci = ci.wrapping_add(1);
+            n += 1;
         }
+        self.consumer_index = ci;
         if n > 0 {
             self.update_doorbell(dbr);
         }
