@@ -161,6 +161,9 @@ impl IdentityHal {
     ///   (bus mastering enabled).
     /// - Without an IOMMU nothing stops the device from writing elsewhere:
     ///   the driver only programs addresses of regions it allocated here.
+    ///
+    /// Panics if `bar0` is null or not 8-byte aligned (a BAR is page
+    /// aligned; the 64-bit doorbell store needs the alignment).
     pub unsafe fn new(
         bar0: *mut u8,
         bar0_len: usize,
@@ -168,6 +171,10 @@ impl IdentityHal {
         tsc_hz: u64,
         phys_offset: u64,
     ) -> Self {
+        assert!(
+            (bar0 as usize).is_multiple_of(8),
+            "BAR0 pointer {bar0:p} not 8-byte aligned"
+        );
         IdentityHal {
             bar0: NonNull::new(bar0).expect("BAR0 pointer is null"),
             bar0_len,
@@ -273,23 +280,25 @@ mod tests {
 
     static POOL: DmaPool<16> = DmaPool::new();
 
-    fn hal(bar: &'static mut [u32]) -> IdentityHal {
+    /// The test "BAR" is `u64`-backed: 8-byte aligned like a real BAR
+    /// (Miri caught 64-bit doorbell stores into a `u32` array).
+    fn hal(bar: &'static mut [u64]) -> IdentityHal {
+        let len = bar.len();
+        hal_raw(bar.as_mut_ptr(), len)
+    }
+
+    /// From a raw pointer, so a test can keep reading the "BAR" through the
+    /// same pointer (a pointer taken from a shared borrow before `hal(bar)`
+    /// reborrowed it mutably is invalid: Miri, Stacked Borrows).
+    fn hal_raw(bar: *mut u64, words: usize) -> IdentityHal {
         // SAFETY: the "BAR" is a leaked host array; the pool is static;
         // there is no device.
-        unsafe {
-            IdentityHal::new(
-                bar.as_mut_ptr() as *mut u8,
-                bar.len() * 4,
-                &POOL,
-                1_000_000_000,
-                0,
-            )
-        }
+        unsafe { IdentityHal::new(bar as *mut u8, words * 8, &POOL, 1_000_000_000, 0) }
     }
 
     #[test]
     fn pool_hands_out_contiguous_zeroed_pages_and_takes_them_back() {
-        let bar = std::boxed::Box::leak(std::vec![0u32; 1024].into_boxed_slice());
+        let bar = std::boxed::Box::leak(std::vec![0u64; 512].into_boxed_slice());
         let h = hal(bar);
         let before = POOL.free_pages();
         let a = h.alloc_dma(3 * PAGE_SIZE).unwrap();
@@ -308,12 +317,12 @@ mod tests {
 
     #[test]
     fn mmio_is_big_endian_and_bounds_checked() {
-        let bar = std::boxed::Box::leak(std::vec![0u32; 1024].into_boxed_slice());
-        let ptr = bar.as_ptr();
-        let h = hal(bar);
+        let bar = std::boxed::Box::leak(std::vec![0u64; 512].into_boxed_slice());
+        let ptr = bar.as_mut_ptr();
+        let h = hal_raw(ptr, 512);
         h.mmio_write32(0x18, 1);
         // SAFETY: reading back the leaked test array.
-        assert_eq!(unsafe { ptr.add(6).read() }, 1u32.to_be());
+        assert_eq!(unsafe { (ptr as *const u32).add(6).read() }, 1u32.to_be());
         assert_eq!(h.mmio_read32(0x18), 1);
         h.mmio_write64(0x20, 0x0102_0304_0506_0708);
         assert_eq!(h.mmio_read32(0x20), 0x0102_0304);
@@ -324,7 +333,7 @@ mod tests {
 
     #[test]
     fn time_advances() {
-        let bar = std::boxed::Box::leak(std::vec![0u32; 4].into_boxed_slice());
+        let bar = std::boxed::Box::leak(std::vec![0u64; 2].into_boxed_slice());
         let h = hal(bar);
         let t0 = h.now_ns();
         h.delay_us(50);
