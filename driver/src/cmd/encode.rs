@@ -53,10 +53,29 @@ fn header<const N: usize>(op: Opcode, op_mod: u16) -> [u8; N] {
     b
 }
 
-fn header_into(buf: &mut [u8], op: Opcode, op_mod: u16) {
+/// Zero `buf` and write the command header (opcode, op_mod).
+pub(crate) fn header_into(buf: &mut [u8], op: Opcode, op_mod: u16) {
     buf.fill(0);
     let _ = cmd_in::opcode.set(buf, op.0);
     let _ = cmd_in::op_mod.set(buf, op_mod);
+}
+
+/// The first `len` bytes of `buf` (a command with a page list), zeroed and
+/// with the header written; `BufferTooShort` if `buf` cannot hold it.
+pub(crate) fn command_prefix(
+    buf: &mut [u8],
+    len: usize,
+    op: Opcode,
+    op_mod: u16,
+) -> Result<&mut [u8], RegError> {
+    let have = buf.len();
+    let b = buf.get_mut(..len).ok_or(RegError::BufferTooShort {
+        field: "pas",
+        needed: len,
+        len: have,
+    })?;
+    header_into(b, op, op_mod);
+    Ok(b)
 }
 
 /// Output length of ENABLE_HCA.
@@ -133,13 +152,7 @@ pub fn manage_pages_give(
     pages: &[u64],
 ) -> Result<usize, RegError> {
     let len = manage_pages_give_len(pages.len());
-    let buf_len = buf.len();
-    let b = buf.get_mut(..len).ok_or(RegError::BufferTooShort {
-        field: "pas",
-        needed: len,
-        len: buf_len,
-    })?;
-    header_into(b, Opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_GIVE);
+    let b = command_prefix(buf, len, Opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_GIVE)?;
     manage_pages_in::function_id.set(b, function_id)?;
     manage_pages_in::input_num_entries.set(b, pages.len() as u32)?;
     for (i, &p) in pages.iter().enumerate() {
@@ -321,13 +334,7 @@ pub fn create_eq(
     pas: impl ExactSizeIterator<Item = u64>,
 ) -> Result<usize, RegError> {
     let len = create_eq_len(pas.len());
-    let buf_len = buf.len();
-    let b = buf.get_mut(..len).ok_or(RegError::BufferTooShort {
-        field: "pas",
-        needed: len,
-        len: buf_len,
-    })?;
-    header_into(b, Opcode::CREATE_EQ, 0);
+    let b = command_prefix(buf, len, Opcode::CREATE_EQ, 0)?;
     let ctx = create_eq_in::eq_context_entry.get_mut(b);
     eqc::log_eq_size.set(ctx, p.log_size)?;
     eqc::uar_page.set(ctx, p.uar_page)?;

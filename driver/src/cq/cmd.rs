@@ -6,22 +6,8 @@ use mlx5_regs::layouts::*;
 use mlx5_regs::{Opcode, RegError};
 
 use super::CqeSize;
+use crate::cmd::encode::{command_prefix, header_into};
 use crate::pagelist::PageList;
-
-fn header(buf: &mut [u8], op: Opcode, op_mod: u16) -> Result<(), RegError> {
-    buf.fill(0);
-    cmd_in::opcode.set(buf, op.0)?;
-    cmd_in::op_mod.set(buf, op_mod)
-}
-
-fn slice(buf: &mut [u8], len: usize) -> Result<&mut [u8], RegError> {
-    let have = buf.len();
-    buf.get_mut(..len).ok_or(RegError::BufferTooShort {
-        field: "pas",
-        needed: len,
-        len: have,
-    })
-}
 
 /// Context of a new CQ.
 #[derive(Debug, Clone, Copy)]
@@ -52,8 +38,7 @@ pub const CREATE_CQ_OUT: usize = create_cq_out::SIZE;
 /// CREATE_CQ into `buf`; returns the input length.
 pub fn create_cq(buf: &mut [u8], p: &CqParams) -> Result<usize, RegError> {
     let len = create_cq_len(p.pages.count);
-    let b = slice(buf, len)?;
-    header(b, Opcode::CREATE_CQ, 0)?;
+    let b = command_prefix(buf, len, Opcode::CREATE_CQ, 0)?;
     let ctx = create_cq_in::cq_context.get_mut(b);
     cqc::cqe_sz.set(ctx, p.cqe_size.cqc_value())?;
     cqc::oi.set(ctx, p.overrun_ignore)?;
@@ -78,7 +63,7 @@ pub const DESTROY_CQ_OUT: usize = destroy_cq_out::SIZE;
 /// DESTROY_CQ.
 pub fn destroy_cq(cqn: u32) -> Result<[u8; destroy_cq_in::SIZE], RegError> {
     let mut b = [0u8; destroy_cq_in::SIZE];
-    header(&mut b, Opcode::DESTROY_CQ, 0)?;
+    header_into(&mut b, Opcode::DESTROY_CQ, 0);
     destroy_cq_in::cqn.set(&mut b, cqn)?;
     Ok(b)
 }
@@ -88,7 +73,7 @@ pub const QUERY_CQ_OUT: usize = query_cq_out::SIZE;
 /// QUERY_CQ.
 pub fn query_cq(cqn: u32) -> Result<[u8; query_cq_in::SIZE], RegError> {
     let mut b = [0u8; query_cq_in::SIZE];
-    header(&mut b, Opcode::QUERY_CQ, 0)?;
+    header_into(&mut b, Opcode::QUERY_CQ, 0);
     query_cq_in::cqn.set(&mut b, cqn)?;
     Ok(b)
 }
@@ -145,8 +130,7 @@ pub fn resize_cq(
     pages: &PageList,
 ) -> Result<usize, RegError> {
     let len = resize_cq_len(pages.count);
-    let b = slice(buf, len)?;
-    header(b, Opcode::MODIFY_CQ, op_mod::MODIFY_CQ_RESIZE)?;
+    let b = command_prefix(buf, len, Opcode::MODIFY_CQ, op_mod::MODIFY_CQ_RESIZE)?;
     modify_cq_in::cqn.set(b, cqn)?;
     let sel =
         ResizeCqFields::LOG_CQ_SIZE | ResizeCqFields::PAGE_OFFSET | ResizeCqFields::LOG_PAGE_SIZE;
@@ -172,7 +156,7 @@ pub fn modify_cq_moderation(
     max_count: u16,
 ) -> Result<[u8; modify_cq_in::SIZE], RegError> {
     let mut b = [0u8; modify_cq_in::SIZE];
-    header(&mut b, Opcode::MODIFY_CQ, op_mod::MODIFY_CQ_MODERATION)?;
+    header_into(&mut b, Opcode::MODIFY_CQ, op_mod::MODIFY_CQ_MODERATION);
     modify_cq_in::cqn.set(&mut b, cqn)?;
     let sel = ModifyCqFields::PERIOD | ModifyCqFields::COUNT;
     modify_field_select::modify_field_select.set(

@@ -6,22 +6,8 @@ use mlx5_regs::consts::{ctx as values, op_mod};
 use mlx5_regs::layouts::*;
 use mlx5_regs::{Opcode, RegError};
 
+use crate::cmd::encode::{command_prefix, header_into};
 use crate::pagelist::PageList;
-
-fn header(buf: &mut [u8], op: Opcode, op_mod: u16) -> Result<(), RegError> {
-    buf.fill(0);
-    cmd_in::opcode.set(buf, op.0)?;
-    cmd_in::op_mod.set(buf, op_mod)
-}
-
-fn slice(buf: &mut [u8], len: usize) -> Result<&mut [u8], RegError> {
-    let have = buf.len();
-    buf.get_mut(..len).ok_or(RegError::BufferTooShort {
-        field: "pas",
-        needed: len,
-        len: have,
-    })
-}
 
 /// What both families need to create a receive queue.
 #[derive(Debug, Clone, Copy)]
@@ -51,8 +37,7 @@ pub const CREATE_RMP_OUT: usize = create_rmp_out::SIZE;
 /// `log_wq_stride`, limit 0 (not armed). Returns the input length.
 pub fn create_rmp(buf: &mut [u8], p: &SrqParams) -> Result<usize, RegError> {
     let len = create_rmp_len(p.pages.count);
-    let b = slice(buf, len)?;
-    header(b, Opcode::CREATE_RMP, 0)?;
+    let b = command_prefix(buf, len, Opcode::CREATE_RMP, 0)?;
     let ctx = create_rmp_in::ctx.tail_mut(b);
     rmpc::state.set(ctx, values::RMP_STATE_RDY)?;
     let w = rmpc::wq.tail_mut(ctx);
@@ -79,7 +64,7 @@ pub const MODIFY_RMP_OUT: usize = modify_rmp_out::SIZE;
 /// bitmask selects `lwm` only, `ctx.wq.lwm` = limit (0 disarms).
 pub fn arm_rmp(rmpn: u32, lwm: u16) -> Result<[u8; modify_rmp_in::SIZE], RegError> {
     let mut b = [0u8; modify_rmp_in::SIZE];
-    header(&mut b, Opcode::MODIFY_RMP, 0)?;
+    header_into(&mut b, Opcode::MODIFY_RMP, 0);
     modify_rmp_in::rmp_state.set(&mut b, values::RMP_STATE_RDY)?;
     modify_rmp_in::rmpn.set(&mut b, rmpn)?;
     rmp_bitmask::lwm.set(modify_rmp_in::bitmask.get_mut(&mut b), true)?;
@@ -94,7 +79,7 @@ pub const QUERY_RMP_OUT: usize = query_rmp_out::SIZE;
 /// QUERY_RMP.
 pub fn query_rmp(rmpn: u32) -> Result<[u8; query_rmp_in::SIZE], RegError> {
     let mut b = [0u8; query_rmp_in::SIZE];
-    header(&mut b, Opcode::QUERY_RMP, 0)?;
+    header_into(&mut b, Opcode::QUERY_RMP, 0);
     query_rmp_in::rmpn.set(&mut b, rmpn)?;
     Ok(b)
 }
@@ -126,7 +111,7 @@ pub const DESTROY_RMP_OUT: usize = destroy_rmp_out::SIZE;
 /// DESTROY_RMP.
 pub fn destroy_rmp(rmpn: u32) -> Result<[u8; destroy_rmp_in::SIZE], RegError> {
     let mut b = [0u8; destroy_rmp_in::SIZE];
-    header(&mut b, Opcode::DESTROY_RMP, 0)?;
+    header_into(&mut b, Opcode::DESTROY_RMP, 0);
     destroy_rmp_in::rmpn.set(&mut b, rmpn)?;
     Ok(b)
 }
@@ -142,8 +127,7 @@ pub const CREATE_SRQ_OUT: usize = create_srq_out::SIZE;
 /// limit 0. Returns the input length.
 pub fn create_srq(buf: &mut [u8], p: &SrqParams) -> Result<usize, RegError> {
     let len = create_srq_len(p.pages.count);
-    let b = slice(buf, len)?;
-    header(b, Opcode::CREATE_SRQ, 0)?;
+    let b = command_prefix(buf, len, Opcode::CREATE_SRQ, 0)?;
     let ctx = create_srq_in::srq_context_entry.get_mut(b);
     srqc::state.set(ctx, values::SRQ_STATE_GOOD)?;
     srqc::log_srq_size.set(ctx, p.log_wqe_cnt)?;
@@ -173,7 +157,7 @@ pub const ARM_RQ_OUT: usize = arm_rq_out::SIZE;
 /// ARM_RQ op_mod 1 (SRQ): set the limit watermark (0 disarms).
 pub fn arm_rq(srqn: u32, lwm: u16) -> Result<[u8; arm_rq_in::SIZE], RegError> {
     let mut b = [0u8; arm_rq_in::SIZE];
-    header(&mut b, Opcode::ARM_RQ, op_mod::ARM_RQ_SRQ)?;
+    header_into(&mut b, Opcode::ARM_RQ, op_mod::ARM_RQ_SRQ);
     arm_rq_in::srq_number.set(&mut b, srqn)?;
     arm_rq_in::lwm.set(&mut b, lwm)?;
     Ok(b)
@@ -184,7 +168,7 @@ pub const QUERY_SRQ_OUT: usize = query_srq_out::SIZE;
 /// QUERY_SRQ.
 pub fn query_srq(srqn: u32) -> Result<[u8; query_srq_in::SIZE], RegError> {
     let mut b = [0u8; query_srq_in::SIZE];
-    header(&mut b, Opcode::QUERY_SRQ, 0)?;
+    header_into(&mut b, Opcode::QUERY_SRQ, 0);
     query_srq_in::srqn.set(&mut b, srqn)?;
     Ok(b)
 }
@@ -204,7 +188,7 @@ pub const DESTROY_SRQ_OUT: usize = destroy_srq_out::SIZE;
 /// DESTROY_SRQ.
 pub fn destroy_srq(srqn: u32) -> Result<[u8; destroy_srq_in::SIZE], RegError> {
     let mut b = [0u8; destroy_srq_in::SIZE];
-    header(&mut b, Opcode::DESTROY_SRQ, 0)?;
+    header_into(&mut b, Opcode::DESTROY_SRQ, 0);
     destroy_srq_in::srqn.set(&mut b, srqn)?;
     Ok(b)
 }
