@@ -69,3 +69,23 @@ pub fn assert_clean(dev: &Device, what: &str) {
 pub fn traced_opcodes(dev: &Device) -> Vec<u16> {
     dev.trace().iter().map(|t| t.opcode).collect()
 }
+
+/// A small seeded generator (xorshift64*) for the random-sequence tests, so
+/// a failing seed replays exactly.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    #[allow(clippy::should_implement_trait)] // not an Iterator: never ends
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}

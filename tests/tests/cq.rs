@@ -7,7 +7,7 @@ use mlx5_driver::{Error, Event, Hca};
 use mlx5_regs::consts::errno;
 use mlx5_regs::CmdStatus;
 use mlx5_sim::{Device, SimConfig, SimHal};
-use mlx5_tests::{assert_clean, bring_up, device, MODES, PROFILES};
+use mlx5_tests::{assert_clean, bring_up, device, Rng, MODES, PROFILES};
 
 /// Inject send completions numbered by `wqe_counter` (the test's sequence
 /// number, 16 bits) with the byte count carrying the full number.
@@ -347,20 +347,6 @@ fn resize_while_completions_arrive_from_the_device_thread_loses_nothing() {
     );
     hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
     teardown(&dev, hca, "threaded resize");
-}
-
-/// A small seeded generator (xorshift64*), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 #[test]

@@ -23,25 +23,11 @@ use mlx5_driver::verbs::{
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Delivery, Device, ExecMode, Profile, SimConfig, SimHal};
-use mlx5_tests::{assert_clean, bring_up};
+use mlx5_tests::{assert_clean, bring_up, Rng};
 
 const QPN: u32 = 0x51;
 const BUF: u64 = 256;
 const SLOTS: u64 = 1024;
-
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// What a CQ must return next.
 #[derive(Debug, Clone, Copy, PartialEq)]
