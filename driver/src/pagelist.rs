@@ -15,35 +15,6 @@ pub struct PageList {
 }
 
 impl PageList {
-    /// Describe `used_len` bytes starting at `iova` (page aligned) with the
-    /// smallest page size, from 4 KiB up, whose list has at most
-    /// `max_entries` entries and to which `iova` is aligned. `None` if no page
-    /// size fits (the buffer is too large for the command, or misaligned).
-    pub fn for_buffer(iova: u64, used_len: usize, max_entries: usize) -> Option<PageList> {
-        if !iova.is_multiple_of(PAGE_SIZE as u64) || used_len == 0 || max_entries == 0 {
-            return None;
-        }
-        let mut shift = 12u32;
-        loop {
-            let page = 1u64 << shift;
-            if !iova.is_multiple_of(page) {
-                return None;
-            }
-            let count = (used_len as u64).div_ceil(page) as usize;
-            if count <= max_entries {
-                return Some(PageList {
-                    first: iova,
-                    log_page_size: (shift - 12) as u8,
-                    count,
-                });
-            }
-            shift += 1;
-            if shift > 12 + 31 {
-                return None;
-            }
-        }
-    }
-
     /// Page size in bytes.
     pub fn page_size(&self) -> u64 {
         1u64 << (self.log_page_size as u32 + 12)
@@ -55,6 +26,11 @@ impl PageList {
         (0..self.count).map(move |i| self.first + i as u64 * page)
     }
 }
+
+/// Page-list entries a context command (CREATE_CQ, MODIFY_CQ, CREATE_SRQ,
+/// CREATE_RMP: the list starts at byte 0x110, facts §3) can carry in the
+/// largest command the command queue sends.
+pub const MAX_CONTEXT_PAGES: usize = (crate::cmd::MAX_CMD_LEN - 0x110) / 8;
 
 /// Allocate DMA memory for a firmware buffer of `len` bytes that must be
 /// described by at most `max_entries` pages. The page size is the smallest
@@ -107,21 +83,15 @@ mod tests {
     }
 
     #[test]
-    fn four_k_pages_when_they_fit() {
-        let p = PageList::for_buffer(0x1_0000, 3 * 4096 + 1, 16).unwrap();
-        assert_eq!((p.log_page_size, p.count), (0, 4));
-        let mut it = p.iter();
-        assert_eq!(it.len(), 4);
-        assert_eq!(it.nth(3), Some(0x1_3000));
-    }
-
-    #[test]
-    fn larger_pages_when_the_list_would_be_too_long() {
-        let p = PageList::for_buffer(0x40_0000, 64 << 20, 512).unwrap();
-        assert_eq!(p.page_size(), 128 << 10);
-        assert_eq!(p.count, 512);
-        // Misaligned for any larger page: impossible.
-        assert_eq!(PageList::for_buffer(0x40_1000, 64 << 20, 512), None);
-        assert_eq!(PageList::for_buffer(0x40_0800, 4096, 512), None);
+    fn page_addresses_step_by_the_page_size() {
+        let p = PageList {
+            first: 0x40_0000,
+            log_page_size: 2,
+            count: 3,
+        };
+        assert_eq!(p.page_size(), 16 << 10);
+        let v: [u64; 3] = core::array::from_fn(|i| p.iter().nth(i).unwrap());
+        assert_eq!(v, [0x40_0000, 0x40_4000, 0x40_8000]);
+        assert_eq!(p.iter().len(), 3);
     }
 }

@@ -9,6 +9,7 @@ use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord, ResizeCopyError};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::Error;
 use crate::hca::Hca;
+use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
 
 /// Options of a new CQ.
@@ -132,9 +133,6 @@ impl<H: Hal> Cq<H> {
     }
 }
 
-/// Entries a command's page list can hold after the fixed part at 0x110.
-const MAX_PAS: usize = (MAX_CMD_LEN - 0x110) / 8;
-
 /// `log2(roundup_pow2(entries + 1))`: mlx5 keeps one entry free.
 fn log_for(entries: u32) -> u8 {
     let n = (entries as u64 + 1).next_power_of_two();
@@ -162,7 +160,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     pub fn create_cq(&self, entries: u32, opts: CqOptions) -> Result<Cq<H>, Error> {
         let log = self.cq_log_size(entries)?;
         let hal = self.hal().clone();
-        let (ring, pages) = CqRing::new_paged(&hal, log, opts.cqe_size, MAX_PAS)?;
+        let (ring, pages) = CqRing::new_paged(&hal, log, opts.cqe_size, MAX_CONTEXT_PAGES)?;
         let dbr = DoorbellRecord::new(&hal)?;
         let eqn = self.comp_eqn();
         let uar = self.uar();
@@ -272,7 +270,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             return Ok(());
         }
         let cqe_size = cq.ring.cqe_size();
-        let (mut new_ring, pages) = CqRing::new_paged(&cq.hal, log, cqe_size, MAX_PAS)?;
+        let (mut new_ring, pages) = CqRing::new_paged(&cq.hal, log, cqe_size, MAX_CONTEXT_PAGES)?;
         let mut input = [0u8; MAX_CMD_LEN];
         let len = cmd::resize_cq(&mut input, cq.cqn, log, cqe_size, &pages)?;
         let mut out = [0u8; cmd::MODIFY_CQ_OUT];

@@ -9,6 +9,7 @@ use crate::cmd::MAX_CMD_LEN;
 use crate::cq::{Cq, Cqe, CqeStatus};
 use crate::error::Error;
 use crate::hca::Hca;
+use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
 use mlx5_regs::consts::ctx::INVALID_LKEY;
 use mlx5_regs::CqeOpcode;
@@ -246,9 +247,6 @@ impl<H: Hal> Srq<H> {
     }
 }
 
-/// Entries a command's page list can hold after the fixed part at 0x110.
-const MAX_PAS: usize = (MAX_CMD_LEN - 0x110) / 8;
-
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
     /// Create an SRQ for at least `max_wr` receive requests of up to
     /// `max_sge` scatter entries each: an RMP when the device runs ISSI 1, a
@@ -293,7 +291,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             (false, Some(c)) => Some(c.cqn()),
             (false, None) => return Err(Error::InvalidArgument("an ISSI 0 SRQ names a CQ")),
         };
-        let (ring, pages) = SrqRing::new_paged(self.hal(), geo, MAX_PAS)?;
+        let (ring, pages) = SrqRing::new_paged(self.hal(), geo, MAX_CONTEXT_PAGES)?;
         let params = SrqParams {
             log_wqe_cnt: geo.log_wqe_cnt,
             log_stride: geo.log_stride,
