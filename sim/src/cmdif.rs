@@ -82,16 +82,9 @@ impl State {
                 )));
                 continue;
             }
-            let eiova = self.cmdq_base() + ((slot as u64) << LOG_CMDQ_STRIDE);
-            let mut ent = [0u8; 64];
-            if self
-                .rd(eiova, &mut ent, &|| {
-                    format!("command entry read slot {slot}")
-                })
-                .is_err()
-            {
+            let Some(ent) = self.read_entry(slot) else {
                 continue;
-            }
+            };
             if !qe::ownership.get(&ent) {
                 self.violations.push(Violation::Doorbell(format!(
                     "doorbell for slot {slot} whose entry is owned by software (ownership bit 0)"
@@ -138,6 +131,23 @@ impl State {
         }
     }
 
+    /// Device address of the command queue entry of `slot`.
+    fn entry_iova(&self, slot: usize) -> u64 {
+        self.cmdq_base() + ((slot as u64) << LOG_CMDQ_STRIDE)
+    }
+
+    /// The 64-byte command queue entry of `slot`, read through the IOMMU; a
+    /// fault is recorded by `rd` and yields `None`.
+    fn read_entry(&mut self, slot: usize) -> Option<[u8; 64]> {
+        let eiova = self.entry_iova(slot);
+        let mut ent = [0u8; 64];
+        self.rd(eiova, &mut ent, &|| {
+            format!("command entry read slot {slot}")
+        })
+        .ok()?;
+        Some(ent)
+    }
+
     /// Execute the command in `slot` and complete it.
     pub(crate) fn exec_slot(&mut self, slot: usize) {
         if self.fatal.is_some() {
@@ -145,16 +155,10 @@ impl State {
             self.slots[slot] = Slot::Stalled;
             return;
         }
-        let eiova = self.cmdq_base() + ((slot as u64) << LOG_CMDQ_STRIDE);
-        let mut ent = [0u8; 64];
-        if self
-            .rd(eiova, &mut ent, &|| {
-                format!("command entry read slot {slot}")
-            })
-            .is_err()
-        {
+        let eiova = self.entry_iova(slot);
+        let Some(mut ent) = self.read_entry(slot) else {
             return;
-        }
+        };
         let t0 = self.slot_rung_at[slot];
         let inline = qe::command_input_inline_data.get(&ent);
         let opcode = cmd_in::opcode.get(inline);
