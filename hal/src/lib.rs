@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod barrier;
+mod copy;
 mod dma;
 #[cfg(feature = "host")]
 pub mod host;
