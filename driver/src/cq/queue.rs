@@ -284,9 +284,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         match copied {
             Ok(_) => Ok(()),
             Err(ResizeCopyError::NotSoftwareOwned { index }) => Err(Error::ResizeCopy { index }),
-            Err(ResizeCopyError::ResizeCqeMissing) => Err(Error::ResizeCopy {
-                index: cq.ring.consumer_index(),
-            }),
+            // (The new ring was made with the old CQE size: no mismatch.)
+            Err(ResizeCopyError::ResizeCqeMissing | ResizeCopyError::CqeSizeMismatch) => {
+                Err(Error::ResizeCopy {
+                    index: cq.ring.consumer_index(),
+                })
+            }
         }
     }
 }

@@ -23,6 +23,25 @@ mod off {
     pub const OP_OWN: usize = 0x3f;
 }
 
+/// Entries whose owner bytes the resize copy checks with one branch.
+const GROUP: usize = 8;
+
+/// `STOP[pass][op_own]`: nonzero when the resize walk, expecting owner bit
+/// `pass`, must stop at an entry with this owner byte: still hardware-owned
+/// (the other owner bit, or opcode INVALID), or the RESIZE_CQ CQE itself.
+static STOP: [[u8; 256]; 2] = {
+    let mut t = [[0u8; 256]; 2];
+    let mut x = 0;
+    while x < 256 {
+        let op = (x >> 4) as u8;
+        let end = op == CqeOpcode::INVALID.0 || op == CqeOpcode::RESIZE_CQ.0;
+        t[0][x] = (end || x & 1 != 0) as u8;
+        t[1][x] = (end || x & 1 == 0) as u8;
+        x += 1;
+    }
+    t
+};
+
 /// CQE size, as programmed in `cqc.cqe_sz`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CqeSize {
@@ -323,87 +342,131 @@ impl<H: Hal> CqRing<H> {
     /// (then `new` keeps what was copied and its consumer index is set just
     /// past the stopping point).
     pub fn copy_into_resized(&self, new: &mut CqRing<H>) -> Result<usize, ResizeCopyError> {
-        let start = self.consumer_index;
-        // Phase 1: ownership only. Walk the owner bytes up to the RESIZE_CQ
-        // CQE; `count` entries are to be copied, `outcome` says how the walk
-        // ended.
-        let limit = new.nent().min(self.nent());
-        let mut i = start;
-        let outcome = loop {
-            let op_own = self.op_own(i);
-            if !self.sw_owned(i, op_own) {
-                break Err(ResizeCopyError::NotSoftwareOwned { index: i });
-            }
-            if op_own >> 4 == CqeOpcode::RESIZE_CQ.0 {
-                break Ok(());
-            }
-            if i.wrapping_sub(start) as usize >= limit {
-                break Err(ResizeCopyError::ResizeCqeMissing);
-            }
-            i = i.wrapping_add(1);
-        };
-        let count = i.wrapping_sub(start) as usize;
-        // One read barrier for the whole batch: every body read below is at
-        // least as new as the owner byte read above (facts §5).
-        barrier::dma_rmb();
-        // Phase 2: copy `count` CQEs, old running index j to new index j + 1,
-        // in runs that wrap neither ring (one bounds check per run).
-        match self.cqe_size {
-            CqeSize::B64 => self.copy_runs::<64, 0, 56>(new, start, count),
-            CqeSize::B128 => self.copy_runs::<128, 64, 120>(new, start, count),
+        if new.cqe_size != self.cqe_size {
+            return Err(ResizeCopyError::CqeSizeMismatch);
         }
-        match outcome {
+        let (copied, stop) = match self.cqe_size {
+            CqeSize::B64 => self.copy_chunks::<64, 63, { 64 * GROUP }>(new),
+            CqeSize::B128 => self.copy_chunks::<128, 127, { 128 * GROUP }>(new),
+        };
+        // The walk stopped at old running index `end`.
+        let end = self.consumer_index.wrapping_add(copied as u32);
+        match stop {
             Ok(()) => {
-                new.consumer_index = start.wrapping_add(1);
-                Ok(count)
+                new.consumer_index = self.consumer_index.wrapping_add(1);
+                Ok(copied)
             }
             Err(e) => {
                 // Best guess for where firmware continues: right after the
                 // missing resize CQE.
-                new.consumer_index = i.wrapping_add(1);
+                new.consumer_index = end.wrapping_add(1);
                 Err(e)
             }
         }
     }
 
-    /// Copy the CQEs at old running indices `start .. start + count` to new
-    /// indices `start + 1 ..`, with the owner bit of the new ring's pass.
-    /// `S` is the entry stride (both rings have the same CQE size); the
-    /// 64-byte CQE is the last 64 bytes of an entry, at `CQE = S - 64`, its
-    /// last word at `TAIL = S - 8` (spelled out: no const arithmetic on
-    /// generics in stable Rust; checked below).
+    /// The resize copy for entries of `S` bytes (`OWN` = `S - 1`, the owner
+    /// byte's offset in the entry; `G` = `GROUP · S`, the bytes of a group
+    /// of entries whose owner bytes are checked together; no const
+    /// arithmetic on generics in stable Rust, checked below).
+    ///
+    /// It works in chunks that wrap neither ring and fit in L1 (`CHUNK`
+    /// entries): first the owner bytes of the chunk are checked (software
+    /// owned, of this pass, not the resize CQE), then one read barrier, then
+    /// the verified entries are copied whole (both halves of a 128-byte CQE,
+    /// as rdma-core does) with one wide volatile copy. Inside a chunk the old
+    /// and the new pass bits are each constant, so rewriting the owner bit
+    /// for the new ring is one XOR mask for the whole chunk, applied by the
+    /// copy itself. The walk never visits more than `min(old, new)` entries,
+    /// so it cannot lap either ring.
+    ///
+    /// Nothing reads the copied slots concurrently: the device only writes
+    /// the new ring from the resize CQE's index + 1 on (facts §8) and never
+    /// reads CQEs, and the only consumer is the caller, who holds `new`
+    /// mutably. So the copy needs no body-before-owner store order.
+    ///
+    /// Returns how many entries were copied and how the walk ended.
     #[inline(always)]
-    fn copy_runs<const S: usize, const CQE: usize, const TAIL: usize>(
+    fn copy_chunks<const S: usize, const OWN: usize, const G: usize>(
         &self,
         new: &CqRing<H>,
-        start: u32,
-        count: usize,
-    ) {
-        const { assert!(CQE + 64 == S && TAIL + 8 == S) };
+    ) -> (usize, Result<(), ResizeCopyError>) {
+        const { assert!(OWN + 1 == S && G == GROUP * S) };
+        /// Entries checked, then copied, at a time: 4 KiB of 64-byte CQEs.
+        const CHUNK: usize = 64;
         let (old_n, new_n) = (self.nent(), new.nent());
-        let mut j = start;
-        let mut left = count;
-        while left > 0 {
-            let src_slot = j as usize & (old_n - 1);
-            let dst_index = j.wrapping_add(1);
-            let dst_slot = dst_index as usize & (new_n - 1);
-            let run = left.min(old_n - src_slot).min(new_n - dst_slot);
-            let pass = ((dst_index >> new.log_nent) & 1) as u64;
-            let src = self.buf.windows::<S>(self.base + src_slot * S, run);
-            let dst = new.buf.windows::<S>(new.base + dst_slot * S, run);
-            for (s, d) in src.zip(dst) {
-                // Body first (wide volatile copies), then the last 8 bytes
-                // in one aligned store carrying the ownership byte (byte 63
-                // of the CQE, the low byte of its big-endian word): a reader
-                // of the new ring never sees a valid owner over a
-                // half-copied body.
-                s.copy_to::<CQE, 56>(&d);
-                let tail = s.read_be64::<TAIL>();
-                barrier::dma_wmb();
-                d.write_be64::<TAIL>((tail & !1) | pass);
+        let limit = old_n.min(new_n);
+        let start = self.consumer_index;
+        let mut copied = 0usize;
+        loop {
+            let i = start.wrapping_add(copied as u32);
+            let src_slot = i as usize & (old_n - 1);
+            let old_pass = ((i >> self.log_nent) & 1) as u8;
+            if copied == limit {
+                // As many entries as the smaller ring holds and still no
+                // resize CQE: look at the next one only to say why.
+                let op_own = self.op_own(i);
+                return (
+                    copied,
+                    if (op_own >> 4) == CqeOpcode::INVALID.0 || (op_own & 1) != old_pass {
+                        Err(ResizeCopyError::NotSoftwareOwned { index: i })
+                    } else if op_own >> 4 == CqeOpcode::RESIZE_CQ.0 {
+                        Ok(())
+                    } else {
+                        Err(ResizeCopyError::ResizeCqeMissing)
+                    },
+                );
             }
-            j = j.wrapping_add(run as u32);
-            left -= run;
+            let dst_index = i.wrapping_add(1);
+            let dst_slot = dst_index as usize & (new_n - 1);
+            let new_pass = ((dst_index >> new.log_nent) & 1) as u8;
+            let run = CHUNK
+                .min(limit - copied)
+                .min(old_n - src_slot)
+                .min(new_n - dst_slot);
+            // Check the chunk's owner bytes; `ok` entries may be copied.
+            // Fast pass: groups of GROUP entries, one table lookup per entry
+            // and one branch per group (four branches per entry made this
+            // walk cost as much as the copy). Slow pass: entry by entry from
+            // the first group that holds a stop (or the last partial group),
+            // to find exactly where and why the walk ends.
+            let src_off = self.base + src_slot * S;
+            let mut ok = 0;
+            let stop_at = &STOP[old_pass as usize];
+            for g in self.buf.windows::<G>(src_off, run / GROUP) {
+                let own = g.read_u8_strided::<OWN, S, GROUP>();
+                if own.iter().fold(0, |acc, &b| acc | stop_at[b as usize]) != 0 {
+                    break;
+                }
+                ok += GROUP;
+            }
+            let mut stop = None;
+            for w in self.buf.windows::<S>(src_off + ok * S, run - ok) {
+                let op_own = w.read_u8::<OWN>();
+                let op = op_own >> 4;
+                if op == CqeOpcode::INVALID.0 || (op_own & 1) != old_pass {
+                    stop = Some(Err(ResizeCopyError::NotSoftwareOwned {
+                        index: i.wrapping_add(ok as u32),
+                    }));
+                    break;
+                }
+                if op == CqeOpcode::RESIZE_CQ.0 {
+                    stop = Some(Ok(()));
+                    break;
+                }
+                ok += 1;
+            }
+            // One read barrier for the chunk: every body read below is at
+            // least as new as the owner bytes read above (facts §5).
+            barrier::dma_rmb();
+            let mut mask = [0u8; S];
+            mask[OWN] = old_pass ^ new_pass;
+            new.buf
+                .copy_entries_from::<S>(new.base + dst_slot * S, &self.buf, src_off, ok, &mask);
+            copied += ok;
+            if let Some(stop) = stop {
+                return (copied, stop);
+            }
         }
     }
 
@@ -445,6 +508,9 @@ pub enum ResizeCopyError {
     },
     /// No RESIZE_CQ CQE within a whole ring (or more CQEs than the new ring holds).
     ResizeCqeMissing,
+    /// The new ring's CQE size differs from the old one's (rdma-core and
+    /// the kernel refuse such a resize too); nothing was copied.
+    CqeSizeMismatch,
 }
 
 /// A CQ doorbell record (facts §5): 8 bytes of DMA memory, word 0 = consumer
