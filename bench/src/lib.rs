@@ -127,20 +127,25 @@ pub fn prefill_eq(ring: &DmaRegion<HostHal>, log_size: u8, pass: u32) {
     }
 }
 
-/// Set up `old` (consumer index 0) for a resize copy: `n` software-owned
-/// receive CQEs at running indices `0..n`, then the RESIZE_CQ CQE firmware
-/// writes at index `n`. `old` must have more than `n` entries.
-pub fn prefill_resize(old: &CqRing<HostHal>, n: usize) {
+/// Set up `old` for a resize copy from its consumer index `first` (a
+/// running index): `n` software-owned receive CQEs at running indices
+/// `first .. first + n`, then the RESIZE_CQ CQE firmware writes at
+/// `first + n`, each with the owner bit of its pass. `old` must have more
+/// than `n` entries.
+pub fn prefill_resize(old: &CqRing<HostHal>, first: u32, n: usize) {
     assert!(n < old.nent(), "the resize CQE must fit");
     let stride = old.cqe_size().stride();
     let r = old.region();
     for i in 0..=n {
-        let cqe = old.base_offset() + i * stride + stride - 64;
+        let idx = first.wrapping_add(i as u32);
+        let slot = idx as usize & (old.nent() - 1);
+        let owner = ((idx >> old.log_nent()) & 1) as u8;
+        let cqe = old.base_offset() + slot * stride + stride - 64;
         let opcode: u8 = if i == n { 5 } else { 2 }; // RESIZE_CQ / RESP_SEND
         r.write_be32(cqe + 0x20, 0x42);
         r.write_be32(cqe + 0x2c, i as u32);
         r.write_be32(cqe + 0x38, 0x1234);
         r.write_be16(cqe + 0x3c, i as u16);
-        r.write_u8(cqe + 0x3f, opcode << 4); // owner 0: pass 0
+        r.write_u8(cqe + 0x3f, (opcode << 4) | owner);
     }
 }
