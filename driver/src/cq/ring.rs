@@ -26,17 +26,37 @@ mod off {
 /// Entries whose owner bytes the resize copy checks with one branch.
 const GROUP: usize = 8;
 
-/// `STOP[pass][op_own]`: nonzero when the resize walk, expecting owner bit
-/// `pass`, must stop at an entry with this owner byte: still hardware-owned
-/// (the other owner bit, or opcode INVALID), or the RESIZE_CQ CQE itself.
+/// Is a CQE with owner byte `op_own` software-owned in a pass whose owner
+/// bit is `pass` (facts §5)? Not if firmware has not written it (opcode
+/// INVALID, the initial 0xf0) or it belongs to the other pass.
+#[inline(always)]
+const fn sw_owned_byte(op_own: u8, pass: u8) -> bool {
+    (op_own >> 4) != CqeOpcode::INVALID.0 && (op_own & 1) == pass
+}
+
+/// Where the resize walk (facts §8) stops at the entry of running index
+/// `index` with owner byte `op_own`, expecting owner bit `pass`: `None` to
+/// copy it and go on, `Some(Ok(()))` at the RESIZE_CQ CQE, `Some(Err(..))`
+/// at an entry still hardware-owned.
+#[inline(always)]
+const fn walk_stop(op_own: u8, pass: u8, index: u32) -> Option<Result<(), ResizeCopyError>> {
+    if !sw_owned_byte(op_own, pass) {
+        Some(Err(ResizeCopyError::NotSoftwareOwned { index }))
+    } else if op_own >> 4 == CqeOpcode::RESIZE_CQ.0 {
+        Some(Ok(()))
+    } else {
+        None
+    }
+}
+
+/// `STOP[pass][op_own]`: 1 where [`walk_stop`] stops, for the walk's fast
+/// pass (one lookup per entry instead of its branches).
 static STOP: [[u8; 256]; 2] = {
     let mut t = [[0u8; 256]; 2];
     let mut x = 0;
     while x < 256 {
-        let op = (x >> 4) as u8;
-        let end = op == CqeOpcode::INVALID.0 || op == CqeOpcode::RESIZE_CQ.0;
-        t[0][x] = (end || x & 1 != 0) as u8;
-        t[1][x] = (end || x & 1 == 0) as u8;
+        t[0][x] = walk_stop(x as u8, 0, 0).is_some() as u8;
+        t[1][x] = walk_stop(x as u8, 1, 0).is_some() as u8;
         x += 1;
     }
     t
@@ -216,8 +236,7 @@ impl<H: Hal> CqRing<H> {
     /// Is the CQE at running index `index` owned by software?
     #[inline(always)]
     fn sw_owned(&self, index: u32, op_own: u8) -> bool {
-        let pass = ((index >> self.log_nent) & 1) as u8;
-        (op_own >> 4) != CqeOpcode::INVALID.0 && (op_own & 1) == pass
+        sw_owned_byte(op_own, ((index >> self.log_nent) & 1) as u8)
     }
 
     /// Read the `op_own` byte of running index `index`.
@@ -405,16 +424,10 @@ impl<H: Hal> CqRing<H> {
             if copied == limit {
                 // As many entries as the smaller ring holds and still no
                 // resize CQE: look at the next one only to say why.
-                let op_own = self.op_own(i);
+                let stop = walk_stop(self.op_own(i), old_pass, i);
                 return (
                     copied,
-                    if (op_own >> 4) == CqeOpcode::INVALID.0 || (op_own & 1) != old_pass {
-                        Err(ResizeCopyError::NotSoftwareOwned { index: i })
-                    } else if op_own >> 4 == CqeOpcode::RESIZE_CQ.0 {
-                        Ok(())
-                    } else {
-                        Err(ResizeCopyError::ResizeCqeMissing)
-                    },
+                    stop.unwrap_or(Err(ResizeCopyError::ResizeCqeMissing)),
                 );
             }
             let dst_index = i.wrapping_add(1);
@@ -442,16 +455,8 @@ impl<H: Hal> CqRing<H> {
             }
             let mut stop = None;
             for w in self.buf.windows::<S>(src_off + ok * S, run - ok) {
-                let op_own = w.read_u8::<OWN>();
-                let op = op_own >> 4;
-                if op == CqeOpcode::INVALID.0 || (op_own & 1) != old_pass {
-                    stop = Some(Err(ResizeCopyError::NotSoftwareOwned {
-                        index: i.wrapping_add(ok as u32),
-                    }));
-                    break;
-                }
-                if op == CqeOpcode::RESIZE_CQ.0 {
-                    stop = Some(Ok(()));
+                stop = walk_stop(w.read_u8::<OWN>(), old_pass, i.wrapping_add(ok as u32));
+                if stop.is_some() {
                     break;
                 }
                 ok += 1;
