@@ -698,7 +698,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
         // 6. ISSI (Linux `mlx5_core_set_issi`): a firmware status on
         // QUERY_ISSI means ISSI 0; prefer 1.
-        let supported = match self.run::<_, { encode::QUERY_ISSI_OUT }>(encode::query_issi()) {
+        let issi: Result<[u8; encode::QUERY_ISSI_OUT], Error> = self.run(encode::query_issi());
+        let supported = match issi {
             Ok(out) => encode::parse_query_issi(&out).1,
             Err(Error::Command { .. }) => 0,
             Err(e) => return Err(e),
@@ -1090,7 +1091,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 note(
                     encode::dealloc_pd(pd)
                         .map_err(Error::from)
-                        .and_then(|i| self.run::<_, { encode::DEALLOC_PD_OUT }>(i).map(|_| ())),
+                        .and_then(|i| self.run(i).map(|_: [u8; encode::DEALLOC_PD_OUT]| ())),
                 );
             }
         }
@@ -1102,15 +1103,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if alive {
             for eq in eqs.iter().flatten() {
                 note(
-                    self.run::<_, { encode::DESTROY_EQ_OUT }>(encode::destroy_eq(eq.eqn()))
-                        .map(|_| ()),
+                    self.run(encode::destroy_eq(eq.eqn()))
+                        .map(|_: [u8; encode::DESTROY_EQ_OUT]| ()),
                 );
             }
             if let Some(uar) = self.uar.take() {
                 note(
                     encode::dealloc_uar(uar)
                         .map_err(Error::from)
-                        .and_then(|i| self.run::<_, { encode::DEALLOC_UAR_OUT }>(i).map(|_| ())),
+                        .and_then(|i| self.run(i).map(|_: [u8; encode::DEALLOC_UAR_OUT]| ())),
                 );
             }
             if self.progress.initialized {
@@ -1136,10 +1137,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             if self.progress.enabled {
                 self.progress.enabled = false;
                 note(
-                    self.run::<_, { encode::DISABLE_HCA_OUT }>(encode::disable_hca(
-                        self.embedded_cpu,
-                    ))
-                    .map(|_| ()),
+                    self.run(encode::disable_hca(self.embedded_cpu))
+                        .map(|_: [u8; encode::DISABLE_HCA_OUT]| ()),
                 );
             }
         }

@@ -126,7 +126,13 @@ pub(crate) mod x86 {
     fn detect_avx2() -> bool {
         use core::arch::x86_64::{__cpuid, __cpuid_count};
         // CPUID leaf 1, ECX: bit 27 OSXSAVE (XGETBV usable), bit 28 AVX.
-        let leaf1 = __cpuid(1);
+        // `__cpuid` is a safe function from Rust 1.94 on and unsafe before;
+        // the `unsafe` blocks keep the crate building on the declared
+        // rust-version (1.87), `unused_unsafe` silences them on newer ones.
+        // SAFETY: CPUID is available on every x86_64 CPU; leaves 0 and 1
+        // always exist and reading them has no side effect.
+        #[allow(unused_unsafe)]
+        let leaf1 = unsafe { __cpuid(1) };
         if leaf1.ecx & (1 << 27) == 0 || leaf1.ecx & (1 << 28) == 0 {
             return false;
         }
@@ -149,7 +155,11 @@ pub(crate) mod x86 {
         }
         // CPUID leaf 7 sub-leaf 0, EBX bit 5: AVX2 (leaf 7 exists when the
         // maximum basic leaf is at least 7).
-        __cpuid(0).eax >= 7 && __cpuid_count(7, 0).ebx & (1 << 5) != 0
+        // SAFETY: as above for leaf 0; leaf 7 is read only after leaf 0 says
+        // it exists.
+        #[allow(unused_unsafe)]
+        let avx2 = unsafe { __cpuid(0).eax >= 7 && __cpuid_count(7, 0).ebx & (1 << 5) != 0 };
+        avx2
     }
 
     /// 32-byte kernel.
