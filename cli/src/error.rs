@@ -5,7 +5,8 @@ use serde_json::{json, Value};
 
 /// Exit code: success.
 pub const EXIT_OK: i32 = 0;
-/// Exit code: the driver, the firmware or the model reported an error.
+/// Exit code: the driver, the firmware or the model reported an error, or
+/// the results could not be written to stdout.
 pub const EXIT_FAILED: i32 = 1;
 /// Exit code: bad command line (unknown opcode or field, an option that does
 /// not apply to the device).
@@ -13,19 +14,21 @@ pub const EXIT_USAGE: i32 = 2;
 /// Exit code: the device could not be opened.
 pub const EXIT_NO_DEVICE: i32 = 3;
 /// Exit code: the run finished but a check failed (a completion lost, a
-/// firmware page not returned, an object left behind).
+/// firmware page not returned, an object left behind, a requested fault
+/// that never fired).
 pub const EXIT_CHECK: i32 = 4;
 
 /// The exit-code table printed by `--help`.
 pub const EXIT_CODES: &str = "Exit codes:
   0  success
   1  the driver, firmware or model reported an error (the message names the
-     command, status and syndrome)
-  2  bad command line (unknown subcommand, opcode or field; a model-only
-     option on real hardware)
+     command, status and syndrome), or stdout could not be written
+  2  bad command line (unknown subcommand, opcode, field or device; a
+     malformed PCI address; a field given twice; a value out of range; a
+     model-only option on real hardware). Nothing was sent
   3  the device could not be opened (the message says what to fix)
   4  the run finished but a check failed (lost completion, page not
-     returned, object left behind)";
+     returned, object left behind, a fault option that never fired)";
 
 /// A failure of the tool.
 #[derive(Debug)]
@@ -63,6 +66,17 @@ pub enum CliError {
     /// A check failed.
     Check {
         /// What is wrong.
+        what: String,
+    },
+    /// A model-only fault option never fired: the run never sent the
+    /// command it names (or never reached the Nth command).
+    FaultNotFired {
+        /// Which options, and why.
+        what: String,
+    },
+    /// Writing the results to stdout failed (`mlx5 demo > /dev/full`).
+    Output {
+        /// The I/O error.
         what: String,
     },
 }
@@ -120,8 +134,10 @@ impl CliError {
         match self {
             CliError::Usage { .. } => EXIT_USAGE,
             CliError::NoDevice { .. } => EXIT_NO_DEVICE,
-            CliError::Driver { .. } | CliError::Failed { .. } => EXIT_FAILED,
-            CliError::Check { .. } => EXIT_CHECK,
+            CliError::Driver { .. } | CliError::Failed { .. } | CliError::Output { .. } => {
+                EXIT_FAILED
+            }
+            CliError::Check { .. } | CliError::FaultNotFired { .. } => EXIT_CHECK,
         }
     }
 
@@ -133,6 +149,8 @@ impl CliError {
             | CliError::Failed { what, .. } => what.clone(),
             CliError::Driver { step, err, .. } => format!("{step}: {err} (errno {})", err.errno()),
             CliError::Check { what } => format!("check failed: {what}"),
+            CliError::FaultNotFired { what } => what.clone(),
+            CliError::Output { what } => format!("cannot write the results to stdout: {what}"),
         }
     }
 
@@ -146,6 +164,12 @@ impl CliError {
             CliError::Check { .. } => Some(
                 "this is a driver or model bug; please report it with the output of `mlx5 trace`",
             ),
+            CliError::FaultNotFired { .. } => Some(
+                "a fault that never fires tests nothing: name a command this run sends (`mlx5 trace` lists them), or an N within its command count",
+            ),
+            CliError::Output { .. } => Some(
+                "free space on the output's device, or send stdout somewhere writable",
+            ),
         }
     }
 
@@ -157,6 +181,8 @@ impl CliError {
             CliError::Driver { .. } => "driver",
             CliError::Failed { .. } => "failed",
             CliError::Check { .. } => "check",
+            CliError::FaultNotFired { .. } => "fault_not_fired",
+            CliError::Output { .. } => "output",
         };
         let mut v = json!({
             "kind": kind,

@@ -17,8 +17,10 @@ macro_rules! outp {
     ($($t:tt)*) => { $crate::report::emit(&format!($($t)*)) };
 }
 
+mod args;
 mod caps;
 mod error;
+mod fields;
 mod rawcmd;
 mod report;
 mod scenario;
@@ -26,148 +28,38 @@ mod session;
 mod target;
 mod trace;
 
-use clap::{Args, Parser, Subcommand};
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
 use mlx5_sim::Device;
 use serde_json::{json, Value};
 
-use crate::error::{CliError, EXIT_CODES, EXIT_OK};
+use crate::args::{install_panic_hook, parse_args, print_json, Cli, Command};
+use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use crate::report::Report;
 use crate::scenario::Scenario;
 use crate::session::{bring_up, teardown, Env};
 use crate::target::{parse_faults, Target};
 use crate::trace::{Live, Tracer};
 
-const ABOUT: &str = "Drive an NVIDIA/Mellanox ConnectX (mlx5) NIC at register level: \
-on the built-in device model (default) or on real hardware through VFIO";
-
-const LONG_ABOUT: &str = "Drive an NVIDIA/Mellanox ConnectX (mlx5) NIC at register level, \
-with the mlx5-driver crate: bring the HCA up through the firmware command interface, create \
-completion and shared receive queues, poll event queues, tear down.
-
-Every subcommand runs on --device sim[:PROFILE] (the built-in device model; profiles cx4lx, \
-cx5, cx6dx, cx7; the default, runs on any machine) or --device vfio:DDDD:BB:DD.F (a ConnectX \
-bound to vfio-pci, see docs/hardware.md).
-
-Start with: mlx5 demo";
-
-#[derive(Parser)]
-#[command(name = "mlx5", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
-struct Cli {
-    #[command(flatten)]
-    global: Global,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Args)]
-struct Global {
-    /// The device: sim, sim:PROFILE (cx4lx, cx5, cx6dx, cx7) or vfio:DDDD:BB:DD.F
-    #[arg(long, global = true, default_value = "sim", value_name = "DEVICE")]
-    device: String,
-
-    /// JSON on stdout, for scripts (progress and errors still go to stderr)
-    #[arg(long, global = true)]
-    json: bool,
-
-    /// No progress lines on stderr
-    #[arg(long, short, global = true)]
-    quiet: bool,
-
-    /// Model only: the next command NAME fails with STATUS and SYNDROME
-    /// (e.g. create-cq:bad_param_err:0x1234); repeatable
-    #[arg(long, global = true, value_name = "NAME:STATUS:SYNDROME")]
-    fail_opcode: Vec<String>,
-
-    /// Model only: the next command NAME never completes (the driver times
-    /// out); repeatable
-    #[arg(long, global = true, value_name = "NAME")]
-    stall_opcode: Vec<String>,
-
-    /// Model only: the device dies (health syndrome FW_INTERNAL_ERR) after
-    /// the Nth firmware command
-    #[arg(long, global = true, value_name = "N")]
-    fatal_after: Option<u64>,
-
-    /// Command timeout in milliseconds [default: 60000, as Linux]
-    #[arg(long, global = true, value_name = "MS")]
-    cmd_timeout_ms: Option<u64>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// The whole mission, narrated: bring-up, CQ and SRQ, receives, the SRQ
-    /// limit event, CQ resize with completions waiting, teardown with every
-    /// firmware page back
-    #[command(after_help = EXIT_CODES)]
-    Demo,
-
-    /// The device's capabilities, decoded and grouped
-    #[command(after_help = EXIT_CODES)]
-    Caps {
-        /// Also list every non-zero field of the raw cmd_hca_cap block
-        #[arg(long)]
-        all: bool,
-    },
-
-    /// Send one firmware command by name with field values, print the
-    /// decoded output, status and syndrome
-    #[command(after_help = "Examples:
-  mlx5 cmd query-hca-cap op_mod=1
-  mlx5 cmd create-cq cq_context.log_cq_size=10
-  mlx5 cmd nop
-  mlx5 cmd query-eq eq_number=0 --json
-
-Field names are the mlx5-regs (mlx5_ifc.h) layout names, dotted for
-sub-structures (cq_context.log_cq_size) and indexed for arrays (pas[0]).
-Values are decimal or 0x hex. Bring-up provides pages, the UAR and the EQs;
-for create-cq and create-eq the tool also provides the ring, its page list
-and the doorbell record unless given, and destroys what a command created
-before tearing down.
-
-Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
-2 bad command line, 3 device not available.")]
-    Cmd {
-        /// Command name (query-hca-cap, create-cq, nop, ... or a number)
-        name: String,
-        /// field=value pairs
-        fields: Vec<String>,
-        /// Print zero fields of the output too
-        #[arg(long)]
-        all_fields: bool,
-    },
-
-    /// Run a scenario printing every firmware command with decoded input
-    /// and output, status, syndrome and latency
-    #[command(after_help = EXIT_CODES)]
-    Trace {
-        /// Which scenario
-        #[arg(long, value_enum, default_value = "demo")]
-        scenario: Scenario,
-        /// Add the Linux mlx5_core-style hexdump of every command
-        #[arg(long)]
-        hexdump: bool,
-    },
-
-    /// Run a scenario, then print per-opcode counts, failures and latencies
-    #[command(after_help = EXIT_CODES)]
-    Stats {
-        /// Which scenario
-        #[arg(long, value_enum, default_value = "demo")]
-        scenario: Scenario,
-    },
-}
-
 fn main() {
-    let cli = Cli::parse();
-    let (value, res) = dispatch(&cli);
+    install_panic_hook();
+    let cli = parse_args();
+    let (mut value, mut res) = dispatch(&cli);
+    // Output that could not be written is a failure of the run, unless a
+    // more specific one came first.
+    if let Some(w) = report::write_error() {
+        if res.is_ok() {
+            res = Err(CliError::Output { what: w });
+        } else {
+            eprintln!("mlx5: error: cannot write the results to stdout: {w}");
+        }
+    }
     let code = match &res {
         Ok(()) => EXIT_OK,
         Err(e) => e.exit_code(),
     };
     if cli.global.json {
-        let mut doc = match value {
+        let mut doc = match value.take() {
             Value::Object(m) => Value::Object(m),
             Value::Null => json!({}),
             other => json!({ "result": other }),
@@ -177,16 +69,18 @@ fn main() {
         if let Err(e) = &res {
             doc["error"] = e.to_json();
         }
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&doc).unwrap_or_else(|_| "{}".into())
-        );
+        print_json(&doc);
     }
     if let Err(e) = &res {
         eprintln!("mlx5: error: {}", e.message());
         if let Some(h) = e.hint() {
             eprintln!("mlx5: what to do: {h}");
         }
+    }
+    // The JSON document itself may be what could not be written.
+    if let (Ok(()), Some(w)) = (&res, report::write_error()) {
+        eprintln!("mlx5: error: cannot write the results to stdout: {w}");
+        std::process::exit(EXIT_FAILED);
     }
     std::process::exit(code);
 }
@@ -228,6 +122,7 @@ fn dispatch(cli: &Cli) -> Outcome {
             };
             let mut out = subcommand(cli, dev.hal(), &env, &tracer);
             add_device(&mut out.0, &target, Some(&dev), &faults);
+            check_faults_fired(&mut out, &faults, &dev, &tracer);
             out
         }
         Target::Vfio(addr) => {
@@ -248,6 +143,30 @@ fn dispatch(cli: &Cli) -> Outcome {
             let mut out = subcommand(cli, plat, &env, &tracer);
             add_device(&mut out.0, &target, None, &faults);
             out
+        }
+    }
+}
+
+/// A fault option that never fired tested nothing: say so, and fail the
+/// run (exit 4) unless it already failed for another reason.
+fn check_faults_fired(out: &mut Outcome, faults: &target::Faults, dev: &Device, t: &Tracer) {
+    let unfired = faults.unfired(dev, t.fatal_fired(), t.count());
+    if unfired.is_empty() {
+        return;
+    }
+    if let Value::Object(m) = &mut out.0 {
+        m.insert("unfired_faults".into(), json!(unfired));
+    }
+    match &out.1 {
+        Ok(()) => {
+            out.1 = Err(CliError::FaultNotFired {
+                what: unfired.join("; "),
+            })
+        }
+        Err(_) => {
+            for u in &unfired {
+                eprintln!("mlx5: note: {u}");
+            }
         }
     }
 }
@@ -355,22 +274,17 @@ fn latency_kind(env: &Env<'_>) -> &'static str {
 }
 
 fn finish_scenario(
-    res: Result<scenario::Summary, CliError>,
+    (sum, res): (scenario::Summary, Result<(), CliError>),
     env: &Env<'_>,
     t: &Tracer,
     r: &mut Report,
     extra: Option<(&str, Value)>,
 ) -> Outcome {
-    let (summary, result) = match res {
-        Ok(sum) => {
-            let c = scenario::conclude(&sum, env, t, r);
-            (sum.to_json(), c)
-        }
-        Err(e) => (Value::Null, Err(e)),
-    };
+    let checks = scenario::conclude(&sum, env, t, r, res.as_ref().err());
+    let result = res.and(checks);
     let mut v = json!({
         "steps": r.take_steps(),
-        "summary": summary,
+        "summary": sum.to_json(),
         "commands_sent": t.count(),
     });
     if let Some((k, x)) = extra {
@@ -472,16 +386,11 @@ fn caps_cmd<H: Hal>(
             .collect();
         v["cmd_hca_cap"] = Value::Object(m);
     }
-    let td = teardown(hca, env, &mut r);
-    let res = td.and_then(|s| {
-        if !json_mode {
-            outln!(
-                "\nteardown: {} pages given, {} returned{}",
-                s.pages_given,
-                s.pages_returned,
-                if s.clean() { ", all back" } else { "" }
-            );
-        }
+    let (s, td) = teardown(hca, env, &mut r);
+    if !json_mode {
+        print_teardown(&s);
+    }
+    let res = td.and_then(|()| {
         if s.clean() {
             Ok(())
         } else {
@@ -525,18 +434,31 @@ fn cmd_cmd<H: Hal>(
     let (mut v, res) = rawcmd::run(&hca, t, env.model.is_some(), name, fields, all, &mut r);
     let sent = t.count() - before;
     let mut quiet = Report::new(json_mode, false, progress);
-    let td = teardown(hca, env, &mut quiet);
+    let (s, td) = teardown(hca, env, &mut quiet);
     if let Value::Object(m) = &mut v {
         m.insert("commands_sent".into(), json!(sent));
     }
-    if let (Ok(s), false) = (&td, json_mode) {
-        outln!(
+    if !json_mode {
+        print_teardown(&s);
+    }
+    let res = res.and(td);
+    (v, res)
+}
+
+/// The one-line teardown result of `caps` and `cmd`.
+fn print_teardown(s: &session::TeardownSummary) {
+    match &s.failed {
+        None => outln!(
             "\nteardown: {} pages given, {} returned{}",
             s.pages_given,
             s.pages_returned,
             if s.clean() { ", all back" } else { "" }
-        );
+        ),
+        Some(why) => outln!(
+            "\nteardown failed ({why}): {} pages given, {} returned, {} still held by firmware",
+            s.pages_given,
+            s.pages_returned,
+            s.pages_left
+        ),
     }
-    let res = res.and_then(|()| td.map(|_| ()));
-    (v, res)
 }

@@ -8,251 +8,17 @@
 use mlx5_driver::cmd::MAX_CMD_LEN;
 use mlx5_driver::stats::CmdOutcome;
 use mlx5_hal::{DmaRegion, Hal};
+use mlx5_regs::consts::reg_id;
 use mlx5_regs::decode::{decode_command, DecodeOptions, Direction};
-use mlx5_regs::field::{read_bits, write_bits};
-use mlx5_regs::{Kind, Layout, Opcode};
+use mlx5_regs::layouts::{access_register_in, access_register_out, register_host_endianness};
+use mlx5_regs::{Layout, Opcode};
 use serde_json::{json, Map, Value};
 
 use crate::error::CliError;
+use crate::fields::{out_field, Input};
 use crate::report::Report;
 use crate::session::TracedHca;
-use crate::target::parse_u64;
 use crate::trace::{fmt_ns, outcome_json, outcome_text, Tracer};
-
-/// A field resolved inside a layout.
-#[derive(Debug, Clone, Copy)]
-struct Place {
-    name: &'static str,
-    bit_off: u32,
-    width: u32,
-    bytes: bool,
-    /// Bytes the buffer must have for this field.
-    need: usize,
-}
-
-fn leaf_names(l: &Layout, prefix: &str, out: &mut Vec<String>) {
-    for f in l.fields {
-        if f.name.starts_with("reserved") {
-            continue;
-        }
-        let n = if prefix.is_empty() {
-            f.name.to_string()
-        } else {
-            format!("{prefix}.{}", f.name)
-        };
-        match f.kind {
-            Kind::Sub(sub) => leaf_names(sub, &n, out),
-            Kind::Array { .. } => out.push(format!("{n}[i]")),
-            _ => out.push(n),
-        }
-    }
-}
-
-fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliError> {
-    let parts: Vec<&str> = path.split('.').collect();
-    let mut cur = layout;
-    let mut base = 0u32;
-    for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        let (name, idx) = match part.split_once('[') {
-            Some((n, rest)) => {
-                let idx = rest
-                    .strip_suffix(']')
-                    .and_then(|s| parse_u64(s).ok())
-                    .ok_or_else(|| {
-                        CliError::usage(
-                            format!("bad array index in '{path}'"),
-                            "write array elements as name[3]=value",
-                        )
-                    })?;
-                (n, Some(idx as u32))
-            }
-            None => (*part, None),
-        };
-        let Some(f) = cur.field(name) else {
-            let mut all = Vec::new();
-            leaf_names(layout, "", &mut all);
-            let want = name.to_ascii_lowercase();
-            let close: Vec<String> = all
-                .iter()
-                .filter(|n| {
-                    let last = n.rsplit('.').next().unwrap_or("").trim_end_matches("[i]");
-                    let stem = &want[..want.len().min(5)];
-                    last.contains(want.as_str())
-                        || (want.len() >= 4 && want.contains(last) && last.len() >= 4)
-                        || (stem.len() >= 3 && last.starts_with(stem))
-                })
-                .take(8)
-                .cloned()
-                .collect();
-            let hint = if close.is_empty() {
-                format!("fields: {}", all.join(", "))
-            } else {
-                format!("did you mean: {}?", close.join(", "))
-            };
-            return Err(CliError::usage(
-                format!("'{path}' is not a field of {}", layout.name),
-                hint,
-            ));
-        };
-        let off = base + f.bit_off;
-        match (f.kind, last, idx) {
-            (Kind::Sub(sub), false, None) => {
-                base = off;
-                cur = sub;
-            }
-            (Kind::Sub(_), true, _) => {
-                return Err(CliError::usage(
-                    format!("'{path}' is a structure, not a field"),
-                    format!("set one of its fields, e.g. {path}.<field>"),
-                ))
-            }
-            (Kind::Scalar, true, None) => {
-                let need = if f.width == 64 {
-                    off / 8 + 8
-                } else {
-                    off / 32 * 4 + 4
-                };
-                return Ok(Place {
-                    name: f.name,
-                    bit_off: off,
-                    width: f.width,
-                    bytes: false,
-                    need: need as usize,
-                });
-            }
-            (Kind::Bytes | Kind::Union(_), true, None) => {
-                return Ok(Place {
-                    name: f.name,
-                    bit_off: off,
-                    width: f.width,
-                    bytes: true,
-                    need: ((off + f.width) / 8) as usize,
-                })
-            }
-            (Kind::Array { count }, true, Some(i)) => {
-                if count > 0 && i >= count {
-                    return Err(CliError::usage(
-                        format!("'{path}': {name} has {count} elements"),
-                        format!("use an index below {count}"),
-                    ));
-                }
-                let bit = off + i * f.width;
-                if count == 0 && (bit / 8) as usize + (f.width / 8) as usize > MAX_CMD_LEN {
-                    return Err(CliError::usage(
-                        format!("'{path}': the command would exceed {MAX_CMD_LEN} bytes"),
-                        "fewer elements",
-                    ));
-                }
-                return Ok(Place {
-                    name: f.name,
-                    bit_off: bit,
-                    width: f.width,
-                    bytes: false,
-                    need: ((bit + f.width) / 8) as usize,
-                });
-            }
-            (Kind::Array { .. }, _, None) => {
-                return Err(CliError::usage(
-                    format!("'{path}' is an array"),
-                    format!("set elements one by one: {name}[0]=..."),
-                ))
-            }
-            _ => {
-                return Err(CliError::usage(
-                    format!("'{path}' does not name a field"),
-                    "use dotted names of the mlx5_ifc.h layout, e.g. cq_context.log_cq_size",
-                ))
-            }
-        }
-    }
-    Err(CliError::usage(format!("empty field name in '{path}'"), ""))
-}
-
-fn parse_value(p: &Place, path: &str, v: &str) -> Result<Vec<u8>, CliError> {
-    let bad = || {
-        CliError::usage(
-            format!("'{v}' is not a value for {path} ({} bits)", p.width),
-            "numbers are decimal or 0x hex; 1-bit flags also take true/false",
-        )
-    };
-    if p.bytes {
-        let h = v.strip_prefix("0x").ok_or_else(bad)?;
-        if h.len() % 2 != 0 || h.len() / 2 > (p.width / 8) as usize {
-            return Err(bad());
-        }
-        let mut b = vec![0u8; (p.width / 8) as usize - h.len() / 2];
-        for i in (0..h.len()).step_by(2) {
-            b.push(u8::from_str_radix(&h[i..i + 2], 16).map_err(|_| bad())?);
-        }
-        return Ok(b);
-    }
-    let n = match v {
-        "true" | "yes" | "on" if p.width == 1 => 1,
-        "false" | "no" | "off" if p.width == 1 => 0,
-        _ => parse_u64(v).map_err(|_| bad())?,
-    };
-    if p.width < 64 && n >> p.width != 0 {
-        return Err(CliError::usage(
-            format!("{path} = {v} does not fit: the field has {} bits", p.width),
-            format!("the largest value is {:#x}", (1u64 << p.width) - 1),
-        ));
-    }
-    Ok(n.to_be_bytes().to_vec())
-}
-
-/// A command input under construction.
-struct Input {
-    layout: &'static Layout,
-    buf: Vec<u8>,
-    set: Vec<String>,
-}
-
-impl Input {
-    fn new(op: Opcode, layout: &'static Layout) -> Self {
-        let mut buf = vec![0u8; layout.size];
-        buf[0..2].copy_from_slice(&op.0.to_be_bytes());
-        Input {
-            layout,
-            buf,
-            set: Vec::new(),
-        }
-    }
-
-    fn put(&mut self, path: &str, value: &str) -> Result<(), CliError> {
-        let p = resolve(self.layout, path)?;
-        let bytes = parse_value(&p, path, value)?;
-        if self.buf.len() < p.need {
-            self.buf.resize(p.need, 0);
-        }
-        if p.bytes {
-            let s = (p.bit_off / 8) as usize;
-            self.buf[s..s + bytes.len()].copy_from_slice(&bytes);
-        } else {
-            let v = u64::from_be_bytes(bytes.try_into().unwrap_or([0; 8]));
-            write_bits(&mut self.buf, p.name, p.bit_off, p.width, v)
-                .map_err(|e| CliError::usage(format!("{path}: {e}"), ""))?;
-        }
-        self.set.push(path.to_string());
-        Ok(())
-    }
-
-    fn get(&self, path: &str) -> Option<u64> {
-        let p = resolve(self.layout, path).ok()?;
-        if p.bytes || self.buf.len() < p.need {
-            return None;
-        }
-        Some(read_bits(&self.buf, p.bit_off, p.width))
-    }
-
-    fn given(&self, path: &str) -> bool {
-        self.set.iter().any(|s| s == path)
-    }
-
-    fn has_pas(&self) -> bool {
-        self.set.iter().any(|s| s.starts_with("pas["))
-    }
-}
 
 fn decode_to(
     op: Opcode,
@@ -273,13 +39,53 @@ fn decode_to(
         .collect()
 }
 
-fn out_field(layout: &'static Layout, out: &[u8], name: &str) -> Option<u64> {
-    let p = resolve(layout, name).ok()?;
-    (out.len() >= p.need).then(|| read_bits(out, p.bit_off, p.width))
+/// Registers whose layout mlx5-regs has: (register id, name, layout).
+const REGISTERS: &[(u16, &str, &Layout)] = &[(
+    reg_id::HOST_ENDIANNESS,
+    "HOST_ENDIANNESS",
+    &register_host_endianness::LAYOUT,
+)];
+
+fn known_register(id: u16) -> Option<(&'static str, &'static Layout)> {
+    REGISTERS
+        .iter()
+        .find(|(i, ..)| *i == id)
+        .map(|(_, n, l)| (*n, *l))
+}
+
+/// ACCESS_REG carries the register's whole contents after its 16-byte
+/// header, in the input and again in the output, for a read as for a write
+/// (Linux `mlx5_core_access_reg`: input and output lengths are the header
+/// plus the register's size). Returns how many bytes of register data the
+/// command carries: the register's size when mlx5-regs knows the register,
+/// else what the user gave in `register_data`.
+fn register_data_len(inp: &Input) -> Result<usize, CliError> {
+    let given = inp.buf.len().saturating_sub(access_register_in::SIZE);
+    let id = inp.get("register_id").unwrap_or(0) as u16;
+    match known_register(id) {
+        Some((name, l)) if given > l.size => Err(CliError::usage(
+            format!("{name} (register {id:#x}) is {} bytes; register_data has {given}", l.size),
+            format!("give at most {} bytes of register_data", l.size),
+        )),
+        Some((_, l)) => Ok(l.size),
+        None if given == 0 => Err(CliError::usage(
+            format!("ACCESS_REG of register {id:#x} needs the register's contents and the tool does not know its size"),
+            format!(
+                "give register_data=0x... (hex, the register's full size from the PRM's register description; zeros for a read), or register_data[i]=... up to its last dword; registers the tool sizes itself: {}",
+                REGISTERS
+                    .iter()
+                    .map(|(i, n, _)| format!("{n} (register_id={i:#x})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+        None => Ok(given),
+    }
 }
 
 /// Ring memory and a doorbell record for CREATE_CQ / CREATE_EQ, filled in
-/// unless the user gave the fields.
+/// unless the user gave the fields; for ACCESS_REG the register data up to
+/// the register's size.
 fn provide<H: Hal>(
     op: Opcode,
     hca: &TracedHca<'_, H>,
@@ -287,6 +93,23 @@ fn provide<H: Hal>(
     keep: &mut Vec<DmaRegion<H>>,
     filled: &mut Vec<(String, String)>,
 ) -> Result<(), CliError> {
+    if op == Opcode::ACCESS_REG {
+        let len = register_data_len(inp)?;
+        let have = inp.buf.len() - access_register_in::SIZE;
+        if have < len {
+            inp.buf.resize(access_register_in::SIZE + len, 0);
+            let name = known_register(inp.get("register_id").unwrap_or(0) as u16)
+                .map_or("the register", |(n, _)| n);
+            filled.push((
+                "register_data".into(),
+                format!(
+                    "{} zero bytes after the {have} given, to the size of {name} ({len} bytes)",
+                    len - have
+                ),
+            ));
+        }
+        return Ok(());
+    }
     let (ctx, log_field, entry, owner_byte, owner_init) = match op {
         Opcode::CREATE_CQ => {
             let stride = if inp.get("cq_context.cqe_sz") == Some(1) {
@@ -313,7 +136,6 @@ fn provide<H: Hal>(
     };
     let mut fill = |inp: &mut Input, path: String, v: u64, why: &str| -> Result<(), CliError> {
         inp.put(&path, &format!("{v:#x}"))?;
-        inp.set.pop();
         filled.push((path, format!("{v:#x} ({why})")));
         Ok(())
     };
@@ -373,7 +195,6 @@ fn provide<H: Hal>(
                 &format!("pas[{p}]"),
                 &format!("{:#x}", ring.iova() + (p * 4096) as u64),
             )?;
-            inp.set.pop();
         }
         filled.push((
             "pas[..]".into(),
@@ -464,7 +285,10 @@ fn build(op: Opcode, in_layout: &'static Layout, fields: &[String]) -> Result<In
                 "drop opcode=...",
             ));
         }
-        inp.put(k.trim(), v.trim())?;
+        inp.put_user(k.trim(), v.trim())?;
+    }
+    if op == Opcode::ACCESS_REG {
+        register_data_len(&inp)?;
     }
     Ok(inp)
 }
@@ -489,7 +313,13 @@ fn run_inner<H: Hal>(
     let mut filled = Vec::new();
     provide(op, hca, &mut inp, &mut keep, &mut filled)?;
     let op_mod = inp.get("op_mod").unwrap_or(0) as u16;
-    let mut out = vec![0u8; out_layout.size];
+    // ACCESS_REG returns the register after the output header.
+    let returned = if op == Opcode::ACCESS_REG {
+        inp.buf.len() - access_register_in::SIZE
+    } else {
+        0
+    };
+    let mut out = vec![0u8; out_layout.size + returned];
 
     r.heading(&format!("{op:?} op_mod {op_mod:#x}"));
     if !filled.is_empty() {
@@ -542,6 +372,25 @@ fn run_inner<H: Hal>(
     if output_fields.is_empty() {
         r.say("  (none)");
     }
+    let mut register = Value::Null;
+    if let (Opcode::ACCESS_REG, Ok(())) = (op, &res) {
+        if let Some((name, l)) = known_register(inp.get("register_id").unwrap_or(0) as u16) {
+            let data = &out[access_register_out::SIZE..];
+            let mut text = String::new();
+            let opts = DecodeOptions {
+                skip_zero: false,
+                max_array: 16,
+            };
+            let _ = mlx5_regs::decode::decode(l, data, opts, &mut text);
+            r.say(format!("register {name} as firmware returned it:"));
+            let mut m = Map::new();
+            for (k, v) in text.lines().filter_map(|l| l.split_once(" = ")) {
+                r.say(format!("  {} = {}", k.trim(), v.trim()));
+                m.insert(k.trim().to_string(), Value::from(v.trim()));
+            }
+            register = json!({ "name": name, "fields": m });
+        }
+    }
 
     // Undo a create so teardown finds the HCA as bring-up left it.
     let mut cleanup = Value::Null;
@@ -581,6 +430,7 @@ fn run_inner<H: Hal>(
         "output": to_map(&output_fields),
         "model_syndrome": model_note,
         "cleanup": cleanup,
+        "register": register,
     });
     let result = res.map_err(|e| {
         let mut err = CliError::driver(format!("cmd {name}"), e);

@@ -2,6 +2,7 @@
 //! the end (`--json`). Progress goes to stderr in both modes.
 
 use std::io::Write;
+use std::sync::Mutex;
 
 use serde_json::{Map, Value};
 
@@ -84,13 +85,32 @@ impl Report {
     }
 }
 
-/// Write to stdout; when the reader went away (`| head`), exit at once
-/// with 141 (128 + SIGPIPE, what a shell reports for a killed writer).
+/// The first error writing stdout, other than a closed pipe.
+static WRITE_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+/// Write to stdout. When the reader went away (`| head`), exit at once with
+/// 141 (128 + SIGPIPE, what a shell reports for a killed writer). Any other
+/// write error (a full disk: `mlx5 demo > /dev/full`) is remembered, later
+/// output is dropped, and the run carries on so the device is still torn
+/// down; [`write_error`] then turns it into a non-zero exit.
 pub fn emit(s: &str) {
+    let mut failed = WRITE_ERROR.lock().unwrap_or_else(|e| e.into_inner());
+    if failed.is_some() {
+        return;
+    }
     let mut o = std::io::stdout().lock();
     if let Err(e) = o.write_all(s.as_bytes()).and_then(|()| o.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
         }
+        *failed = Some(e.to_string());
     }
+}
+
+/// The first stdout write error of the run, if any.
+pub fn write_error() -> Option<String> {
+    WRITE_ERROR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
 }

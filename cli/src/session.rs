@@ -181,7 +181,7 @@ pub fn yes(b: bool) -> &'static str {
     }
 }
 
-/// What teardown showed.
+/// What teardown showed, or, after a failure, the accounting still known.
 #[derive(Debug, Clone, Default)]
 pub struct TeardownSummary {
     /// Pages given to firmware over the whole run.
@@ -196,79 +196,150 @@ pub struct TeardownSummary {
     pub model_objects: Option<usize>,
     /// On the model: protocol violations the model saw.
     pub violations: Vec<String>,
+    /// Teardown (or bring-up) failed: why. The page counts then come from
+    /// the command trace.
+    pub failed: Option<String>,
 }
 
 impl TeardownSummary {
     /// Every page back and nothing left behind.
     pub fn clean(&self) -> bool {
-        self.pages_left == 0
+        self.failed.is_none()
+            && self.pages_left == 0
             && self.pages_given == self.pages_returned
             && self.model_pages_held.unwrap_or(0) == 0
             && self.model_objects.unwrap_or(0) == 0
             && self.violations.is_empty()
     }
+
+    /// Every page given came back.
+    pub fn pages_ok(&self) -> bool {
+        self.pages_left == 0 && self.pages_given == self.pages_returned
+    }
+
+    /// The model's view: pages, objects, state, violations (model only).
+    fn model_view(&mut self, env: &Env<'_>, r: &mut Report) {
+        let Some(dev) = env.model else { return };
+        self.model_pages_held = Some(dev.pages_held());
+        self.model_objects = Some(dev.objects().total());
+        self.violations = dev.violations().iter().map(|v| format!("{v:?}")).collect();
+        r.say(format!(
+            "the model {}: it holds {} pages and {} objects, HCA state {:?}, {} protocol violations",
+            if self.failed.is_none() {
+                "agrees"
+            } else {
+                "says"
+            },
+            dev.pages_held(),
+            dev.objects().total(),
+            dev.hca_state(),
+            self.violations.len()
+        ));
+        for v in &self.violations {
+            r.say(format!("  violation: {v}"));
+        }
+        r.set("model_pages_held", dev.pages_held());
+        r.set("model_objects", dev.objects().total());
+        r.set("violations", self.violations.clone());
+    }
+
+    fn record(&self, r: &mut Report) {
+        r.set("pages_given", self.pages_given);
+        r.set("pages_returned", self.pages_returned);
+        r.set("pages_left", self.pages_left);
+        r.set("all_pages_returned", self.pages_ok());
+        if let Some(f) = &self.failed {
+            r.set("failed", f.as_str());
+        }
+    }
 }
 
-/// Tear down, narrate, and check that every page came back.
+/// Tear down, narrate, and check that every page came back. The summary
+/// comes back in every case: when teardown fails (a dead device) it holds
+/// the pages the command trace shows moving and the model's view.
 pub fn teardown<H: Hal>(
     hca: TracedHca<'_, H>,
     env: &Env<'_>,
     r: &mut Report,
-) -> Result<TeardownSummary, CliError> {
+) -> (TeardownSummary, Result<(), CliError>) {
     let held_before = hca.pages_held_by_firmware();
     r.progress("tearing down (TEARDOWN_HCA, reclaiming pages, DISABLE_HCA)");
     let tracer = *hca.observer();
     tracer.set_counting(true);
     let rep = hca.teardown();
     tracer.set_counting(false);
-    let rep = rep.map_err(|e| CliError::driver("teardown", e))?;
+    let mut s = TeardownSummary::default();
+    let res = match rep {
+        Ok(rep) => {
+            s.pages_given = rep.page_stats.given;
+            s.pages_returned = rep.page_stats.reclaimed;
+            s.pages_left = rep.pages_left;
+            r.say(format!(
+                "TEARDOWN_HCA, MANAGE_PAGES (take) and DISABLE_HCA in {}: firmware held {held_before} pages, returned {}",
+                crate::trace::fmt_ns(rep.elapsed_ns),
+                rep.pages_reclaimed
+            ));
+            r.say(format!(
+                "firmware pages over the run: {} given, {} returned, {} still held{}",
+                s.pages_given,
+                s.pages_returned,
+                s.pages_left,
+                if s.pages_ok() {
+                    ": every page came back"
+                } else {
+                    ": PAGES MISSING"
+                }
+            ));
+            r.set("elapsed_ns", rep.elapsed_ns);
+            Ok(())
+        }
+        Err(e) => {
+            let (given, returned) = tracer.pages_moved();
+            s.pages_given = given;
+            s.pages_returned = returned;
+            s.pages_left = given.saturating_sub(returned) as usize;
+            s.failed = Some(format!("{e} (errno {})", e.errno()));
+            r.say(format!("teardown failed: {e} (errno {})", e.errno()));
+            let err = CliError::driver("teardown", e);
+            r.say(format!(
+                "firmware pages over the run (from the command trace): {given} given, {returned} returned, {} still held by firmware",
+                s.pages_left
+            ));
+            Err(err)
+        }
+    };
+    s.model_view(env, r);
+    s.record(r);
+    (s, res)
+}
+
+/// After a failed bring-up (the driver undoes what it did before it
+/// returns the error): narrate the pages the command trace shows moving and
+/// the model's view, so a failure still shows what was left behind.
+pub fn after_failed_bring_up(
+    err: &CliError,
+    env: &Env<'_>,
+    t: &Tracer,
+    r: &mut Report,
+) -> TeardownSummary {
+    let (given, returned) = t.pages_moved();
     let mut s = TeardownSummary {
-        pages_given: rep.page_stats.given,
-        pages_returned: rep.page_stats.reclaimed,
-        pages_left: rep.pages_left,
-        ..Default::default()
+        pages_given: given,
+        pages_returned: returned,
+        pages_left: given.saturating_sub(returned) as usize,
+        failed: Some(err.message()),
+        ..TeardownSummary::default()
     };
     r.say(format!(
-        "TEARDOWN_HCA, MANAGE_PAGES (take) and DISABLE_HCA in {}: firmware held {held_before} pages, returned {}",
-        crate::trace::fmt_ns(rep.elapsed_ns),
-        rep.pages_reclaimed
+        "bring-up failed after {} commands: {}",
+        t.count(),
+        err.message()
     ));
     r.say(format!(
-        "firmware pages over the run: {} given, {} returned, {} still held{}",
-        s.pages_given,
-        s.pages_returned,
-        s.pages_left,
-        if s.pages_left == 0 && s.pages_given == s.pages_returned {
-            ": every page came back"
-        } else {
-            ": PAGES MISSING"
-        }
+        "firmware pages (from the command trace): {given} given, {returned} returned, {} still held by firmware",
+        s.pages_left
     ));
-    if let Some(dev) = env.model {
-        s.model_pages_held = Some(dev.pages_held());
-        s.model_objects = Some(dev.objects().total());
-        s.violations = dev.violations().iter().map(|v| format!("{v:?}")).collect();
-        r.say(format!(
-            "the model agrees: it holds {} pages and {} objects, HCA state {:?}, {} protocol violations",
-            dev.pages_held(),
-            dev.objects().total(),
-            dev.hca_state(),
-            s.violations.len()
-        ));
-        for v in &s.violations {
-            r.say(format!("  violation: {v}"));
-        }
-        r.set("model_pages_held", dev.pages_held());
-        r.set("model_objects", dev.objects().total());
-        r.set("violations", s.violations.clone());
-    }
-    r.set("pages_given", s.pages_given);
-    r.set("pages_returned", s.pages_returned);
-    r.set("pages_left", s.pages_left);
-    r.set(
-        "all_pages_returned",
-        s.pages_left == 0 && s.pages_given == s.pages_returned,
-    );
-    r.set("elapsed_ns", rep.elapsed_ns);
-    Ok(s)
+    s.model_view(env, r);
+    s.record(r);
+    s
 }

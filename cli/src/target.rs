@@ -72,7 +72,7 @@ impl Target {
                     "e.g. --device vfio:0000:03:00.0 (find it with lspci -D -d 15b3:)",
                 ));
             }
-            return Ok(Target::Vfio(addr.to_string()));
+            return parse_pci_addr(addr).map(Target::Vfio);
         }
         Err(CliError::usage(
             format!("unknown device '{s}'"),
@@ -97,6 +97,47 @@ impl Target {
             Target::Vfio(a) => format!("the ConnectX at {a} (VFIO)"),
         }
     }
+}
+
+/// A PCI address as sysfs names it (`0000:03:00.0`, lower-case hex), from
+/// `DDDD:BB:DD.F` or the short `BB:DD.F` that plain `lspci` prints. Checked
+/// here so a typo is a usage error (exit 2) with the format, not a failed
+/// open (exit 3) pointing at IOMMU set-up.
+pub fn parse_pci_addr(s: &str) -> Result<String, CliError> {
+    let bad = |why: &str| {
+        CliError::usage(
+            format!("'{s}' is not a PCI address: {why}"),
+            "write it as vfio:DDDD:BB:DD.F in hex (domain, bus, device 00-1f, function 0-7), e.g. vfio:0000:03:00.0; `lspci -D -d 15b3:` lists the ConnectX functions",
+        )
+    };
+    let hex = |part: &str, max_digits: usize, max: u32, what: &str| {
+        if part.is_empty()
+            || part.len() > max_digits
+            || !part.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(bad(&format!(
+                "the {what} '{part}' is not 1 to {max_digits} hex digits"
+            )));
+        }
+        let v = u32::from_str_radix(part, 16).map_err(|_| bad(what))?;
+        if v > max {
+            return Err(bad(&format!("the {what} {v:#x} is above {max:#x}")));
+        }
+        Ok(v)
+    };
+    let (slot, func) = s
+        .rsplit_once('.')
+        .ok_or_else(|| bad("the '.F' function number is missing"))?;
+    let parts: Vec<&str> = slot.split(':').collect();
+    let (dom, bus, dev) = match parts[..] {
+        [d, b, v] => (hex(d, 8, u32::MAX, "domain")?, b, v),
+        [b, v] => (0, b, v),
+        _ => return Err(bad("expected domain:bus:device.function")),
+    };
+    let bus = hex(bus, 2, 0xff, "bus")?;
+    let dev = hex(dev, 2, 0x1f, "device")?;
+    let func = hex(func, 1, 7, "function")?;
+    Ok(format!("{dom:04x}:{bus:02x}:{dev:02x}.{func}"))
 }
 
 /// The model-only fault options.
@@ -125,6 +166,72 @@ impl Faults {
             dev.inject().stall_next(op.0);
         }
     }
+}
+
+impl Faults {
+    /// The fault options that never fired, each with the reason, judged by
+    /// what the model saw: a `--fail-opcode` fired when a command of that
+    /// opcode completed with its status and syndrome, a `--stall-opcode`
+    /// when a command of that opcode was stalled, `--fatal-after` when the
+    /// Nth command was reached (`fatal_fired` and `commands`, from the
+    /// tracer).
+    pub fn unfired(&self, dev: &Device, fatal_fired: bool, commands: u64) -> Vec<String> {
+        let trace = dev.trace();
+        let mut used = vec![false; trace.len()];
+        let mut take = |pred: &dyn Fn(&mlx5_sim::TraceEntry) -> bool| {
+            let hit = trace
+                .iter()
+                .enumerate()
+                .position(|(i, e)| !used[i] && pred(e));
+            if let Some(i) = hit {
+                used[i] = true;
+            }
+            hit.is_some()
+        };
+        let sent = |op: Opcode| trace.iter().filter(|e| e.opcode == op.0).count();
+        let mut out = Vec::new();
+        for (op, st, syn) in &self.fail {
+            let fired =
+                take(&|e| e.opcode == op.0 && !e.stalled && e.status == st.0 && e.syndrome == *syn);
+            if !fired {
+                out.push(format!(
+                    "--fail-opcode {}:{}:{syn:#x} never fired: {}",
+                    cli_name(*op),
+                    st.name().map_or_else(|| format!("{:#x}", st.0), str::to_ascii_lowercase),
+                    match sent(*op) {
+                        0 => format!("the run sent no {op} command"),
+                        n => format!("the run sent {n} {op} command(s), none failed with that status and syndrome"),
+                    }
+                ));
+            }
+        }
+        for op in &self.stall {
+            if !take(&|e| e.opcode == op.0 && e.stalled) {
+                out.push(format!(
+                    "--stall-opcode {} never fired: {}",
+                    cli_name(*op),
+                    match sent(*op) {
+                        0 => format!("the run sent no {op} command"),
+                        n => format!("the run sent {n} {op} command(s), none was stalled"),
+                    }
+                ));
+            }
+        }
+        if let (Some(n), false) = (self.fatal_after, fatal_fired) {
+            out.push(format!(
+                "--fatal-after {n} never fired: the run sent only {commands} command(s)"
+            ));
+        }
+        out
+    }
+}
+
+/// An opcode as the command line writes it (`create-cq`, or `0x9ff`).
+fn cli_name(op: Opcode) -> String {
+    op.name().map_or_else(
+        || format!("{:#x}", op.0),
+        |n| n.to_ascii_lowercase().replace('_', "-"),
+    )
 }
 
 /// Parse an opcode name (`create-cq`, `CREATE_CQ`) or number (`0x400`).

@@ -105,6 +105,36 @@ impl Tracer {
     pub fn count(&self) -> u64 {
         self.lock().count
     }
+
+    /// `--fatal-after N` made the model fatal (the Nth command was reached).
+    pub fn fatal_fired(&self) -> bool {
+        self.lock().fatal_fired
+    }
+
+    /// Firmware pages as the command trace shows them: (given, returned),
+    /// summed over the MANAGE_PAGES commands that firmware completed with
+    /// status OK (give: `input_num_entries`; take: `output_num_entries`).
+    /// The accounting that survives a failed bring-up or teardown, when the
+    /// driver's own counters went with the `Hca`.
+    pub fn pages_moved(&self) -> (u64, u64) {
+        use mlx5_regs::consts::op_mod;
+        use mlx5_regs::layouts::{manage_pages_in, manage_pages_out};
+        let st = self.lock();
+        let (mut given, mut returned) = (0u64, 0u64);
+        for r in &st.records {
+            if r.opcode != Opcode::MANAGE_PAGES || r.outcome != CmdOutcome::Ok {
+                continue;
+            }
+            if r.op_mod == op_mod::MANAGE_PAGES_GIVE && r.input.len() >= manage_pages_in::SIZE {
+                given += manage_pages_in::input_num_entries.get(&r.input) as u64;
+            } else if r.op_mod == op_mod::MANAGE_PAGES_TAKE
+                && r.output.len() >= manage_pages_out::SIZE
+            {
+                returned += manage_pages_out::output_num_entries.get(&r.output) as u64;
+            }
+        }
+        (given, returned)
+    }
 }
 
 impl CmdObserver for Tracer {

@@ -13,6 +13,16 @@ use crate::{Device, Violation};
 /// still reaches its timeout.
 const NOW_TICK_NS: u64 = 100;
 
+/// The idle skip (synchronous mode, see [`IdleClock`]) lets this fraction
+/// of the time the host has been idle pass on top of each delay: 1/256, so
+/// a wait overshoots its deadline by at most about 0.4 %.
+const IDLE_SKIP_SHIFT: u32 = 8;
+
+/// Largest idle skip in one delay: the heartbeat counter (24 bits of
+/// milliseconds of device time) still changes between two reads, so a
+/// driver never mistakes a skip for a stopped heartbeat.
+const MAX_IDLE_SKIP_NS: u64 = 1_000_000_000;
+
 /// BAR0 offset of the command doorbell vector (facts §1.2).
 const CMD_DOORBELL: usize = 0x18;
 
@@ -41,6 +51,44 @@ impl Device {
             Duration::from_nanos(w.ns.load(Ordering::Relaxed)),
             w.doorbells.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// The virtual clock's idle skip (synchronous mode). The model changes only
+/// when the host writes a register or when something it scheduled falls due
+/// (a delayed command completion, the end of firmware initialisation). While
+/// the host only waits (delays without writing), each `delay_us` lets extra
+/// virtual time pass, a fraction of the time the host has been idle, never
+/// past the model's next scheduled event: nothing the host could observe
+/// happens in between, so this is just a longer sleep, which a delay is
+/// allowed to be. A wait for a command that never completes then costs
+/// O(log(timeout)) delays instead of timeout / poll interval: a one-hour
+/// timeout takes a few thousand delays instead of 3.6 million.
+#[derive(Debug, Default)]
+pub(crate) struct IdleClock {
+    /// Device time of the host's last register write.
+    last_write_ns: AtomicU64,
+}
+
+impl IdleClock {
+    fn wrote(&self, now_ns: u64) {
+        self.last_write_ns.store(now_ns, Ordering::Relaxed);
+    }
+
+    /// Virtual time a `delay_us` of `want_ns` lets pass.
+    fn step(&self, st: &crate::state::State, want_ns: u64) -> u64 {
+        let now = st.vclock_ns;
+        let idle = now.saturating_sub(self.last_write_ns.load(Ordering::Relaxed));
+        // The next thing the model has scheduled: a delayed completion or
+        // queued write, or the end of firmware initialisation.
+        let fw_ready = st.created_ns + st.cfg.fw_init_delay_us * 1000;
+        let init = (!st.inj.fw_init_never && now < fw_ready).then(|| fw_ready - now);
+        let next = match (st.next_due_in_ns(), init) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(u64::MAX),
+        };
+        let skip = (idle >> IDLE_SKIP_SHIFT).min(MAX_IDLE_SKIP_NS).min(next);
+        want_ns.max(skip)
     }
 }
 
@@ -95,6 +143,7 @@ unsafe impl Hal for SimHal {
     fn mmio_write32(&self, offset: usize, value: u32) {
         self.check(offset, 4);
         let mut st = self.dev.lock();
+        self.dev.shared.idle.wrote(st.now_ns());
         if offset == CMD_DOORBELL {
             let t = Instant::now();
             st.mmio_write(offset, value as u64, false);
@@ -110,7 +159,10 @@ unsafe impl Hal for SimHal {
 
     fn mmio_write64(&self, offset: usize, value: u64) {
         self.check(offset, 8);
-        self.dev.lock().mmio_write(offset, value, true);
+        let mut st = self.dev.lock();
+        self.dev.shared.idle.wrote(st.now_ns());
+        st.mmio_write(offset, value, true);
+        drop(st);
         self.dev.shared.cv.notify_all();
     }
 
@@ -183,7 +235,8 @@ unsafe impl Hal for SimHal {
         let threaded = {
             let mut st = self.dev.lock();
             if !st.threaded {
-                st.vclock_ns += us as u64 * 1000;
+                let step = self.dev.shared.idle.step(&st, us as u64 * 1000);
+                st.vclock_ns += step;
                 st.run_due();
             }
             st.threaded

@@ -215,6 +215,7 @@ pub(crate) struct Shared {
     pub st: Mutex<State>,
     pub cv: Condvar,
     pub cmd_work: hal::CmdWork,
+    pub idle: hal::IdleClock,
 }
 
 impl Shared {
@@ -259,6 +260,7 @@ impl Device {
             st: Mutex::new(State::new(cfg)),
             cv: Condvar::new(),
             cmd_work: hal::CmdWork::default(),
+            idle: hal::IdleClock::default(),
         });
         let thread = if threaded {
             let s = shared.clone();

@@ -1,0 +1,226 @@
+//! The command line (clap), and the exits that happen before a run: the
+//! parser's own errors and panics, each with the JSON error document when
+//! `--json` was given.
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+use crate::error::{CliError, EXIT_CODES};
+use crate::scenario::Scenario;
+
+const ABOUT: &str = "Drive an NVIDIA/Mellanox ConnectX (mlx5) NIC at register level: \
+on the built-in device model (default) or on real hardware through VFIO";
+
+const LONG_ABOUT: &str = "Drive an NVIDIA/Mellanox ConnectX (mlx5) NIC at register level, \
+with the mlx5-driver crate: bring the HCA up through the firmware command interface, create \
+completion and shared receive queues, poll event queues, tear down.
+
+Every subcommand runs on --device sim[:PROFILE] (the built-in device model; profiles cx4lx, \
+cx5, cx6dx, cx7; the default, runs on any machine) or --device vfio:DDDD:BB:DD.F (a ConnectX \
+bound to vfio-pci, see docs/hardware.md).
+
+Start with: mlx5 demo";
+
+/// Upper bound of `--cmd-timeout-ms`: an hour. Linux waits 60 s for a
+/// command (`MLX5_CMD_TIMEOUT_MSEC`) and 120 s for firmware initialisation;
+/// anything longer than an hour is a typo, and an unbounded value would make
+/// the driver's deadline unreachable.
+const MAX_CMD_TIMEOUT_MS: u64 = 3_600_000;
+
+/// The command line.
+#[derive(Parser)]
+#[command(name = "mlx5", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Options of every subcommand.
+    #[command(flatten)]
+    pub global: Global,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options of every subcommand.
+#[derive(Args)]
+pub struct Global {
+    /// The device: sim, sim:PROFILE (cx4lx, cx5, cx6dx, cx7) or vfio:DDDD:BB:DD.F
+    #[arg(long, global = true, default_value = "sim", value_name = "DEVICE")]
+    pub device: String,
+
+    /// JSON on stdout, for scripts (progress and errors still go to stderr)
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// No progress lines on stderr
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+
+    /// Model only: the next command NAME fails with STATUS and SYNDROME
+    /// (e.g. create-cq:bad_param_err:0x1234); repeatable
+    #[arg(long, global = true, value_name = "NAME:STATUS:SYNDROME")]
+    pub fail_opcode: Vec<String>,
+
+    /// Model only: the next command NAME never completes (the driver times
+    /// out); repeatable
+    #[arg(long, global = true, value_name = "NAME")]
+    pub stall_opcode: Vec<String>,
+
+    /// Model only: the device dies (health syndrome FW_INTERNAL_ERR) after
+    /// the Nth firmware command
+    #[arg(long, global = true, value_name = "N")]
+    pub fatal_after: Option<u64>,
+
+    /// Command timeout in milliseconds, 1 to 3600000 (one hour)
+    /// [default: 60000, as Linux]
+    #[arg(long, global = true, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_CMD_TIMEOUT_MS))]
+    pub cmd_timeout_ms: Option<u64>,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// The whole mission, narrated: bring-up, CQ and SRQ, receives, the SRQ
+    /// limit event, CQ resize with completions waiting, teardown with every
+    /// firmware page back
+    #[command(after_help = EXIT_CODES)]
+    Demo,
+
+    /// The device's capabilities, decoded and grouped
+    #[command(after_help = EXIT_CODES)]
+    Caps {
+        /// Also list every non-zero field of the raw cmd_hca_cap block
+        #[arg(long)]
+        all: bool,
+    },
+
+    /// Send one firmware command by name with field values, print the
+    /// decoded output, status and syndrome
+    #[command(after_help = "Examples:
+  mlx5 cmd query-hca-cap op_mod=1            (current general capabilities; op_mod=0: maximum)
+  mlx5 cmd create-cq cq_context.log_cq_size=10
+  mlx5 cmd access-reg register_id=0x7004 op_mod=1                  (read HOST_ENDIANNESS)
+  mlx5 cmd access-reg register_id=0x7004 register_data=0x00000000  (write it, he=0)
+  mlx5 cmd nop
+  mlx5 cmd query-eq eq_number=5 --json
+
+Field names are the mlx5-regs (mlx5_ifc.h) layout names, dotted for
+sub-structures (cq_context.log_cq_size) and indexed for arrays (pas[0]);
+a whole array is one hex number of whole elements (register_data=0x...).
+Values are decimal or 0x hex. A field given twice is refused. Bring-up
+provides pages, the UAR and the EQs; for create-cq and create-eq the tool
+also provides the ring, its page list and the doorbell record unless given,
+for access-reg the register data up to the register's size when it knows
+the register, and it destroys what a command created before tearing down.
+
+Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
+2 bad command line, 3 device not available.")]
+    Cmd {
+        /// Command name (query-hca-cap, create-cq, nop, ... or a number)
+        name: String,
+        /// field=value pairs
+        fields: Vec<String>,
+        /// Print zero fields of the output too
+        #[arg(long)]
+        all_fields: bool,
+    },
+
+    /// Run a scenario printing every firmware command with decoded input
+    /// and output, status, syndrome and latency
+    #[command(after_help = EXIT_CODES)]
+    Trace {
+        /// Which scenario
+        #[arg(long, value_enum, default_value = "demo")]
+        scenario: Scenario,
+        /// Add the Linux mlx5_core-style hexdump of every command
+        #[arg(long)]
+        hexdump: bool,
+    },
+
+    /// Run a scenario, then print per-opcode counts, failures and latencies
+    #[command(after_help = EXIT_CODES)]
+    Stats {
+        /// Which scenario
+        #[arg(long, value_enum, default_value = "demo")]
+        scenario: Scenario,
+    },
+}
+
+/// `--json` on the raw command line (before a `--`), for the paths where
+/// the parsed options are not available: argument errors and panics.
+fn json_requested() -> bool {
+    std::env::args()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
+/// The JSON document of a failed run that produced nothing else.
+fn error_document(e: &CliError) -> Value {
+    json!({"ok": false, "exit_code": e.exit_code(), "error": e.to_json()})
+}
+
+pub fn print_json(doc: &Value) {
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into())
+    );
+}
+
+/// With `--json`, a panic still ends with the error document on stdout
+/// (exit code 101, Rust's for a panic), after the usual message on stderr.
+pub fn install_panic_hook() {
+    if !json_requested() {
+        return;
+    }
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let e = CliError::failed(
+            format!("internal error: {info}"),
+            "this is a bug in mlx5; please report it with the command line and its stderr",
+        );
+        let mut doc = error_document(&e);
+        doc["exit_code"] = json!(101);
+        doc["error"]["kind"] = json!("internal");
+        doc["error"]["exit_code"] = json!(101);
+        print_json(&doc);
+    }));
+}
+
+/// clap's own errors (unknown option, bad value, an option given twice)
+/// become usage errors: exit 2, and with `--json` the error document.
+pub fn parse_args() -> Cli {
+    let e = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    use clap::error::ErrorKind;
+    let help = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if help
+        || (e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand && !json_requested())
+    {
+        e.exit();
+    }
+    let rendered = e.render().to_string();
+    let what = rendered
+        .lines()
+        .next()
+        .unwrap_or("bad command line")
+        .trim_start_matches("error: ")
+        .to_string();
+    let mut hint: Vec<&str> = rendered
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .collect();
+    hint.push("`mlx5 --help` and `mlx5 SUBCOMMAND --help` list every option");
+    let hint = hint.join("; ");
+    let err = CliError::usage(what, hint);
+    if json_requested() {
+        print_json(&error_document(&err));
+    }
+    // clap's text, as without --json (usage line and the --help pointer).
+    eprint!("{rendered}");
+    std::process::exit(err.exit_code());
+}
