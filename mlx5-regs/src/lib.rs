@@ -45,7 +45,7 @@ pub use consts::{CmdStatus, CqeOpcode, DeliveryStatus, EventMask, EventType, Opc
 pub use field::{Array, Bytes, Field, RegError};
 pub use layout::{FieldDesc, Kind, Layout};
 
-/// Every layout defined in [`layouts`], for tools and tests that walk them.
+/// Every layout defined in [`mod@layouts`], for tools and tests that walk them.
 pub fn all_layouts() -> &'static [&'static Layout] {
     ALL_LAYOUTS
 }
