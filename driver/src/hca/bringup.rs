@@ -45,7 +45,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// up the command queue, ENABLE_HCA, ISSI, boot pages, host endianness,
     /// QUERY/SET_HCA_CAP, init pages, INIT_HCA, capabilities, regular pages,
     /// ALLOC_UAR, the async EQ (page requests + async events) and a
-    /// completion EQ, ALLOC_PD, QUERY_SPECIAL_CONTEXTS.
+    /// completion EQ, ALLOC_PD, QUERY_SPECIAL_CONTEXTS; then, on a device
+    /// that can carry RC traffic ([`Caps::rdma_capable`]), the RDMA
+    /// resources: the DMA key (CREATE_MKEY), an XRC domain (ALLOC_XRCD, with
+    /// the `xrc` capability) and the loopback addressing
+    /// ([`crate::loopback`]).
     ///
     /// On failure everything done so far is undone (objects destroyed, pages
     /// taken back, HCA disabled) and the first error is returned.
@@ -94,6 +98,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             pd: None,
             resd_lkey: 0,
             terminate_mkey: 0,
+            rdma: super::rdma::RdmaState::default(),
+            mkey_variant: core::sync::atomic::AtomicU8::new(0),
         };
         match hca.bring_up_steps() {
             Ok(()) => Ok(hca),
@@ -241,6 +247,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let (resd, term) = encode::parse_query_special_contexts(&out);
         self.resd_lkey = resd;
         self.terminate_mkey = term;
-        Ok(())
+
+        // RDMA resources: DMA key, XRC domain, loopback addressing.
+        self.rdma_bring_up()
     }
 }

@@ -7,10 +7,11 @@
 
 mod bringup;
 mod cmdwait;
+mod rdma;
 mod service;
 mod teardown;
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use mlx5_hal::Hal;
 use mlx5_regs::EventMask;
@@ -19,7 +20,9 @@ use crate::caps::Caps;
 use crate::cmd::MAX_CMD_LEN;
 use crate::eq::Event;
 use crate::error::Error;
+use crate::loopback::{LoopbackMode, NicVport, RoceCaps};
 use crate::pages::PageStats;
+use crate::qp::Mtu;
 use crate::stats::{CmdObserver, CmdStats};
 
 pub(crate) use service::Core;
@@ -195,6 +198,11 @@ pub struct Hca<H: Hal, O: CmdObserver = (), const CE: usize = 256, const AE: usi
     pd: Option<u32>,
     resd_lkey: u32,
     terminate_mkey: u32,
+    /// RDMA resources of bring-up (DMA key, XRCD, loopback), see
+    /// [`rdma`].
+    rdma: rdma::RdmaState,
+    /// Rolling 8-bit memory-key variant.
+    mkey_variant: AtomicU8,
 }
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
@@ -276,6 +284,55 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Reserved lkey (QUERY_SPECIAL_CONTEXTS `resd_lkey`).
     pub fn reserved_lkey(&self) -> u32 {
         self.resd_lkey
+    }
+
+    /// The DMA key made at bring-up: a physical-address memory key with
+    /// local read and write on [`Hca::pd`], the default lkey of receive
+    /// and send buffers. `None` when the device has no RDMA support (an
+    /// Ethernet port without RoCE or force loopback).
+    pub fn dma_lkey(&self) -> Option<u32> {
+        self.rdma.dma_mkey
+    }
+
+    /// The XRC domain allocated at bring-up (capability `xrc`): put in the
+    /// context of SRQ-attached QPs, as Linux does.
+    pub fn xrcd(&self) -> Option<u32> {
+        self.rdma.xrcd
+    }
+
+    /// How this function's QPs reach each other, chosen at bring-up
+    /// ([`crate::loopback`]); `None` if no mode is available.
+    pub fn loopback_mode(&self) -> Option<LoopbackMode> {
+        self.rdma.loopback
+    }
+
+    /// The path MTU loopback QPs use (1024 bytes unless the port is
+    /// smaller).
+    pub fn loopback_mtu(&self) -> Mtu {
+        self.rdma.mtu
+    }
+
+    /// The RoCE capability page (current values), read at bring-up when
+    /// the device has RoCE.
+    pub fn roce_caps(&self) -> Option<RoceCaps> {
+        self.rdma.roce_caps
+    }
+
+    /// The NIC vport context read at bring-up (Ethernet ports with RDMA
+    /// support): `roce_en` as bring-up found it, MAC, MTU.
+    pub fn nic_vport(&self) -> Option<NicVport> {
+        self.rdma.nic_vport
+    }
+
+    /// CQE format the driver's queue pairs ask for: always version 0
+    /// (`qpc.user_index` 0xffffff when the device's `cqe_version` is 1, as
+    /// Linux does for kernel QPs); the poll path reads version-0 CQEs.
+    pub fn cqe_version(&self) -> u8 {
+        0
+    }
+
+    pub(crate) fn mkey_variant(&self) -> &AtomicU8 {
+        &self.mkey_variant
     }
 
     /// `terminate_scatter_list_mkey` (valid if the capability says so).

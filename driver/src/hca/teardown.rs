@@ -13,7 +13,9 @@ use crate::error::Error;
 use crate::stats::CmdObserver;
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
-    /// Tear down in the reverse order of bring-up (facts §4.3): DEALLOC_PD,
+    /// Tear down in the reverse order of bring-up (facts §4.3): the RDMA
+    /// resources (GID entry cleared, `roce_en` restored, DEALLOC_XRCD,
+    /// DESTROY_MKEY of the DMA key), DEALLOC_PD,
     /// DESTROY_EQ (completion, async), DEALLOC_UAR, TEARDOWN_HCA profile 0,
     /// MANAGE_PAGES take until firmware holds no page (bounded by
     /// [`HcaConfig::reclaim_timeout_ns`] without progress), DISABLE_HCA.
@@ -37,6 +39,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let mut eqs: [Option<EventQueue<H>>; 2] = [None, None];
 
         if alive {
+            self.rdma_teardown(&mut note);
             if let Some(pd) = self.pd.take() {
                 note(
                     encode::dealloc_pd(pd)
