@@ -65,6 +65,57 @@ impl QpState {
     }
 }
 
+/// The state transitions the driver issues, with the states each is
+/// allowed from (Linux `__mlx5_ib_modify_qp` `optab` for RC; 2ERR and 2RST
+/// from every state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// RST2INIT_QP.
+    Rst2Init,
+    /// INIT2RTR_QP.
+    Init2Rtr,
+    /// RTR2RTS_QP.
+    Rtr2Rts,
+    /// 2ERR_QP.
+    ToError,
+    /// 2RST_QP.
+    ToReset,
+}
+
+impl Transition {
+    /// May a QP in `from` take this transition?
+    pub const fn allowed_from(self, from: QpState) -> bool {
+        match self {
+            Transition::Rst2Init => matches!(from, QpState::Reset),
+            Transition::Init2Rtr => matches!(from, QpState::Init),
+            Transition::Rtr2Rts => matches!(from, QpState::Rtr),
+            Transition::ToError | Transition::ToReset => true,
+        }
+    }
+
+    /// The state after it.
+    pub const fn target(self) -> QpState {
+        match self {
+            Transition::Rst2Init => QpState::Init,
+            Transition::Init2Rtr => QpState::Rtr,
+            Transition::Rtr2Rts => QpState::Rts,
+            Transition::ToError => QpState::Error,
+            Transition::ToReset => QpState::Reset,
+        }
+    }
+
+    /// The command's `mlx5_ifc.h` name.
+    pub const fn command(self) -> &'static str {
+        match self {
+            Transition::Rst2Init => "RST2INIT_QP",
+            Transition::Init2Rtr => "INIT2RTR_QP",
+            Transition::Rtr2Rts => "RTR2RTS_QP",
+            Transition::ToError => "2ERR_QP",
+            Transition::ToReset => "2RST_QP",
+        }
+    }
+}
+
 /// Path MTU (`qpc.mtu`, `MLX5_QPC_MTU_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mtu {

@@ -12,7 +12,7 @@ use mlx5_regs::consts::{qp_ctx, ts_format};
 use mlx5_regs::doorbell::{bf_reg_offset, uar_page_offset, QP_DBR_SIZE};
 use mlx5_regs::Opcode;
 
-use super::attr::{log2_ceil, InitAttr, QpState, RtrAttr, RtsAttr};
+use super::attr::{log2_ceil, InitAttr, QpState, RtrAttr, RtsAttr, Transition};
 use super::cmd::{self, CreateQpParams, QpQuery, RtrFields, RtsFields};
 use super::queue::{Qp, QpLinks};
 use super::ring::{SendQueueCaps, SendRing, SendSlot, SqGeometry};
@@ -22,8 +22,17 @@ use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
 
-fn wrong_state(qpn: u32, state: QpState, op: &'static str) -> Error {
-    Error::QpState { qpn, state, op }
+/// Refuse a transition from the QP's state before any command is sent.
+fn check<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, t: Transition) -> Result<(), Error> {
+    if t.allowed_from(qp.state) {
+        Ok(())
+    } else {
+        Err(Error::QpState {
+            qpn: qp.qpn,
+            state: qp.state,
+            op: t.command(),
+        })
+    }
 }
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
@@ -196,14 +205,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: &mut Qp<H, T>,
         attr: &InitAttr,
     ) -> Result<(), Error> {
-        if qp.state != QpState::Reset {
-            return Err(wrong_state(qp.qpn, qp.state, "RST2INIT_QP"));
-        }
+        check(qp, Transition::Rst2Init)?;
         self.check_port(attr.port)?;
         let input = cmd::rst2init_qp(qp.qpn, attr.port, attr.pkey_index, attr.access)?;
         let mut out = [0u8; cmd::MODIFY_QP_OUT];
         self.exec(&input, &mut out)?;
-        qp.state = QpState::Init;
+        qp.state = Transition::Rst2Init.target();
         Ok(())
     }
 
@@ -214,9 +221,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: &mut Qp<H, T>,
         attr: &RtrAttr,
     ) -> Result<(), Error> {
-        if qp.state != QpState::Init {
-            return Err(wrong_state(qp.qpn, qp.state, "INIT2RTR_QP"));
-        }
+        check(qp, Transition::Init2Rtr)?;
         self.check_port(attr.path.port())?;
         let caps = self.caps();
         let log_rra_max = log2_ceil(attr.max_dest_rd_atomic);
@@ -239,7 +244,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         )?;
         let mut out = [0u8; cmd::MODIFY_QP_OUT];
         self.exec(&input, &mut out)?;
-        qp.state = QpState::Rtr;
+        qp.state = Transition::Init2Rtr.target();
         Ok(())
     }
 
@@ -249,9 +254,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: &mut Qp<H, T>,
         attr: &RtsAttr,
     ) -> Result<(), Error> {
-        if qp.state != QpState::Rtr {
-            return Err(wrong_state(qp.qpn, qp.state, "RTR2RTS_QP"));
-        }
+        check(qp, Transition::Rtr2Rts)?;
         let log_sra_max = log2_ceil(attr.max_rd_atomic);
         if attr.max_rd_atomic > 0 && log_sra_max > self.caps().log_max_ra_req_qp {
             return Err(Error::InvalidArgument(
@@ -270,7 +273,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         )?;
         let mut out = [0u8; cmd::MODIFY_QP_OUT];
         self.exec(&input, &mut out)?;
-        qp.state = QpState::Rts;
+        qp.state = Transition::Rtr2Rts.target();
         Ok(())
     }
 
@@ -278,10 +281,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// complete with flush errors; an SRQ-attached QP raises
     /// last-WQE-reached.
     pub fn qp_to_error<T: AsMut<[SendSlot]>>(&self, qp: &mut Qp<H, T>) -> Result<(), Error> {
+        check(qp, Transition::ToError)?;
         let input = cmd::qp_2err(qp.qpn)?;
         let mut out = [0u8; cmd::QP_2ERR_OUT];
         self.exec(&input, &mut out)?;
-        qp.state = QpState::Error;
+        qp.state = Transition::ToError.target();
         Ok(())
     }
 
@@ -290,10 +294,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// kernel QP; work requests not yet completed are forgotten (their
     /// CQEs, if still in a CQ, are refused as not outstanding).
     pub fn qp_to_reset<T: AsMut<[SendSlot]>>(&self, qp: &mut Qp<H, T>) -> Result<(), Error> {
+        check(qp, Transition::ToReset)?;
         let input = cmd::qp_2rst(qp.qpn)?;
         let mut out = [0u8; cmd::QP_2RST_OUT];
         self.exec(&input, &mut out)?;
-        qp.state = QpState::Reset;
+        qp.state = Transition::ToReset.target();
         qp.reset_rings();
         Ok(())
     }

@@ -16,7 +16,9 @@ mod queue;
 pub mod ring;
 
 pub use crate::eq::QpEvent;
-pub use attr::{roce_udp_sport, AddressPath, InitAttr, Mtu, QpAccess, QpState, RtrAttr, RtsAttr};
+pub use attr::{
+    roce_udp_sport, AddressPath, InitAttr, Mtu, QpAccess, QpState, RtrAttr, RtsAttr, Transition,
+};
 pub use cmd::QpQuery;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
 pub use ring::{
@@ -24,5 +26,7 @@ pub use ring::{
     SendSlot, SqGeometry, SqSizeError,
 };
 
+#[cfg(test)]
+mod cmd_tests;
 #[cfg(test)]
 mod tests;
