@@ -1,6 +1,7 @@
-//! The HCA: bring-up ([`bringup`]), the command path with its bounded
-//! waits ([`cmdwait`]), event polling and page service ([`service`]), and
-//! teardown ([`teardown`]) (facts §4).
+//! The HCA: bring-up (`bringup.rs`, with the RDMA resources in
+//! `rdma.rs`), the command path with its bounded waits (`cmdwait.rs`),
+//! event polling and page service (`service.rs`), and teardown
+//! (`teardown.rs`) (facts §4).
 //!
 //! This file holds the [`Hca`] object, its configuration and the read-only
 //! accessors; each concept lives in its own submodule.

@@ -18,7 +18,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// DESTROY_MKEY of the DMA key), DEALLOC_PD,
     /// DESTROY_EQ (completion, async), DEALLOC_UAR, TEARDOWN_HCA profile 0,
     /// MANAGE_PAGES take until firmware holds no page (bounded by
-    /// [`HcaConfig::reclaim_timeout_ns`] without progress), DISABLE_HCA.
+    /// [`super::HcaConfig::reclaim_timeout_ns`] without progress), DISABLE_HCA.
     /// Every step is attempted; the first error is returned. On a dead
     /// device no command is sent and the memory is released.
     pub fn teardown(mut self) -> Result<TeardownReport, Error> {
