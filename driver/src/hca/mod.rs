@@ -319,6 +319,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         self.rdma.roce_caps
     }
 
+    /// Whether RoCE is enabled on the vport now (`roce_en`, possibly set by
+    /// bring-up for the loopback mode and cleared again at teardown).
+    pub fn roce_enabled(&self) -> bool {
+        self.rdma.roce_en
+    }
+
     /// The NIC vport context read at bring-up (Ethernet ports with RDMA
     /// support): `roce_en` as bring-up found it, MAC, MTU.
     pub fn nic_vport(&self) -> Option<NicVport> {
@@ -373,11 +379,18 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 }
 
 /// The EQE event types this driver subscribes its async EQ to: Linux's
-/// `MLX5_ASYNC_EVENT_MASK` (0x1f02be), PAGE_REQUEST (Linux has a separate
-/// pages EQ for it) and INTERNAL_ERROR (so the upper layers see it as an
-/// event, not only through the health buffer).
+/// `MLX5_ASYNC_EVENT_MASK` (0x1f02be, which holds the QP events:
+/// communication established, WQ errors, last WQE reached, SRQ limit),
+/// PAGE_REQUEST (Linux has a separate pages EQ for it) and INTERNAL_ERROR
+/// (so the upper layers see it as an event, not only through the health
+/// buffer).
 pub fn async_event_mask() -> EventMask {
-    EventMask::LINUX_ASYNC | EventMask::PAGE_REQUEST | EventMask::INTERNAL_ERROR
+    // QP_EVENTS (COMM_EST, WQ errors, last WQE) are inside Linux's mask
+    // already; named here because the QP code relies on them.
+    EventMask::LINUX_ASYNC
+        | EventMask::QP_EVENTS
+        | EventMask::PAGE_REQUEST
+        | EventMask::INTERNAL_ERROR
 }
 
 #[cfg(test)]

@@ -29,6 +29,8 @@ pub(super) struct RdmaState {
     pub(super) mtu: Mtu,
     pub(super) roce_caps: Option<RoceCaps>,
     pub(super) nic_vport: Option<NicVport>,
+    /// `roce_en` as it is now (after bring-up possibly set it).
+    pub(super) roce_en: bool,
     /// Bring-up set `roce_en` (teardown clears it again).
     roce_enabled_by_us: bool,
     /// GID table entry bring-up programmed (teardown clears it).
@@ -44,6 +46,7 @@ impl Default for RdmaState {
             mtu: Mtu::B1024,
             roce_caps: None,
             nic_vport: None,
+            roce_en: false,
             roce_enabled_by_us: false,
             gid_programmed: None,
         }
@@ -87,6 +90,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let out: [u8; lb::QUERY_NIC_VPORT_CONTEXT_OUT] = self.run(lb::query_nic_vport_context())?;
         let vport = lb::parse_nic_vport_context(&out);
         self.rdma.nic_vport = Some(vport);
+        self.rdma.roce_en = vport.roce_en;
         self.rdma.mtu = loopback_mtu_for(vport.mtu);
         let roce = self.rdma.roce_caps;
         let plan = choose_eth(
@@ -101,6 +105,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if enable {
             let _: [u8; lb::MODIFY_NIC_VPORT_CONTEXT_OUT] = self.run(lb::set_roce_en(true)?)?;
             self.rdma.roce_enabled_by_us = true;
+            self.rdma.roce_en = true;
         }
         self.rdma.loopback = match (plan, roce) {
             (EthPlan::ForceLoopback { .. }, _) => Some(LoopbackMode::ForceLoopback),
@@ -133,6 +138,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             );
         }
         if core::mem::take(&mut self.rdma.roce_enabled_by_us) {
+            self.rdma.roce_en = false;
             note(lb::set_roce_en(false).map_err(Error::from).and_then(|i| {
                 self.run(i)
                     .map(|_: [u8; lb::MODIFY_NIC_VPORT_CONTEXT_OUT]| ())

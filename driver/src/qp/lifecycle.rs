@@ -176,13 +176,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// capability is the RoCE page's with RoCE enabled, else the general
     /// `sq_ts_format` (Linux `mlx5_get_qp_default_ts`).
     fn qp_ts_format(&self) -> u8 {
-        let roce_on = self.nic_vport().is_some_and(|v| v.roce_en)
-            || matches!(
-                self.loopback_mode(),
-                Some(crate::loopback::LoopbackMode::Roce { .. })
-            );
         let cap = match self.roce_caps() {
-            Some(r) if roce_on => r.qp_ts_format,
+            Some(r) if self.roce_enabled() => r.qp_ts_format,
             _ => self.caps().sq_ts_format,
         };
         if cap == ts_format::CAP_REAL_TIME {
