@@ -195,9 +195,11 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
 
     /// Match a requester CQE (REQ or REQ_ERR) to its work request, treating
     /// every field the device wrote as untrusted: it must name this QP and
-    /// an outstanding WQE ([`BadSendCqe`]; counted, nothing changes).
-    /// Retires the request and the unsignaled ones before it; an error
-    /// completion means the QP is in error.
+    /// an outstanding WQE ([`BadSendCqe`]; counted, nothing changes), and a
+    /// successful one the opcode the WQE was posted with
+    /// ([`BadSendCqe::OpcodeMismatch`]: retired, counted). Retires the
+    /// request and the unsignaled ones before it; an error completion means
+    /// the QP is in error.
     #[inline]
     pub fn complete_send(&mut self, cqe: &Cqe) -> Result<SendCompletion, BadSendCqe> {
         let r = self.match_send(cqe);
@@ -220,6 +222,14 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         let (slot, retired) = ring.complete(self.slots.as_mut(), cqe.wqe_counter)?;
         if cqe.opcode == CqeOpcode::REQ_ERR {
             self.state = QpState::Error;
+        } else if cqe.send_opcode != slot.opcode() as u8 {
+            // Linux reports a good requester CQE by its opcode byte: one that
+            // contradicts the posted WQE is not believed.
+            return Err(BadSendCqe::OpcodeMismatch {
+                wr_id: slot.wr_id,
+                opcode: cqe.send_opcode,
+                posted: slot.opcode(),
+            });
         }
         Ok(SendCompletion {
             wr_id: slot.wr_id,

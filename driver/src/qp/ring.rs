@@ -370,6 +370,18 @@ pub enum BadSendCqe {
         /// The index the CQE gave.
         wqe_counter: u16,
     },
+    /// A successful requester CQE names another send opcode than the WQE
+    /// it completes was posted with. The device did complete the WQE, so it
+    /// is retired: its `wr_id` is here for the caller to complete the
+    /// request with an error.
+    OpcodeMismatch {
+        /// The request's `wr_id`.
+        wr_id: u64,
+        /// The opcode byte the CQE gave.
+        opcode: u8,
+        /// The opcode posted.
+        posted: SendOpcode,
+    },
 }
 
 /// The send ring: WQE buffer, geometry, counters and the doorbell target.

@@ -526,6 +526,48 @@ fn untrusted_cqes_are_refused_without_side_effects() {
 }
 
 #[test]
+fn a_good_cqe_with_another_opcode_is_refused_but_retires_its_wqe() {
+    let hal = TestHal::new();
+    let mut q = qp(&hal, geometry(8, 1, 0));
+    let s = [sge(1, 1)];
+    q.post_send(&[send(1, &s, false), send(2, &s, true), send(3, &s, true)])
+        .unwrap();
+    let mut c = req_cqe(1);
+    c.send_opcode = 0x7f;
+    assert_eq!(
+        q.complete_send(&c),
+        Err(BadSendCqe::OpcodeMismatch {
+            wr_id: 2,
+            opcode: 0x7f,
+            posted: SendOpcode::Send
+        })
+    );
+    assert_eq!((q.rejected_cqes(), q.outstanding_sends()), (1, 1));
+    // RDMA writes are reported with their own opcode.
+    let w = [SendRequest {
+        op: SendOp::RdmaWriteImm {
+            raddr: 0,
+            rkey: 1,
+            imm: 0,
+        },
+        ..send(4, &s, true)
+    }];
+    q.post_send(&w).unwrap();
+    let mut c = req_cqe(3);
+    c.send_opcode = 0x09;
+    let done = q.complete_send(&c).unwrap();
+    assert_eq!(
+        (done.wr_id, done.retired, done.opcode),
+        (4, 2, SendOpcode::RdmaWriteImm)
+    );
+    // An error CQE's opcode byte is not relied on (Linux does not read it).
+    q.post_send(&s.map(|_| send(5, &s, true))).unwrap();
+    let mut c = flush_cqe(4);
+    c.send_opcode = 0;
+    assert_eq!(q.complete_send(&c).unwrap().wr_id, 5);
+}
+
+#[test]
 fn flush_cqes_name_every_request_and_mark_the_qp_in_error() {
     let hal = TestHal::new();
     let mut q = qp(&hal, geometry(8, 1, 0));
