@@ -5,6 +5,7 @@
 //! * [`cmd`]: the QP commands as encoders and parsers.
 //! * [`ring`]: the send ring: sizing, WQE building, the doorbell, the
 //!   requester-CQE → `wr_id` bookkeeping in the caller's table.
+//! * [`wr`]: send work requests, the caller's table entry, the errors.
 //! * [`attr`]: states and the attributes of each transition.
 //! * The [`Qp`] object and the [`crate::Hca`] methods that create,
 //!   transition, query and destroy it.
@@ -14,6 +15,7 @@ pub mod cmd;
 mod lifecycle;
 mod queue;
 pub mod ring;
+pub mod wr;
 
 pub use crate::eq::QpEvent;
 pub use attr::{
@@ -21,10 +23,8 @@ pub use attr::{
 };
 pub use cmd::QpQuery;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
-pub use ring::{
-    BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendQueueCaps, SendRequest, SendRing,
-    SendSlot, SqGeometry, SqSizeError,
-};
+pub use ring::{SendQueueCaps, SendRing, SqGeometry, SqSizeError};
+pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot};
 
 #[cfg(test)]
 mod cmd_tests;

@@ -7,7 +7,8 @@ use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::CqeOpcode;
 
 use super::attr::QpState;
-use super::ring::{BadSendCqe, SendError, SendOpcode, SendRequest, SendRing, SendSlot, SqGeometry};
+use super::ring::{SendRing, SqGeometry};
+use super::wr::{BadSendCqe, SendError, SendOpcode, SendRequest, SendSlot};
 use crate::cq::{Cq, Cqe, CqeError, CqeStatus};
 use crate::eq::{Event, QpEvent};
 use crate::srq::{BadRecvCqe, RecvCompletion, Srq};
