@@ -19,7 +19,7 @@
 //!   64-bit MMIO store of the last WQE's first 8 bytes to the QP's BlueFlame
 //!   register, flush, then switch to the other half of the register.
 //! * Flow control counts work requests, as rdma-core does: at most
-//!   `max_post` are outstanding, and since no WQE is longer than the
+//!   `max_send_wr` are outstanding, and since no WQE is longer than the
 //!   `wqe_size` the ring was sized for, the WQEBBs never overrun.
 //! * The caller's table ([`SendSlot`], one per WQEBB) records, for the slot
 //!   a WQE starts at, its `wr_id`, its running work-request number and its
