@@ -97,6 +97,30 @@ pub struct Caps {
     pub cmdif_checksum: u8,
     /// log2 of the largest message.
     pub log_max_msg: u8,
+    /// log2 of the largest send queue in 64-byte basic blocks (Linux
+    /// `calc_sq_size` refuses more).
+    pub log_max_qp_sz: u8,
+    /// Largest send WQE in bytes (`max_wqe_sz_sq`).
+    pub max_wqe_sz_sq: u16,
+    /// log2 of a BlueFlame register's size in bytes; each register is used
+    /// as two alternating halves.
+    pub log_bf_reg_size: u8,
+    /// log2 of the number of memory keys.
+    pub log_max_mkey: u8,
+    /// log2 of the number of XRC domains.
+    pub log_max_xrcd: u8,
+    /// Force-loopback RC QPs allowed while RoCE is disabled (general page;
+    /// the RoCE page has a bit of the same name, both count).
+    pub fl_rc_qp_when_roce_disabled: bool,
+    /// Send-queue timestamp formats (0 free-running only, 1 real-time
+    /// only, 2 both).
+    pub sq_ts_format: u8,
+    /// log2 of the initiator RDMA-read/atomic depth per QP.
+    pub log_max_ra_req_qp: u8,
+    /// log2 of the responder RDMA-read/atomic depth per QP.
+    pub log_max_ra_res_qp: u8,
+    /// MTT entries may carry access bits (`pg`).
+    pub pg: bool,
     /// The whole capability block.
     pub raw: [u8; c::SIZE],
 }
@@ -143,6 +167,16 @@ impl Caps {
             log_uar_page_sz: c::log_uar_page_sz.get(r),
             cmdif_checksum: c::cmdif_checksum.get(r),
             log_max_msg: c::log_max_msg.get(r),
+            log_max_qp_sz: c::log_max_qp_sz.get(r),
+            max_wqe_sz_sq: c::max_wqe_sz_sq.get(r),
+            log_bf_reg_size: c::log_bf_reg_size.get(r),
+            log_max_mkey: c::log_max_mkey.get(r),
+            log_max_xrcd: c::log_max_xrcd.get(r),
+            fl_rc_qp_when_roce_disabled: c::fl_rc_qp_when_roce_disabled.get(r),
+            sq_ts_format: c::sq_ts_format.get(r),
+            log_max_ra_req_qp: c::log_max_ra_req_qp.get(r),
+            log_max_ra_res_qp: c::log_max_ra_res_qp.get(r),
+            pg: c::pg.get(r),
             raw: copy,
         }
     }
@@ -167,10 +201,7 @@ impl Caps {
             (self.log_max_cq_sz, "capability log_max_cq_sz above 24"),
             (self.log_max_eq_sz, "capability log_max_eq_sz above 24"),
             (self.log_max_srq_sz, "capability log_max_srq_sz above 24"),
-            (
-                c::log_max_qp_sz.get(&self.raw),
-                "capability log_max_qp_sz above 24",
-            ),
+            (self.log_max_qp_sz, "capability log_max_qp_sz above 24"),
         ];
         let counts = [
             (self.log_max_cq, "capability log_max_cq above 24"),
@@ -178,6 +209,8 @@ impl Caps {
             (self.log_max_rmp, "capability log_max_rmp above 24"),
             (self.log_max_qp, "capability log_max_qp above 24"),
             (self.log_max_pd, "capability log_max_pd above 24"),
+            (self.log_max_mkey, "capability log_max_mkey above 24"),
+            (self.log_max_xrcd, "capability log_max_xrcd above 24"),
         ];
         for (v, what) in sizes {
             if v > MAX_LOG_QUEUE_SIZE {
@@ -190,6 +223,25 @@ impl Caps {
             }
         }
         Ok(())
+    }
+
+    /// Can this function carry RC traffic: an InfiniBand port, or an
+    /// Ethernet port with RoCE or force-loopback RC QPs? Bring-up creates
+    /// the DMA key, the XRC domain and the loopback addressing only then.
+    ///
+    /// ```
+    /// use mlx5_driver::Caps;
+    /// use mlx5_regs::layouts::cmd_hca_cap;
+    /// let mut raw = [0u8; cmd_hca_cap::SIZE];
+    /// cmd_hca_cap::port_type.set(&mut raw, 1).unwrap();
+    /// assert!(!Caps::parse(&raw).rdma_capable(), "Ethernet without RoCE");
+    /// cmd_hca_cap::roce.set(&mut raw, true).unwrap();
+    /// assert!(Caps::parse(&raw).rdma_capable());
+    /// ```
+    pub fn rdma_capable(&self) -> bool {
+        self.port_type == mlx5_regs::consts::port::TYPE_IB
+            || self.roce
+            || self.fl_rc_qp_when_roce_disabled
     }
 
     /// Largest CQ a verbs caller may ask for: `2^log_max_cq_sz − 1` (facts §10).

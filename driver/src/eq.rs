@@ -62,9 +62,12 @@ pub enum Event {
         /// SRQ number.
         srqn: u32,
     },
-    /// Type 0x13: last WQE reached.
+    /// Type 0x13: last WQE reached: an SRQ-attached QP entered the error
+    /// state and will consume no more SRQ WQEs. Despite the field's name
+    /// (kept for compatibility) the number is the **QP's**
+    /// (`qp_events.qpn_rqn_sqn`); [`Event::qp_event`] reads it as such.
     SrqLastWqe {
-        /// QP/SRQ number from the event.
+        /// QP number from the event.
         srqn: u32,
     },
     /// QP/WQ events (path migration, comm established, SQ drained, WQ
@@ -110,6 +113,81 @@ pub enum Event {
         /// The raw 64-byte EQE.
         raw: [u8; EQE_SIZE],
     },
+}
+
+/// A queue-pair event, typed (event types of QPF/Linux
+/// `qp_allowed_event_types`, `drivers/infiniband/hw/mlx5/qpc.c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpEvent {
+    /// 0x02: communication established (the first packet arrived while in
+    /// RTR). Informational; the driver changes nothing (Linux passes it on
+    /// and ULPs ignore it).
+    CommEstablished,
+    /// 0x13: an SRQ-attached QP in error will consume no more SRQ WQEs.
+    LastWqeReached,
+    /// 0x01: path migrated.
+    PathMigrated,
+    /// 0x07: path migration failed.
+    PathMigrationFailed,
+    /// 0x03: send queue drained.
+    SqDrained,
+    /// 0x05: catastrophic error on the work queue; the QP is in error.
+    CatastrophicError,
+    /// 0x10: invalid request (a malformed request from the peer); the QP
+    /// is in error.
+    InvalidRequest,
+    /// 0x11: access violation; the QP is in error.
+    AccessError,
+}
+
+impl QpEvent {
+    /// True for the events that leave the QP in the error state.
+    pub const fn is_error(self) -> bool {
+        matches!(
+            self,
+            QpEvent::CatastrophicError | QpEvent::InvalidRequest | QpEvent::AccessError
+        )
+    }
+}
+
+impl Event {
+    /// The QP number and typed event when this is an event of a queue pair
+    /// (`qp_events.type` 0 for the WQ/path events; last-WQE-reached always
+    /// names a QP). Route it to the QP with that number
+    /// (`crate::qp::Qp::handle_event`).
+    ///
+    /// ```
+    /// use mlx5_driver::eq::{Event, QpEvent};
+    /// use mlx5_regs::EventType;
+    /// let e = Event::Queue { event_type: EventType::WQ_CATAS_ERROR, qpn: 9, queue_type: 0 };
+    /// assert_eq!(e.qp_event(), Some((9, QpEvent::CatastrophicError)));
+    /// assert_eq!(Event::SrqLastWqe { srqn: 9 }.qp_event(), Some((9, QpEvent::LastWqeReached)));
+    /// let rq = Event::Queue { event_type: EventType::WQ_CATAS_ERROR, qpn: 9, queue_type: 1 };
+    /// assert_eq!(rq.qp_event(), None, "an RQ object, not a QP");
+    /// ```
+    pub fn qp_event(&self) -> Option<(u32, QpEvent)> {
+        match *self {
+            Event::SrqLastWqe { srqn } => Some((srqn, QpEvent::LastWqeReached)),
+            Event::Queue {
+                event_type,
+                qpn,
+                queue_type: ctx::EVENT_QUEUE_TYPE_QP,
+            } => {
+                let e = match event_type {
+                    EventType::COMM_EST => QpEvent::CommEstablished,
+                    EventType::PATH_MIG => QpEvent::PathMigrated,
+                    EventType::PATH_MIG_FAILED => QpEvent::PathMigrationFailed,
+                    EventType::SQ_DRAINED => QpEvent::SqDrained,
+                    EventType::WQ_CATAS_ERROR => QpEvent::CatastrophicError,
+                    EventType::WQ_INVAL_REQ_ERROR => QpEvent::InvalidRequest,
+                    EventType::WQ_ACCESS_ERROR => QpEvent::AccessError,
+                    _ => return None,
+                };
+                Some((qpn, e))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Decode one EQE.

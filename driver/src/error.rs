@@ -6,6 +6,8 @@ use mlx5_hal::HalError;
 use mlx5_regs::consts::errno;
 use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode, RegError};
 
+use crate::qp::{QpState, SqSizeError};
+
 /// Why the driver considers the device dead (facts §1.3, Linux
 /// `mlx5_health_check_fatal_sensors` order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +150,18 @@ pub enum Error {
         /// `supported_issi_dw0`.
         supported: u32,
     },
+    /// A queue pair is in the wrong state for the call; nothing was sent
+    /// to firmware.
+    QpState {
+        /// The QP.
+        qpn: u32,
+        /// Its state as the driver knows it.
+        state: QpState,
+        /// What was refused (the command it would have sent).
+        op: &'static str,
+    },
+    /// A send queue size the device cannot hold (Linux `calc_sq_size`).
+    SqSize(SqSizeError),
     /// Teardown could not take every page back from firmware.
     ReclaimStalled {
         /// Pages firmware still holds.
@@ -178,6 +192,9 @@ impl Error {
             Error::OutOfPages { .. } => errno::ENOMEM,
             Error::BadResponse { .. } => errno::EIO,
             Error::IssiNotSupported { .. } => errno::EOPNOTSUPP,
+            Error::QpState { .. } => errno::EINVAL,
+            Error::SqSize(SqSizeError::RingTooLarge) => errno::ENOMEM,
+            Error::SqSize(_) => errno::EINVAL,
         }
     }
 
@@ -304,6 +321,10 @@ impl fmt::Display for Error {
             Error::IssiNotSupported { supported } => {
                 write!(f, "no usable ISSI (supported_issi_dw0 {supported:#x})")
             }
+            Error::QpState { qpn, state, op } => {
+                write!(f, "QP {qpn:#x} is in state {state:?}: {op} refused")
+            }
+            Error::SqSize(e) => write!(f, "send queue size: {e:?}"),
             Error::ReclaimStalled { pages_left } => {
                 write!(f, "page reclaim stalled with {pages_left} pages left")
             }

@@ -9,13 +9,17 @@
 //!   encoder/parser per command, independent of the transport.
 //! * [`hca`]: [`Hca::bring_up`] / [`Hca::teardown`], the bounded command
 //!   wait ([`Hca::exec`]) that checks health and serves page requests while
-//!   it waits, event polling.
+//!   it waits, event polling, the RDMA resources of bring-up.
 //! * [`pages`]: the firmware page manager. [`eq`]: polled event queues and
 //!   typed events. [`caps`]: typed capabilities. [`health`]: the health
 //!   buffer. [`stats`]: per-opcode statistics and the trace hook.
 //!   [`error`]: typed errors with errno mapping.
 //! * [`cq`]: completion queues (ring, poll, arm, resize copy, commands);
 //!   [`srq`]: shared receive queues (WQE ring, free list, RMP/SRQ commands);
+//!   [`qp`]: RC queue pairs (send ring, WQEs, doorbell, requester
+//!   completions, the state machine and its commands); [`mkey`]: memory
+//!   keys (the DMA key of bring-up); [`loopback`]: how this function's QPs
+//!   reach each other (force loopback, RoCE, IB), chosen at bring-up;
 //!   [`pagelist`]: page lists for firmware contexts.
 //!
 //! ```no_run
@@ -39,8 +43,11 @@ pub mod eq;
 pub mod error;
 pub mod hca;
 pub mod health;
+pub mod loopback;
+pub mod mkey;
 pub mod pagelist;
 pub mod pages;
+pub mod qp;
 pub mod srq;
 pub mod stats;
 pub mod verbs;

@@ -1,17 +1,20 @@
 //! A host-memory platform for unit tests: DMA from the global allocator,
-//! IOVA = address + offset, no BAR, a live-region counter.
+//! IOVA = address + offset, no BAR (reads are 0; 64-bit doorbell stores are
+//! recorded), a live-region counter.
 extern crate std;
 
 use core::ptr::NonNull;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::vec::Vec;
 
 use mlx5_hal::{Hal, HalError, RawDma, PAGE_SIZE};
 
 #[derive(Clone)]
 pub(crate) struct TestHal {
     live: Arc<AtomicUsize>,
+    doorbells: Arc<Mutex<Vec<(usize, u64)>>>,
 }
 
 const IOVA_SHIFT: u64 = 0x5500_0000_0000;
@@ -20,10 +23,15 @@ impl TestHal {
     pub(crate) fn new() -> Self {
         TestHal {
             live: Arc::new(AtomicUsize::new(0)),
+            doorbells: Arc::new(Mutex::new(Vec::new())),
         }
     }
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
+    }
+    /// Every 64-bit MMIO store so far, as (offset, value).
+    pub(crate) fn doorbells(&self) -> Vec<(usize, u64)> {
+        self.doorbells.lock().unwrap().clone()
     }
 }
 
@@ -37,7 +45,9 @@ unsafe impl Hal for TestHal {
         0
     }
     fn mmio_write32(&self, _offset: usize, _value: u32) {}
-    fn mmio_write64(&self, _offset: usize, _value: u64) {}
+    fn mmio_write64(&self, offset: usize, value: u64) {
+        self.doorbells.lock().unwrap().push((offset, value));
+    }
     fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
         if size == 0 {
             return Err(HalError::InvalidRequest);

@@ -292,6 +292,25 @@ pub fn dealloc_pd(pd: u32) -> Result<[u8; dealloc_pd_in::SIZE], RegError> {
     Ok(b)
 }
 
+/// Output length of ALLOC_XRCD.
+pub const ALLOC_XRCD_OUT: usize = alloc_xrcd_out::SIZE;
+/// ALLOC_XRCD.
+pub fn alloc_xrcd() -> [u8; alloc_xrcd_in::SIZE] {
+    header(Opcode::ALLOC_XRCD, 0)
+}
+/// ALLOC_XRCD output: the XRC domain (24 bits).
+pub fn parse_alloc_xrcd(out: &[u8]) -> u32 {
+    alloc_xrcd_out::xrcd.get(out)
+}
+/// Output length of DEALLOC_XRCD.
+pub const DEALLOC_XRCD_OUT: usize = dealloc_xrcd_out::SIZE;
+/// DEALLOC_XRCD.
+pub fn dealloc_xrcd(xrcd: u32) -> Result<[u8; dealloc_xrcd_in::SIZE], RegError> {
+    let mut b: [u8; dealloc_xrcd_in::SIZE] = header(Opcode::DEALLOC_XRCD, 0);
+    dealloc_xrcd_in::xrcd.set(&mut b, xrcd)?;
+    Ok(b)
+}
+
 /// Output length of QUERY_SPECIAL_CONTEXTS.
 pub const QUERY_SPECIAL_CONTEXTS_OUT: usize = query_special_contexts_out::SIZE;
 /// QUERY_SPECIAL_CONTEXTS.

@@ -3,9 +3,11 @@
 pub mod cmd;
 mod queue;
 pub mod ring;
+mod syndrome;
 
 pub use queue::{Cq, CqOptions};
 pub use ring::{CqRing, Cqe, CqeSize, CqeStatus, DoorbellRecord, ResizeCopyError};
+pub use syndrome::CqeError;
 
 #[cfg(test)]
 mod tests;

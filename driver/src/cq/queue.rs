@@ -118,8 +118,8 @@ impl<H: Hal> Cq<H> {
         self.arm_sn = self.arm_sn.wrapping_add(1);
     }
 
-    /// Objects (SRQs at ISSI 0) that report to this CQ; destroy is refused
-    /// while this is not zero.
+    /// Objects that report to this CQ (SRQs at ISSI 0, queue pairs);
+    /// destroy is refused while this is not zero.
     pub fn users(&self) -> u32 {
         self.users
     }
@@ -191,14 +191,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         })
     }
 
-    /// Destroy a CQ. Refused with [`Error::Busy`] while an SRQ reports to it;
+    /// Destroy a CQ. Refused with [`Error::Busy`] while an SRQ or a QP
+    /// reports to it (before any command is sent);
     /// on any failure the CQ is handed back unchanged and keeps working.
     /// Unpolled completions and a pending arm do not prevent destruction.
     // No heap to box into: handing the object back on failure is the point.
     #[allow(clippy::result_large_err)]
     pub fn destroy_cq(&self, cq: Cq<H>) -> Result<(), (Cq<H>, Error)> {
         if cq.users > 0 {
-            return Err((cq, Error::Busy("CQ still used by an SRQ")));
+            return Err((cq, Error::Busy("CQ still used by an SRQ or a QP")));
         }
         let input = match cmd::destroy_cq(cq.cqn) {
             Ok(i) => i,

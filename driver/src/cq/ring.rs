@@ -14,6 +14,7 @@ use mlx5_regs::CqeOpcode;
 
 /// Byte offsets inside a 64-byte CQE (facts §7.2, `struct mlx5_cqe64`).
 mod off {
+    pub const FLAGS_RQPN: usize = 0x18;
     pub const SRQN: usize = 0x20;
     pub const IMM: usize = 0x24;
     pub const BYTE_CNT: usize = 0x2c;
@@ -116,8 +117,14 @@ pub struct Cqe {
     pub byte_len: u32,
     /// WQE index (SQ index for requester CQEs, SRQ WQE index for receives).
     pub wqe_counter: u16,
-    /// QP number (24 bits).
+    /// QP number (24 bits): the sending QP of a requester CQE, the
+    /// receiving QP of a responder CQE.
     pub qpn: u32,
+    /// Top byte of `sop_drop_qpn`: the send WQE opcode of a requester CQE
+    /// (`MLX5_OPCODE_*`), 0 for a responder CQE.
+    pub send_opcode: u8,
+    /// `flags_rqpn` bits 23:0: the sender's QP number of a responder CQE.
+    pub src_qpn: u32,
     /// SRQ number (24 bits; meaningful for SRQ receives).
     pub srqn: u32,
     /// Immediate data / invalidated rkey (big-endian value as the CQE holds it).
@@ -132,9 +139,25 @@ impl Cqe {
         byte_len: 0,
         wqe_counter: 0,
         qpn: 0,
+        send_opcode: 0,
+        src_qpn: 0,
         srqn: 0,
         imm: 0,
     };
+
+    /// True for a send-side completion (opcode REQ or REQ_ERR).
+    #[inline(always)]
+    pub fn is_requester(&self) -> bool {
+        self.opcode == CqeOpcode::REQ || self.opcode == CqeOpcode::REQ_ERR
+    }
+
+    /// The typed error of an error CQE, `None` for a successful one.
+    pub fn error(&self) -> Option<super::CqeError> {
+        match self.status {
+            CqeStatus::Success => None,
+            CqeStatus::Error { syndrome, .. } => Some(super::CqeError::from_syndrome(syndrome)),
+        }
+    }
 }
 
 /// A CQ buffer in DMA memory with its software consumer index.
@@ -265,12 +288,15 @@ impl<H: Hal> CqRing<H> {
         } else {
             CqeStatus::Success
         };
+        let sop_drop_qpn = w.read_be32::<{ off::QPN }>();
         Cqe {
             opcode,
             status,
             byte_len: w.read_be32::<{ off::BYTE_CNT }>(),
             wqe_counter: w.read_be16::<{ off::WQE_COUNTER }>(),
-            qpn: w.read_be32::<{ off::QPN }>() & 0x00ff_ffff,
+            qpn: sop_drop_qpn & 0x00ff_ffff,
+            send_opcode: (sop_drop_qpn >> 24) as u8,
+            src_qpn: w.read_be32::<{ off::FLAGS_RQPN }>() & 0x00ff_ffff,
             srqn: w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff,
             imm: w.read_be32::<{ off::IMM }>(),
         }

@@ -56,8 +56,18 @@ pub struct RecvCompletion {
     pub status: CqeStatus,
     /// Bytes received (checked against the posted buffers on success).
     pub byte_len: u32,
-    /// QP number from the CQE (24 bits, not checked: the core has no QPs).
+    /// The receiving QP named by the CQE (24 bits; the SRQ does not know
+    /// its QPs, so the caller checks it against its own if it cares).
     pub qpn: u32,
+    /// The sending QP (`flags_rqpn`) as the CQE reports it.
+    pub src_qpn: u32,
+    /// The SRQ (RMP) number, checked to be this SRQ's.
+    pub srqn: u32,
+    /// The SRQ WQE the message consumed, now back on the free list.
+    pub wqe_index: u16,
+    /// Immediate data (network order as in the CQE) of SEND_IMM and
+    /// RDMA_WRITE_IMM; 0 otherwise.
+    pub imm: u32,
     /// The responder opcode.
     pub opcode: CqeOpcode,
 }
@@ -65,6 +75,12 @@ pub struct RecvCompletion {
 /// Why [`Srq::complete_cqe`] refused a CQE (the device is not trusted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BadRecvCqe {
+    /// The CQE names another QP than the one it was given to
+    /// ([`crate::qp::Qp::complete_recv`]).
+    WrongQp {
+        /// QP number in the CQE.
+        qpn: u32,
+    },
     /// The CQE names another SRQ number.
     WrongSrq {
         /// SRQ number in the CQE.
@@ -96,6 +112,7 @@ pub struct Srq<H: Hal> {
     cqn: Option<u32>,
     ring: SrqRing<H>,
     rejected: u64,
+    users: u32,
 }
 
 impl<H: Hal> Srq<H> {
@@ -200,11 +217,19 @@ impl<H: Hal> Srq<H> {
                 capacity,
             });
         }
+        let imm = match cqe.opcode {
+            CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_WR_IMM => cqe.imm,
+            _ => 0,
+        };
         Ok(RecvCompletion {
             wr_id,
             status: cqe.status,
             byte_len: cqe.byte_len,
             qpn: cqe.qpn,
+            src_qpn: cqe.src_qpn,
+            srqn: cqe.srqn,
+            wqe_index: idx,
+            imm,
             opcode: cqe.opcode,
         })
     }
@@ -244,6 +269,20 @@ impl<H: Hal> Srq<H> {
     /// The ring (geometry, doorbell record address).
     pub fn ring(&self) -> &SrqRing<H> {
         &self.ring
+    }
+
+    /// Queue pairs attached to this SRQ; destroy is refused while this is
+    /// not zero.
+    pub fn users(&self) -> u32 {
+        self.users
+    }
+
+    pub(crate) fn add_user(&mut self) {
+        self.users += 1;
+    }
+
+    pub(crate) fn remove_user(&mut self) {
+        self.users = self.users.saturating_sub(1);
     }
 }
 
@@ -323,6 +362,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             cqn,
             ring,
             rejected: 0,
+            users: 0,
         })
     }
 
@@ -384,10 +424,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Destroy an SRQ. At ISSI 0 pass the CQ it names, which stops counting
-    /// it as a user. On failure the SRQ is handed back unchanged.
+    /// it as a user. Refused with [`Error::Busy`] before any command is sent
+    /// while a queue pair is attached to it. On failure the SRQ is handed
+    /// back unchanged.
     // No heap to box into: handing the object back on failure is the point.
     #[allow(clippy::result_large_err)]
     pub fn destroy_srq(&self, srq: Srq<H>, cq: Option<&mut Cq<H>>) -> Result<(), (Srq<H>, Error)> {
+        if srq.users > 0 {
+            return Err((srq, Error::Busy("SRQ still used by a QP")));
+        }
         if let Some(cqn) = srq.cqn {
             if cq.as_ref().map(|c| c.cqn()) != Some(cqn) {
                 return Err((

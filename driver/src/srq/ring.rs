@@ -25,7 +25,9 @@ pub struct Sge {
     pub addr: u64,
     /// Length in bytes.
     pub length: u32,
-    /// Memory key (the reserved lkey for plain DMA memory).
+    /// Memory key: by default [`crate::Hca::default_lkey`] (the DMA key
+    /// made at bring-up, [`crate::Hca::sge`] fills it in); a key from
+    /// [`crate::Hca::create_mkey`] or the reserved lkey also work.
     pub lkey: u32,
 }
 

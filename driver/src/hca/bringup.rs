@@ -1,0 +1,254 @@
+//! Bring-up in the order of facts §4.1.
+
+use core::sync::atomic::AtomicBool;
+
+use mlx5_hal::Hal;
+use mlx5_regs::consts::op_mod;
+use mlx5_regs::layouts::{cmd_hca_cap, initial_seg};
+use mlx5_regs::{EventMask, Opcode};
+
+use super::{async_event_mask, Core, FwVersion, Hca, HcaConfig, Progress};
+use crate::caps::Caps;
+use crate::cmd::encode;
+use crate::cmd::{CmdQueue, MAX_CMD_LEN};
+use crate::eq::{EventQueue, EventSink};
+use crate::error::Error;
+use crate::health::{mmio_field, Heartbeat};
+use crate::pages::PageManager;
+use crate::stats::{CmdObserver, CmdStats};
+
+/// Wait until the initializing bit clears (facts §1.2).
+fn wait_fw_init<H: Hal>(hal: &H, cfg: &HcaConfig) -> Result<(), Error> {
+    let start = hal.now_ns();
+    loop {
+        if !mmio_field(hal, 0, &initial_seg::initializing) {
+            return Ok(());
+        }
+        let waited = hal.now_ns().saturating_sub(start);
+        if waited > cfg.fw_init_timeout_ns {
+            return Err(Error::FirmwareInitTimeout { waited_ns: waited });
+        }
+        hal.delay_us(cfg.fw_init_poll_us.max(1));
+    }
+}
+
+impl<H: Hal> Hca<H> {
+    /// Bring the HCA up with no trace hook and default event capacities.
+    /// See [`Hca::bring_up_with`].
+    pub fn bring_up(hal: H, cfg: HcaConfig) -> Result<Self, Error> {
+        Self::bring_up_with(hal, cfg, ())
+    }
+}
+
+impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
+    /// Bring the HCA up in the order of facts §4.1: wait for firmware, set
+    /// up the command queue, ENABLE_HCA, ISSI, boot pages, host endianness,
+    /// QUERY/SET_HCA_CAP, init pages, INIT_HCA, capabilities, regular pages,
+    /// ALLOC_UAR, the async EQ (page requests + async events) and a
+    /// completion EQ, ALLOC_PD, QUERY_SPECIAL_CONTEXTS; then, on a device
+    /// that can carry RC traffic ([`Caps::rdma_capable`]), the RDMA
+    /// resources: the DMA key (CREATE_MKEY), an XRC domain (ALLOC_XRCD, with
+    /// the `xrc` capability) and the loopback addressing
+    /// ([`crate::loopback`]).
+    ///
+    /// On failure everything done so far is undone (objects destroyed, pages
+    /// taken back, HCA disabled) and the first error is returned.
+    pub fn bring_up_with(hal: H, cfg: HcaConfig, observer: O) -> Result<Self, Error> {
+        // 1. Pre-init wait, 2. command queue, 3. wait again (facts §4.1).
+        wait_fw_init(&hal, &cfg)?;
+        let cmd = CmdQueue::new(&hal)?;
+        wait_fw_init(&hal, &cfg)?;
+        let fw = FwVersion {
+            major: mmio_field(&hal, 0, &initial_seg::fw_rev_major),
+            minor: mmio_field(&hal, 0, &initial_seg::fw_rev_minor),
+            subminor: mmio_field(&hal, 0, &initial_seg::fw_rev_subminor),
+            cmdif_rev: mmio_field(&hal, 0, &initial_seg::cmd_interface_rev),
+        };
+        let embedded_cpu = mmio_field(&hal, 0, &initial_seg::embedded_cpu);
+        let now = hal.now_ns();
+        let core = Core {
+            cmd,
+            async_eq: None,
+            comp_eq: None,
+            pages: PageManager::new(cfg.page_chunk_pages, cfg.max_fw_pages),
+            completions: EventSink::new(),
+            events: EventSink::new(),
+            stats: CmdStats::new(),
+            heartbeat: Heartbeat::new(cfg.heartbeat_timeout_ns, now),
+            polls_since_health: 0,
+            function_id: 0,
+            scratch_in: [0; MAX_CMD_LEN],
+            scratch_out: [0; MAX_CMD_LEN],
+        };
+        let mut hca = Hca {
+            hal,
+            cfg,
+            core: spin::Mutex::new(core),
+            dead: AtomicBool::new(false),
+            fatal: spin::Mutex::new(None),
+            observer,
+            progress: Progress::default(),
+            torn_down: false,
+            fw,
+            embedded_cpu,
+            issi: 0,
+            caps: None,
+            max_caps: None,
+            uar: None,
+            pd: None,
+            resd_lkey: 0,
+            terminate_mkey: 0,
+            rdma: super::rdma::RdmaState::default(),
+            mkey_variant: core::sync::atomic::AtomicU8::new(0),
+        };
+        match hca.bring_up_steps() {
+            Ok(()) => Ok(hca),
+            Err(e) => {
+                // Unwind; the original error is what the caller needs.
+                let _ = hca.shutdown();
+                Err(e)
+            }
+        }
+    }
+
+    fn startup_pages(&self, kind: u16) -> Result<(), Error> {
+        let out: [u8; encode::QUERY_PAGES_OUT] = self.run(encode::query_pages(kind))?;
+        let (function_id, n) = encode::parse_query_pages(&out);
+        let mut core = self.core.lock();
+        core.function_id = function_id;
+        if n > 0 {
+            let r = core.give_pages(
+                &self.hal,
+                &self.observer,
+                &self.cfg,
+                function_id,
+                n as usize,
+            );
+            drop(core);
+            if let Err(e) = r {
+                return Err(self.note_fatal(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn query_caps(&self, current: bool) -> Result<Caps, Error> {
+        let out: [u8; encode::QUERY_HCA_CAP_OUT] =
+            self.run(encode::query_hca_cap(op_mod::CAP_GENERAL, current))?;
+        let caps = Caps::parse(encode::parse_query_hca_cap(&out));
+        caps.validate()?;
+        Ok(caps)
+    }
+
+    fn create_eq(&self, log_size: u8, mask: u64) -> Result<EventQueue<H>, Error> {
+        let uar = self.uar.ok_or(Error::InvalidArgument("no UAR"))?;
+        let mut buf = [0u8; MAX_CMD_LEN];
+        let (mut eq, len) = EventQueue::prepare(&self.hal, log_size, uar, mask, &mut buf)?;
+        let mut out = [0u8; encode::CREATE_EQ_OUT];
+        self.exec(&buf[..len], &mut out)?;
+        eq.created(&self.hal, encode::parse_create_eq(&out));
+        Ok(eq)
+    }
+
+    fn bring_up_steps(&mut self) -> Result<(), Error> {
+        // 5. ENABLE_HCA.
+        let _: [u8; encode::ENABLE_HCA_OUT] = self.run(encode::enable_hca(self.embedded_cpu))?;
+        self.progress.enabled = true;
+
+        // 6. ISSI (Linux `mlx5_core_set_issi`): a firmware status on
+        // QUERY_ISSI means ISSI 0; prefer 1.
+        let issi: Result<[u8; encode::QUERY_ISSI_OUT], Error> = self.run(encode::query_issi());
+        let supported = match issi {
+            Ok(out) => encode::parse_query_issi(&out).1,
+            Err(Error::Command { .. }) => 0,
+            Err(e) => return Err(e),
+        };
+        if supported & 2 != 0 {
+            let _: [u8; encode::SET_ISSI_OUT] = self.run(encode::set_issi(1))?;
+            self.issi = 1;
+        } else if supported & 1 != 0 || supported == 0 {
+            self.issi = 0;
+        } else {
+            return Err(Error::IssiNotSupported { supported });
+        }
+
+        // 7. Boot pages.
+        self.startup_pages(op_mod::QUERY_PAGES_BOOT)?;
+
+        // 9. Host endianness.
+        let _: [u8; encode::ACCESS_REG_HOST_ENDIANNESS_LEN] = self.run(
+            encode::access_reg_host_endianness(cfg!(target_endian = "big")),
+        )?;
+
+        // 10. QUERY_HCA_CAP max + current, SET_HCA_CAP (general). Changed
+        // from current: cmdif_checksum = 0 (Linux and rdma-core: firmware
+        // must not require mailbox signatures), log_uar_page_sz = 0 (4 KiB
+        // UAR pages: the doorbell offsets of facts §5 assume them).
+        let max = self.query_caps(false)?;
+        self.max_caps = Some(max);
+        let cur = self.query_caps(true)?;
+        let mut cap = cur.raw;
+        cmd_hca_cap::cmdif_checksum.set(&mut cap, 0)?;
+        cmd_hca_cap::log_uar_page_sz.set(&mut cap, 0)?;
+        let mut set = [0u8; encode::SET_HCA_CAP_IN];
+        encode::set_hca_cap(&mut set, op_mod::CAP_GENERAL, &cap);
+        let _: [u8; encode::SET_HCA_CAP_OUT] = self.run(set)?;
+
+        // 11. Init pages, 12. INIT_HCA.
+        self.startup_pages(op_mod::QUERY_PAGES_INIT)?;
+        let owner = if cur.sw_owner_id {
+            self.cfg.sw_owner_id
+        } else {
+            None
+        };
+        let _: [u8; encode::INIT_HCA_OUT] = self.run(encode::init_hca(owner))?;
+        self.progress.initialized = true;
+
+        // 13. Capabilities as the HCA now runs with them.
+        let caps = self.query_caps(true)?;
+        self.caps = Some(caps);
+
+        // Regular pages.
+        self.startup_pages(op_mod::QUERY_PAGES_REGULAR)?;
+
+        // 14. UAR, async EQ, completion EQ.
+        let out: [u8; encode::ALLOC_UAR_OUT] = self.run(encode::alloc_uar())?;
+        let uar = encode::parse_alloc_uar(&out);
+        // The UAR's doorbells are MMIO writes at uar × 4 KiB: an index
+        // beyond BAR0 (untrusted output) must never be used.
+        if uar as usize >= self.hal.bar0_size() / mlx5_regs::doorbell::UAR_PAGE_SIZE {
+            return Err(Error::BadResponse {
+                opcode: Opcode::ALLOC_UAR,
+                what: "UAR index beyond BAR0",
+            });
+        }
+        self.uar = Some(uar);
+
+        let max_log = if caps.log_max_eq_sz == 0 {
+            self.cfg.async_eq_log_size
+        } else {
+            caps.log_max_eq_sz
+        };
+        let mut mask = async_event_mask();
+        if caps.page_request_disable {
+            mask.remove(EventMask::PAGE_REQUEST);
+        }
+        let eq = self.create_eq(self.cfg.async_eq_log_size.min(max_log), mask.bits())?;
+        self.core.lock().async_eq = Some(eq);
+        // A completion EQ: mask 0, CQs route to it through cqc.c_eqn.
+        let eq = self.create_eq(self.cfg.comp_eq_log_size.min(max_log), 0)?;
+        self.core.lock().comp_eq = Some(eq);
+
+        let out: [u8; encode::ALLOC_PD_OUT] = self.run(encode::alloc_pd())?;
+        self.pd = Some(encode::parse_alloc_pd(&out));
+
+        let out: [u8; encode::QUERY_SPECIAL_CONTEXTS_OUT] =
+            self.run(encode::query_special_contexts())?;
+        let (resd, term) = encode::parse_query_special_contexts(&out);
+        self.resd_lkey = resd;
+        self.terminate_mkey = term;
+
+        // RDMA resources: DMA key, XRC domain, loopback addressing.
+        self.rdma_bring_up()
+    }
+}

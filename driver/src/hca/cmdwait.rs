@@ -1,0 +1,232 @@
+//! The bounded command wait: post on a free slot, wait for ownership to come
+//! back while serving events and page requests, turn the outcome into a
+//! typed error, record it (facts §2).
+
+use core::sync::atomic::Ordering;
+
+use mlx5_hal::Hal;
+use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode};
+
+use super::Hca;
+use crate::cmd::encode;
+use crate::cmd::Posted;
+use crate::error::Error;
+use crate::stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats};
+
+pub(super) fn outcome_of(delivery: DeliveryStatus, output: &[u8]) -> CmdOutcome {
+    if delivery != DeliveryStatus::OK {
+        return CmdOutcome::Delivery(delivery);
+    }
+    let (status, syndrome) = encode::out_status(output);
+    if status == CmdStatus::OK {
+        CmdOutcome::Ok
+    } else {
+        CmdOutcome::Status { status, syndrome }
+    }
+}
+
+pub(super) fn outcome_to_result(p: &Posted, o: CmdOutcome, waited_ns: u64) -> Result<(), Error> {
+    match o {
+        CmdOutcome::Ok => Ok(()),
+        CmdOutcome::Status { status, syndrome } => Err(Error::Command {
+            opcode: p.opcode,
+            op_mod: p.op_mod,
+            status,
+            syndrome,
+        }),
+        CmdOutcome::Delivery(status) => Err(Error::Delivery {
+            opcode: p.opcode,
+            op_mod: p.op_mod,
+            status,
+        }),
+        CmdOutcome::Timeout => Err(Error::Timeout {
+            opcode: p.opcode,
+            op_mod: p.op_mod,
+            waited_ns,
+        }),
+        // The caller substitutes the health error.
+        CmdOutcome::Fatal => Ok(()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record<O: CmdObserver>(
+    stats: &mut CmdStats,
+    obs: &O,
+    p: &Posted,
+    input: &[u8],
+    output: &[u8],
+    outcome: CmdOutcome,
+    latency_ns: u64,
+) {
+    stats.record(p.opcode, outcome, latency_ns);
+    obs.command(&CmdRecord {
+        opcode: p.opcode,
+        op_mod: p.op_mod,
+        slot: p.slot as u8,
+        token: p.token,
+        input,
+        output,
+        outcome,
+        latency_ns,
+    });
+}
+
+/// Exponential backoff between checks: spin once, then sleep 1, 2, 4 …
+/// up to `max` microseconds.
+pub(super) fn backoff<H: Hal>(hal: &H, delay: &mut u32, max: u32) {
+    if *delay == 0 {
+        core::hint::spin_loop();
+        *delay = 1;
+    } else {
+        hal.delay_us(*delay);
+        *delay = (*delay * 2).min(max.max(1));
+    }
+}
+
+impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
+    /// Run a fixed-size command.
+    pub(crate) fn run<const I: usize, const OUT: usize>(
+        &self,
+        input: [u8; I],
+    ) -> Result<[u8; OUT], Error> {
+        let mut out = [0u8; OUT];
+        self.exec(&input, &mut out)?;
+        Ok(out)
+    }
+
+    /// Remember a fatal error so every later call fails fast.
+    pub(super) fn note_fatal(&self, e: Error) -> Error {
+        if e.is_fatal() {
+            let mut f = self.fatal.lock();
+            if f.is_none() {
+                *f = Some(e);
+            }
+            self.dead.store(true, Ordering::Release);
+        }
+        e
+    }
+
+    pub(super) fn check_alive(&self) -> Result<(), Error> {
+        if self.dead.load(Ordering::Acquire) {
+            if let Some(e) = *self.fatal.lock() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Execute a raw command: `input` is the whole command input (header
+    /// included), `output` receives the whole output; its length is the
+    /// output length sent to firmware (exact per layout). On a firmware
+    /// status error `output` still holds what firmware wrote.
+    ///
+    /// MANAGE_PAGES is refused: pages belong to the page manager.
+    ///
+    /// ```no_run
+    /// # fn demo<H: mlx5_hal::Hal>(hca: &mlx5_driver::Hca<H>) -> Result<(), mlx5_driver::Error> {
+    /// use mlx5_driver::cmd::encode;
+    /// let mut out = [0u8; encode::NOP_OUT];
+    /// hca.exec(&encode::nop(), &mut out)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn exec(&self, input: &[u8], output: &mut [u8]) -> Result<(), Error> {
+        self.exec_timeout(input, output, self.cfg.cmd_timeout_ns)
+    }
+
+    /// [`Hca::exec`] with an explicit timeout in nanoseconds.
+    pub fn exec_timeout(
+        &self,
+        input: &[u8],
+        output: &mut [u8],
+        timeout_ns: u64,
+    ) -> Result<(), Error> {
+        self.check_alive()?;
+        if input.len() < 8 || output.len() < 8 {
+            return Err(Error::InvalidArgument("command shorter than its header"));
+        }
+        if encode::header_opcode(input) == Opcode::MANAGE_PAGES.0 {
+            return Err(Error::InvalidArgument(
+                "MANAGE_PAGES is issued by the page manager only",
+            ));
+        }
+        output.fill(0);
+        let hal = &self.hal;
+        let max_delay = self.cfg.poll_max_delay_us;
+        let start = hal.now_ns();
+        let mut delay = 0;
+        // Get a slot and post.
+        let p = loop {
+            {
+                let mut core = self.core.lock();
+                if let Some(slot) = core.cmd.alloc_regular() {
+                    break core.cmd.post(slot, input, output.len())?;
+                }
+                core.service(hal, &self.observer, &self.cfg)
+                    .map_err(|e| self.note_fatal(e))?;
+            }
+            let waited = hal.now_ns().saturating_sub(start);
+            if waited > timeout_ns {
+                return Err(Error::Timeout {
+                    opcode: Opcode(encode::header_opcode(input)),
+                    op_mod: encode::header_op_mod(input),
+                    waited_ns: waited,
+                });
+            }
+            backoff(hal, &mut delay, max_delay);
+        };
+        // Wait for it, serving events and page requests meanwhile.
+        delay = 0;
+        loop {
+            {
+                let mut core = self.core.lock();
+                let now = hal.now_ns();
+                let waited = now.saturating_sub(p.posted_ns);
+                if core.cmd.is_done(p.slot) {
+                    let d = core.cmd.finish(p.slot, output);
+                    let o = outcome_of(d, output);
+                    record(
+                        &mut core.stats,
+                        &self.observer,
+                        &p,
+                        input,
+                        output,
+                        o,
+                        waited,
+                    );
+                    return outcome_to_result(&p, o, waited);
+                }
+                if let Err(e) = core.service(hal, &self.observer, &self.cfg) {
+                    if e.is_fatal() {
+                        core.cmd.abandon(p.slot);
+                        record(
+                            &mut core.stats,
+                            &self.observer,
+                            &p,
+                            input,
+                            &[],
+                            CmdOutcome::Fatal,
+                            waited,
+                        );
+                        drop(core);
+                        return Err(self.note_fatal(e));
+                    }
+                }
+                if waited > timeout_ns {
+                    core.cmd.abandon(p.slot);
+                    record(
+                        &mut core.stats,
+                        &self.observer,
+                        &p,
+                        input,
+                        &[],
+                        CmdOutcome::Timeout,
+                        waited,
+                    );
+                    return outcome_to_result(&p, CmdOutcome::Timeout, waited);
+                }
+            }
+            backoff(hal, &mut delay, max_delay);
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! The [`Hca`] side of queue pairs: CREATE_QP, the transitions, QUERY_QP,
+//! DESTROY_QP, and connecting loopback QPs.
+//!
+//! Every transition checks the QP's state first and refuses a wrong one
+//! with [`Error::QpState`] before any command is sent (Linux refuses
+//! transitions outside its `optab` with `-EINVAL` the same way). A QP that
+//! the device moved to ERR is seen as such once an error completion or
+//! error event reached it, or after [`Hca::refresh_qp_state`].
+
+use mlx5_hal::Hal;
+use mlx5_regs::consts::{qp_ctx, ts_format};
+use mlx5_regs::doorbell::{bf_reg_offset, uar_page_offset, QP_DBR_SIZE};
+use mlx5_regs::Opcode;
+
+use super::attr::{log2_ceil, InitAttr, QpState, RtrAttr, RtsAttr, Transition};
+use super::cmd::{self, CreateQpParams, QpQuery, RtrFields, RtsFields};
+use super::queue::{Qp, QpLinks};
+use super::ring::{SendQueueCaps, SendRing, SqGeometry};
+use super::wr::SendSlot;
+use crate::cmd::MAX_CMD_LEN;
+use crate::error::Error;
+use crate::hca::Hca;
+use crate::pagelist::MAX_CONTEXT_PAGES;
+use crate::stats::CmdObserver;
+
+/// Refuse a transition from the QP's state before any command is sent.
+fn check<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, t: Transition) -> Result<(), Error> {
+    if t.allowed_from(qp.state) {
+        Ok(())
+    } else {
+        Err(Error::QpState {
+            qpn: qp.qpn,
+            state: qp.state,
+            op: t.command(),
+        })
+    }
+}
+
+impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
+    /// The send ring a request would get on this device (rounded as
+    /// [`SqGeometry::for_request`] does): the length of the [`SendSlot`]
+    /// table to give [`Hca::create_qp`] is its [`SqGeometry::wqebbs`].
+    pub fn send_queue_geometry(&self, req: &SendQueueCaps) -> Result<SqGeometry, Error> {
+        let caps = self.caps();
+        SqGeometry::for_request(req, caps.max_wqe_sz_sq, caps.log_max_qp_sz).map_err(Error::SqSize)
+    }
+
+    /// Create an RC QP in RESET.
+    ///
+    /// * `send`: the send queue to size, or `None` for a receive-only QP
+    ///   (`no_sq`);
+    /// * `links`: its CQs and SRQ ([`QpLinks`]); each counts the QP as a
+    ///   user until [`Hca::destroy_qp`];
+    /// * `table`: the caller's send table, at least
+    ///   [`Hca::send_queue_geometry`]`.wqebbs()` entries (any length without
+    ///   a send queue).
+    ///
+    /// The QP gets the HCA's PD and UAR (its BlueFlame register 0), the
+    /// XRC domain of bring-up when it has an SRQ, `user_index` 0xffffff on
+    /// devices with CQE version 1 (version-0 CQEs, as Linux asks for kernel
+    /// QPs), a timestamp format the capability allows, and an 8-byte
+    /// doorbell record.
+    pub fn create_qp<T: AsMut<[SendSlot]>>(
+        &self,
+        send: Option<SendQueueCaps>,
+        links: QpLinks<'_, H>,
+        mut table: T,
+    ) -> Result<Qp<H, T>, Error> {
+        let QpLinks {
+            send_cq,
+            recv_cq,
+            srq,
+        } = links;
+        let caps = *self.caps();
+        if send.is_none() && srq.is_none() {
+            return Err(Error::InvalidArgument("a QP needs a send queue or an SRQ"));
+        }
+        if srq.is_none() && recv_cq.is_some() {
+            return Err(Error::InvalidArgument(
+                "a receive CQ needs an SRQ (the QP has no receive queue of its own)",
+            ));
+        }
+        let cqn_snd = match (&send, &send_cq) {
+            (Some(_), Some(c)) => Some(c.cqn()),
+            (Some(_), None) => return Err(Error::InvalidArgument("a send queue needs a send CQ")),
+            (None, Some(_)) => {
+                return Err(Error::InvalidArgument("a send CQ without a send queue"))
+            }
+            (None, None) => None,
+        };
+        let cqn_rcv = match (&srq, &recv_cq, &send_cq) {
+            (None, _, _) => None,
+            (Some(_), Some(r), _) => Some((r.cqn(), true)),
+            (Some(_), None, Some(s)) => Some((s.cqn(), false)),
+            (Some(_), None, None) => {
+                return Err(Error::InvalidArgument("an SRQ needs a receive CQ"))
+            }
+        };
+        let geo = match &send {
+            Some(req) => Some(self.send_queue_geometry(req)?),
+            None => None,
+        };
+        if let Some(g) = geo {
+            if table.as_mut().len() < g.wqebbs() {
+                return Err(Error::InvalidArgument(
+                    "send table shorter than the send ring (SqGeometry::wqebbs)",
+                ));
+            }
+        }
+        // Send doorbells go to BlueFlame register 0 of the HCA's UAR, used
+        // as two alternating halves: both must lie inside the 4 KiB page.
+        let log_bf = caps.log_bf_reg_size;
+        if geo.is_some() && !(4..=11).contains(&log_bf) {
+            return Err(Error::BadResponse {
+                opcode: Opcode::QUERY_HCA_CAP,
+                what: "log_bf_reg_size outside 4..=11",
+            });
+        }
+        let hal = self.hal().clone();
+        let dbr = hal.alloc_dma(QP_DBR_SIZE)?;
+        let uar = self.uar();
+        let bf = uar_page_offset(uar) + bf_reg_offset(0, log_bf);
+        let mut pages = None;
+        let mut sq = None;
+        if let Some(g) = geo {
+            let (ring, list) = SendRing::new(&hal, g, MAX_CONTEXT_PAGES, bf, 1 << log_bf)?;
+            pages = Some(list);
+            sq = Some(ring);
+        }
+        let srqn = srq.as_ref().map(|s| s.srqn());
+        let params = CreateQpParams {
+            pd: self.pd(),
+            uar_page: uar,
+            send: match (geo, pages, cqn_snd) {
+                (Some(g), Some(p), Some(c)) => Some((g.log_wqebbs, p, c)),
+                _ => None,
+            },
+            srq: match (srqn, cqn_rcv) {
+                (Some(s), Some((c, _))) => Some((s, c, self.xrcd().unwrap_or(0))),
+                _ => None,
+            },
+            user_index: (caps.cqe_version == 1).then_some(qp_ctx::DEFAULT_USER_INDEX),
+            ts_format: self.qp_ts_format(),
+            dbr_addr: dbr.iova(),
+        };
+        let mut input = [0u8; MAX_CMD_LEN];
+        let len = cmd::create_qp(&mut input, &params)?;
+        let mut out = [0u8; cmd::CREATE_QP_OUT];
+        self.exec(&input[..len], &mut out)?;
+        let qpn = cmd::parse_create_qp(&out);
+        if let Some(r) = sq.as_mut() {
+            r.set_qpn(qpn);
+        }
+        for c in [send_cq, recv_cq].into_iter().flatten() {
+            c.add_user();
+        }
+        if let Some(s) = srq {
+            s.add_user();
+        }
+        Ok(Qp {
+            qpn,
+            state: QpState::Reset,
+            sq,
+            slots: table,
+            dbr,
+            hal,
+            cqn_snd,
+            cqn_rcv,
+            srqn,
+            rejected: 0,
+            last_wqe_reached: false,
+        })
+    }
+
+    /// `qpc.ts_format` by the safe rule: 1 (default) when the relevant
+    /// capability is "real-time only", else 0 (free-running). The
+    /// capability is the RoCE page's with RoCE enabled, else the general
+    /// `sq_ts_format` (Linux `mlx5_get_qp_default_ts`).
+    fn qp_ts_format(&self) -> u8 {
+        let cap = match self.roce_caps() {
+            Some(r) if self.roce_enabled() => r.qp_ts_format,
+            _ => self.caps().sq_ts_format,
+        };
+        if cap == ts_format::CAP_REAL_TIME {
+            ts_format::DEFAULT
+        } else {
+            ts_format::FREE_RUNNING
+        }
+    }
+
+    fn check_port(&self, port: u8) -> Result<(), Error> {
+        if port == 0 || port > self.caps().num_ports.max(1) {
+            return Err(Error::InvalidArgument("port outside 1..=num_ports"));
+        }
+        Ok(())
+    }
+
+    /// RESET → INIT (RST2INIT_QP).
+    pub fn qp_to_init<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        attr: &InitAttr,
+    ) -> Result<(), Error> {
+        check(qp, Transition::Rst2Init)?;
+        self.check_port(attr.port)?;
+        let input = cmd::rst2init_qp(qp.qpn, attr.port, attr.pkey_index, attr.access)?;
+        let mut out = [0u8; cmd::MODIFY_QP_OUT];
+        self.exec(&input, &mut out)?;
+        qp.state = Transition::Rst2Init.target();
+        Ok(())
+    }
+
+    /// INIT → RTR (INIT2RTR_QP); the largest message is the device's
+    /// `log_max_msg`, as Linux sets it.
+    pub fn qp_to_rtr<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        attr: &RtrAttr,
+    ) -> Result<(), Error> {
+        check(qp, Transition::Init2Rtr)?;
+        self.check_port(attr.path.port())?;
+        let caps = self.caps();
+        let log_rra_max = log2_ceil(attr.max_dest_rd_atomic);
+        if attr.max_dest_rd_atomic > 0 && log_rra_max > caps.log_max_ra_res_qp {
+            return Err(Error::InvalidArgument(
+                "max_dest_rd_atomic above the device's log_max_ra_res_qp",
+            ));
+        }
+        let input = cmd::init2rtr_qp(
+            qp.qpn,
+            &RtrFields {
+                path: attr.path,
+                mtu: attr.mtu as u8,
+                log_msg_max: caps.log_max_msg,
+                remote_qpn: attr.dest_qpn,
+                next_rcv_psn: attr.rq_psn,
+                min_rnr_nak: attr.min_rnr_timer,
+                log_rra_max,
+            },
+        )?;
+        let mut out = [0u8; cmd::MODIFY_QP_OUT];
+        self.exec(&input, &mut out)?;
+        qp.state = Transition::Init2Rtr.target();
+        Ok(())
+    }
+
+    /// RTR → RTS (RTR2RTS_QP).
+    pub fn qp_to_rts<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        attr: &RtsAttr,
+    ) -> Result<(), Error> {
+        check(qp, Transition::Rtr2Rts)?;
+        let log_sra_max = log2_ceil(attr.max_rd_atomic);
+        if attr.max_rd_atomic > 0 && log_sra_max > self.caps().log_max_ra_req_qp {
+            return Err(Error::InvalidArgument(
+                "max_rd_atomic above the device's log_max_ra_req_qp",
+            ));
+        }
+        let input = cmd::rtr2rts_qp(
+            qp.qpn,
+            &RtsFields {
+                ack_timeout: attr.timeout,
+                retry_count: attr.retry_cnt,
+                rnr_retry: attr.rnr_retry,
+                next_send_psn: attr.sq_psn,
+                log_sra_max,
+            },
+        )?;
+        let mut out = [0u8; cmd::MODIFY_QP_OUT];
+        self.exec(&input, &mut out)?;
+        qp.state = Transition::Rtr2Rts.target();
+        Ok(())
+    }
+
+    /// Any state → ERR (2ERR_QP). Outstanding send work requests then
+    /// complete with flush errors; an SRQ-attached QP raises
+    /// last-WQE-reached.
+    pub fn qp_to_error<T: AsMut<[SendSlot]>>(&self, qp: &mut Qp<H, T>) -> Result<(), Error> {
+        check(qp, Transition::ToError)?;
+        let input = cmd::qp_2err(qp.qpn)?;
+        let mut out = [0u8; cmd::QP_2ERR_OUT];
+        self.exec(&input, &mut out)?;
+        qp.state = Transition::ToError.target();
+        Ok(())
+    }
+
+    /// Any state → RESET (2RST_QP). Afterwards the send counters, the send
+    /// table and both doorbell-record counters are zero, as Linux leaves a
+    /// kernel QP; work requests not yet completed are forgotten (their
+    /// CQEs, if still in a CQ, are refused as not outstanding).
+    pub fn qp_to_reset<T: AsMut<[SendSlot]>>(&self, qp: &mut Qp<H, T>) -> Result<(), Error> {
+        check(qp, Transition::ToReset)?;
+        let input = cmd::qp_2rst(qp.qpn)?;
+        let mut out = [0u8; cmd::QP_2RST_OUT];
+        self.exec(&input, &mut out)?;
+        qp.state = Transition::ToReset.target();
+        qp.reset_rings();
+        Ok(())
+    }
+
+    /// QUERY_QP: the context as firmware has it.
+    pub fn query_qp<T: AsMut<[SendSlot]>>(&self, qp: &Qp<H, T>) -> Result<QpQuery, Error> {
+        let input = cmd::query_qp(qp.qpn)?;
+        let mut out = [0u8; cmd::QUERY_QP_OUT];
+        self.exec(&input, &mut out)?;
+        Ok(cmd::parse_query_qp(&out))
+    }
+
+    /// QUERY_QP and take firmware's state as the QP's.
+    pub fn refresh_qp_state<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+    ) -> Result<QpState, Error> {
+        let q = self.query_qp(qp)?;
+        qp.state = q.state;
+        Ok(q.state)
+    }
+
+    /// Destroy a QP (DESTROY_QP, allowed in every state) and get the send
+    /// table back. `links` must name the CQs and SRQ it was created with;
+    /// they stop counting it as a user. On failure the QP is handed back
+    /// unchanged.
+    ///
+    /// Linux first moves the QP to RESET and removes its unpolled CQEs from
+    /// its CQs; this driver sends DESTROY_QP alone (firmware takes it from
+    /// any state) and leaves the CQs to their owner: a send CQE of a
+    /// destroyed QP matches no QP, a receive CQE still returns its SRQ WQE
+    /// through [`crate::srq::Srq::complete_cqe`].
+    // No heap to box into: handing the object back on failure is the point.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy_qp<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: Qp<H, T>,
+        links: QpLinks<'_, H>,
+    ) -> Result<T, (Qp<H, T>, Error)> {
+        let QpLinks {
+            send_cq,
+            recv_cq,
+            srq,
+        } = links;
+        let recv_separate = qp.cqn_rcv.and_then(|(c, sep)| sep.then_some(c));
+        let matches = send_cq.as_ref().map(|c| c.cqn()) == qp.cqn_snd
+            && recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
+            && srq.as_ref().map(|s| s.srqn()) == qp.srqn;
+        if !matches {
+            return Err((
+                qp,
+                Error::InvalidArgument("pass the CQs and SRQ the QP was created with"),
+            ));
+        }
+        let r = cmd::destroy_qp(qp.qpn)
+            .map_err(Error::from)
+            .and_then(|input| {
+                let mut out = [0u8; cmd::DESTROY_QP_OUT];
+                self.exec(&input, &mut out)
+            });
+        if let Err(e) = r {
+            return Err((qp, e));
+        }
+        for c in [send_cq, recv_cq].into_iter().flatten() {
+            c.remove_user();
+        }
+        if let Some(s) = srq {
+            s.remove_user();
+        }
+        // The ring and doorbell record are freed here, after firmware let
+        // go of them.
+        let Qp { slots, .. } = qp;
+        Ok(slots)
+    }
+
+    /// Connect a QP to itself in the loopback mode of bring-up
+    /// ([`Hca::loopback_rtr`]): RESET → INIT → RTR → RTS with
+    /// [`InitAttr::default`] and [`RtsAttr::default`].
+    pub fn connect_loopback_self<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+    ) -> Result<(), Error> {
+        let rts = RtsAttr::default();
+        let rtr = self.loopback_rtr(qp.qpn, qp.qpn, rts.sq_psn)?;
+        self.qp_to_init(qp, &InitAttr::default())?;
+        self.qp_to_rtr(qp, &rtr)?;
+        self.qp_to_rts(qp, &rts)
+    }
+
+    /// Connect two QPs of this function to each other in the loopback mode
+    /// of bring-up: both RESET → INIT → RTR → RTS, each addressing the other
+    /// ([`Hca::loopback_rtr`]), PSNs 0, [`InitAttr::default`],
+    /// [`RtsAttr::default`] (RNR retries forever). A receive-only QP goes to
+    /// RTS too.
+    pub fn connect_loopback_pair<A: AsMut<[SendSlot]>, B: AsMut<[SendSlot]>>(
+        &self,
+        a: &mut Qp<H, A>,
+        b: &mut Qp<H, B>,
+    ) -> Result<(), Error> {
+        let rts = RtsAttr::default();
+        let rtr_a = self.loopback_rtr(a.qpn, b.qpn, rts.sq_psn)?;
+        let rtr_b = self.loopback_rtr(b.qpn, a.qpn, rts.sq_psn)?;
+        self.qp_to_init(a, &InitAttr::default())?;
+        self.qp_to_init(b, &InitAttr::default())?;
+        self.qp_to_rtr(a, &rtr_a)?;
+        self.qp_to_rtr(b, &rtr_b)?;
+        self.qp_to_rts(a, &rts)?;
+        self.qp_to_rts(b, &rts)
+    }
+}

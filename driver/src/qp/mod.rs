@@ -1,0 +1,32 @@
+//! RC queue pairs (issue 14): a send ring, an SRQ (or nothing) as the
+//! receive side, the state machine, the send data path and requester
+//! completions.
+//!
+//! * [`cmd`]: the QP commands as encoders and parsers.
+//! * [`ring`]: the send ring: sizing, WQE building, the doorbell, the
+//!   requester-CQE → `wr_id` bookkeeping in the caller's table.
+//! * [`wr`]: send work requests, the caller's table entry, the errors.
+//! * [`attr`]: states and the attributes of each transition.
+//! * The [`Qp`] object and the [`crate::Hca`] methods that create,
+//!   transition, query and destroy it.
+
+pub mod attr;
+pub mod cmd;
+mod lifecycle;
+mod queue;
+pub mod ring;
+pub mod wr;
+
+pub use crate::eq::QpEvent;
+pub use attr::{
+    roce_udp_sport, AddressPath, InitAttr, Mtu, QpAccess, QpState, RtrAttr, RtsAttr, Transition,
+};
+pub use cmd::QpQuery;
+pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
+pub use ring::{SendQueueCaps, SendRing, SqGeometry, SqSizeError};
+pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot};
+
+#[cfg(test)]
+mod cmd_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,295 @@
+//! The QP object: its send ring, doorbell record and the caller's send
+//! table; posting, requester and responder completions, QP events.
+//! Commands that change it go through the [`crate::Hca`]
+//! ([`super::lifecycle`]).
+
+use mlx5_hal::{DmaRegion, Hal};
+use mlx5_regs::CqeOpcode;
+
+use super::attr::QpState;
+use super::ring::{SendRing, SqGeometry};
+use super::wr::{BadSendCqe, SendError, SendOpcode, SendRequest, SendSlot};
+use crate::cq::{Cq, Cqe, CqeError, CqeStatus};
+use crate::eq::{Event, QpEvent};
+use crate::srq::{BadRecvCqe, RecvCompletion, Srq};
+
+/// The CQs and SRQ a QP is attached to, given at creation and again at
+/// destruction (the driver keeps no pointers: each object counts its
+/// users, and a CQ or SRQ with users is not destroyed).
+///
+/// * a send queue needs `send_cq`;
+/// * an SRQ needs a receive CQ: `recv_cq`, or `send_cq` for both;
+/// * without an SRQ the QP has no receive queue and `recv_cq` must be
+///   `None`.
+pub struct QpLinks<'a, H: Hal> {
+    /// CQ of the send queue's completions.
+    pub send_cq: Option<&'a mut Cq<H>>,
+    /// CQ of the receive completions, when it is not `send_cq`.
+    pub recv_cq: Option<&'a mut Cq<H>>,
+    /// The SRQ the QP receives into.
+    pub srq: Option<&'a mut Srq<H>>,
+}
+
+impl<H: Hal> Default for QpLinks<'_, H> {
+    fn default() -> Self {
+        QpLinks {
+            send_cq: None,
+            recv_cq: None,
+            srq: None,
+        }
+    }
+}
+
+/// A post that stopped at request `index` (libibverbs' `bad_wr`); the
+/// requests before it are posted and their doorbell rung.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostSendFailure {
+    /// Index of the first request not posted.
+    pub index: usize,
+    /// Why.
+    pub error: SendError,
+}
+
+/// A requester completion matched to its work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendCompletion {
+    /// The `wr_id` the request was posted with.
+    pub wr_id: u64,
+    /// The operation posted.
+    pub opcode: SendOpcode,
+    /// Success or error (with the syndromes).
+    pub status: CqeStatus,
+    /// The WQE index the CQE named.
+    pub wqe_index: u16,
+    /// Work requests this CQE retired: 1 plus the unsignaled ones posted
+    /// before it that had no CQE of their own.
+    pub retired: u32,
+    /// Whether the request asked for a completion (an error or flush
+    /// completes unsignaled requests too).
+    pub signaled: bool,
+}
+
+impl SendCompletion {
+    /// The typed error, `None` on success.
+    pub fn error(&self) -> Option<CqeError> {
+        match self.status {
+            CqeStatus::Success => None,
+            CqeStatus::Error { syndrome, .. } => Some(CqeError::from_syndrome(syndrome)),
+        }
+    }
+}
+
+/// An RC queue pair owned by the caller, with its send table `T` (one
+/// [`SendSlot`] per WQEBB of the send ring, [`SqGeometry::wqebbs`]; a QP
+/// without a send queue takes `[SendSlot; 0]`, the default).
+///
+/// Posting and completion matching are methods of the QP (`&mut self`, no
+/// lock on the hot path); commands go through the [`crate::Hca`]. The state
+/// the driver tracks follows the transitions it made, error completions
+/// and error events (the device moves a QP to ERR on its own);
+/// [`crate::Hca::refresh_qp_state`] reads firmware's.
+pub struct Qp<H: Hal, T: AsMut<[SendSlot]> = [SendSlot; 0]> {
+    pub(super) qpn: u32,
+    pub(super) state: QpState,
+    pub(super) sq: Option<SendRing<H>>,
+    pub(super) slots: T,
+    pub(super) dbr: DmaRegion<H>,
+    pub(super) hal: H,
+    pub(super) cqn_snd: Option<u32>,
+    /// The receive CQ and whether it was given separately (`recv_cq`)
+    /// rather than shared with the send CQ.
+    pub(super) cqn_rcv: Option<(u32, bool)>,
+    pub(super) srqn: Option<u32>,
+    pub(super) rejected: u64,
+    pub(super) last_wqe_reached: bool,
+}
+
+impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
+    /// The QP number firmware assigned.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The state as the driver knows it.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The send ring's geometry (what it really holds), if it has one.
+    pub fn send_geometry(&self) -> Option<SqGeometry> {
+        self.sq.as_ref().map(|r| r.geometry())
+    }
+
+    /// The send ring (for tests and tools that inspect WQEs).
+    pub fn send_ring(&self) -> Option<&SendRing<H>> {
+        self.sq.as_ref()
+    }
+
+    /// The doorbell record (8 bytes: receive counter, send counter).
+    pub fn doorbell_record(&self) -> &DmaRegion<H> {
+        &self.dbr
+    }
+
+    /// Send work requests posted and not yet retired by a CQE.
+    pub fn outstanding_sends(&self) -> u32 {
+        self.sq.as_ref().map_or(0, |r| r.outstanding())
+    }
+
+    /// The send CQ.
+    pub fn send_cqn(&self) -> Option<u32> {
+        self.cqn_snd
+    }
+
+    /// The receive CQ (the SRQ's completions for this QP land there).
+    pub fn recv_cqn(&self) -> Option<u32> {
+        self.cqn_rcv.map(|(c, _)| c)
+    }
+
+    /// The SRQ (RMP) number of the receive side.
+    pub fn srqn(&self) -> Option<u32> {
+        self.srqn
+    }
+
+    /// The last-WQE-reached event arrived (the QP, in error, consumes no
+    /// more SRQ WQEs).
+    pub fn last_wqe_reached(&self) -> bool {
+        self.last_wqe_reached
+    }
+
+    /// CQEs refused by [`Qp::complete_send`] / [`Qp::complete_recv`].
+    pub fn rejected_cqes(&self) -> u64 {
+        self.rejected
+    }
+
+    /// Post a list of send work requests with one doorbell for all that
+    /// were written. Each request is checked before anything of it is
+    /// written; on the first refusal (queue full, too many gather entries,
+    /// inline data too large) the requests before it stay posted and the
+    /// failure names the request. A QP in RESET, INIT or RTR refuses the
+    /// first request.
+    #[inline]
+    pub fn post_send(&mut self, reqs: &[SendRequest<'_>]) -> Result<(), PostSendFailure> {
+        let fail = |error| Err(PostSendFailure { index: 0, error });
+        if !self.state.can_post_send() {
+            return fail(SendError::BadState { state: self.state });
+        }
+        let Some(ring) = self.sq.as_mut() else {
+            return fail(SendError::NoSendQueue);
+        };
+        let slots = self.slots.as_mut();
+        let mut last = None;
+        let mut result = Ok(());
+        for (index, r) in reqs.iter().enumerate() {
+            match ring.write(slots, r) {
+                Ok(ctrl) => last = Some(ctrl),
+                Err(error) => {
+                    result = Err(PostSendFailure { index, error });
+                    break;
+                }
+            }
+        }
+        if let Some(ctrl) = last {
+            ring.ring_doorbell(&self.hal, &self.dbr, ctrl);
+        }
+        result
+    }
+
+    /// Match a requester CQE (REQ or REQ_ERR) to its work request, treating
+    /// every field the device wrote as untrusted: it must name this QP and
+    /// an outstanding WQE ([`BadSendCqe`]; counted, nothing changes), and a
+    /// successful one the opcode the WQE was posted with
+    /// ([`BadSendCqe::OpcodeMismatch`]: retired, counted). Retires the
+    /// request and the unsignaled ones before it; an error completion means
+    /// the QP is in error.
+    #[inline]
+    pub fn complete_send(&mut self, cqe: &Cqe) -> Result<SendCompletion, BadSendCqe> {
+        let r = self.match_send(cqe);
+        if r.is_err() {
+            self.rejected = self.rejected.saturating_add(1);
+        }
+        r
+    }
+
+    fn match_send(&mut self, cqe: &Cqe) -> Result<SendCompletion, BadSendCqe> {
+        if cqe.qpn != self.qpn {
+            return Err(BadSendCqe::WrongQp { qpn: cqe.qpn });
+        }
+        if !cqe.is_requester() {
+            return Err(BadSendCqe::NotRequester {
+                opcode: cqe.opcode.0,
+            });
+        }
+        let ring = self.sq.as_mut().ok_or(BadSendCqe::NoSendQueue)?;
+        let (slot, retired) = ring.complete(self.slots.as_mut(), cqe.wqe_counter)?;
+        if cqe.opcode == CqeOpcode::REQ_ERR {
+            self.state = QpState::Error;
+        } else if cqe.send_opcode != slot.opcode() as u8 {
+            // Linux reports a good requester CQE by its opcode byte: one that
+            // contradicts the posted WQE is not believed.
+            return Err(BadSendCqe::OpcodeMismatch {
+                wr_id: slot.wr_id,
+                opcode: cqe.send_opcode,
+                posted: slot.opcode(),
+            });
+        }
+        Ok(SendCompletion {
+            wr_id: slot.wr_id,
+            opcode: slot.opcode(),
+            status: cqe.status,
+            wqe_index: cqe.wqe_counter,
+            retired,
+            signaled: slot.signaled(),
+        })
+    }
+
+    /// Match a responder CQE of this QP's SRQ: it must name this QP and its
+    /// SRQ (then [`Srq::complete_cqe`] checks the rest and returns the SRQ
+    /// WQE to the free list). An error completion means the QP is in error.
+    pub fn complete_recv(
+        &mut self,
+        srq: &mut Srq<H>,
+        cqe: &Cqe,
+    ) -> Result<RecvCompletion, BadRecvCqe> {
+        if cqe.qpn != self.qpn {
+            self.rejected = self.rejected.saturating_add(1);
+            return Err(BadRecvCqe::WrongQp { qpn: cqe.qpn });
+        }
+        if self.srqn != Some(srq.srqn()) {
+            self.rejected = self.rejected.saturating_add(1);
+            return Err(BadRecvCqe::WrongSrq { srqn: srq.srqn() });
+        }
+        let c = srq.complete_cqe(cqe)?;
+        if c.opcode == CqeOpcode::RESP_ERR {
+            self.state = QpState::Error;
+        }
+        Ok(c)
+    }
+
+    /// Apply an async event if it is about this QP: error events put the
+    /// QP in the error state, last-WQE-reached is recorded,
+    /// communication-established changes nothing. Returns the typed event,
+    /// or `None` when the event is not this QP's.
+    pub fn handle_event(&mut self, ev: &Event) -> Option<QpEvent> {
+        let (qpn, e) = ev.qp_event()?;
+        if qpn != self.qpn {
+            return None;
+        }
+        if e.is_error() {
+            self.state = QpState::Error;
+        }
+        if e == QpEvent::LastWqeReached {
+            self.last_wqe_reached = true;
+        }
+        Some(e)
+    }
+
+    /// After 2RST: counters, table and doorbell record back to zero (Linux
+    /// `__mlx5_ib_modify_qp`).
+    pub(super) fn reset_rings(&mut self) {
+        if let Some(r) = self.sq.as_mut() {
+            r.reset(self.slots.as_mut());
+        }
+        self.dbr.write_be64(0, 0);
+        self.last_wqe_reached = false;
+    }
+}

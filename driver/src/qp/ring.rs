@@ -1,0 +1,400 @@
+//! The send ring of an RC queue pair: its size, the send WQEs, the send
+//! doorbell, and the bookkeeping that turns a requester CQE back into the
+//! caller's `wr_id`.
+//!
+//! Pure data path, written after rdma-core `providers/mlx5/qp.c`
+//! (`_mlx5_post_send`, `post_send_db`) and Linux
+//! `drivers/infiniband/hw/mlx5/wr.c`:
+//!
+//! * The ring is `wqe_cnt` basic blocks (WQEBBs) of 64 bytes. A WQE starts at
+//!   WQEBB `cur_post & (wqe_cnt − 1)` and is made of 16-byte units: the
+//!   control segment, the remote-address segment of RDMA writes, then data
+//!   segments (one per non-empty scatter entry) or one inline segment (a
+//!   4-byte header `len | 0x8000_0000` followed by the bytes, padded to 16).
+//!   A WQE may run past the end of the ring and continue at its start.
+//! * `cur_post` is the 16-bit producer counter in WQEBBs; it goes into the
+//!   control segment (the WQE index the device echoes in `wqe_counter`) and,
+//!   once per batch, into dword 1 of the QP doorbell record.
+//! * Doorbell: WQE stores, write barrier, doorbell-record store, barrier, one
+//!   64-bit MMIO store of the last WQE's first 8 bytes to the QP's BlueFlame
+//!   register, flush, then switch to the other half of the register.
+//! * Flow control counts work requests, as rdma-core does: at most
+//!   `max_send_wr` are outstanding, and since no WQE is longer than the
+//!   `wqe_size` the ring was sized for, the WQEBBs never overrun.
+//! * The caller's table ([`SendSlot`], one per WQEBB) records, for the slot
+//!   a WQE starts at, its `wr_id`, its running work-request number and its
+//!   16-bit index. A requester CQE names the index of the last WQE it
+//!   covers; every work request up to it is retired (unsignaled ones have no
+//!   CQE of their own), exactly as rdma-core's `wqe_head` does. A CQE whose
+//!   index is not the start of an outstanding WQE is refused: the device is
+//!   not trusted.
+
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+use mlx5_regs::consts::wqe;
+use mlx5_regs::doorbell::QP_DBR_SND;
+
+use super::wr::{BadSendCqe, Payload, SendError, SendOp, SendRequest, SendSlot};
+use crate::pagelist::{alloc_paged, PageList};
+
+/// Bytes in a send basic block (`MLX5_SEND_WQE_BB`).
+pub const WQEBB: usize = wqe::SEND_WQE_BB;
+/// Bytes in a WQE unit (`MLX5_SEND_WQE_DS`).
+const UNIT: usize = wqe::SEND_WQE_DS;
+/// Largest WQE in units: `qpn_ds.ds` is 6 bits.
+pub const MAX_DS: usize = 63;
+/// Bytes of the control and remote-address segments: the per-WQE overhead
+/// for the operations this driver posts (rdma-core `_sq_overhead` with
+/// SEND, SEND_IMM, RDMA_WRITE and RDMA_WRITE_IMM).
+pub const SQ_OVERHEAD: usize = 32;
+/// Largest send ring: `log_sq_size` is a 4-bit field.
+const MAX_LOG_WQEBBS: u8 = 15;
+
+/// What the caller asks a send queue to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendQueueCaps {
+    /// Outstanding work requests (at least 1).
+    pub max_send_wr: u32,
+    /// Gather entries per work request.
+    pub max_send_sge: u32,
+    /// Inline bytes per work request.
+    pub max_inline_data: u32,
+}
+
+impl Default for SendQueueCaps {
+    fn default() -> Self {
+        SendQueueCaps {
+            max_send_wr: 64,
+            max_send_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// Why a send queue size was refused (each is `EINVAL` in verbs, ring too
+/// large `ENOMEM` as in Linux `calc_sq_size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqSizeError {
+    /// `max_send_wr` is 0.
+    NoWorkRequests,
+    /// More gather entries than a WQE of `max_wqe_sz_sq` bytes holds.
+    TooManySges,
+    /// The WQE would exceed `max_wqe_sz_sq` (or 63 units).
+    WqeTooLarge,
+    /// The ring would exceed `2^log_max_qp_sz` WQEBBs (or 2^15).
+    RingTooLarge,
+}
+
+/// The geometry of a send ring, rounded as mlx5 does (rdma-core
+/// `mlx5_calc_send_wqe` / `mlx5_calc_sq_size`; Linux `calc_sq_size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqGeometry {
+    /// log2 of the ring size in WQEBBs (`qpc.log_sq_size`).
+    pub log_wqebbs: u8,
+    /// Bytes reserved per work request: a multiple of 64.
+    pub wqe_size: usize,
+    /// Work requests that may be outstanding: `ring bytes / wqe_size`.
+    pub max_send_wr: u32,
+    /// Gather entries a work request may carry (what fits in `wqe_size`,
+    /// at least what was asked).
+    pub max_send_sge: u32,
+    /// Inline bytes a work request may carry (at least what was asked).
+    pub max_inline_data: u32,
+}
+
+impl SqGeometry {
+    /// Size a send ring for `req` on a device whose send WQEs may be
+    /// `max_wqe_sz_sq` bytes and whose rings `2^log_max_qp_sz` WQEBBs:
+    ///
+    /// * overhead 32 bytes (control + remote address);
+    /// * WQE = max(overhead + 16·SGEs, overhead + align16(4 + inline)),
+    ///   refused above `max_wqe_sz_sq` (and above 63 units, the `ds` limit),
+    ///   then rounded up to 64 bytes;
+    /// * ring = roundup_pow2(`max_send_wr` · WQE) bytes; capacity = ring / WQE.
+    ///
+    /// ```
+    /// use mlx5_driver::qp::{SendQueueCaps, SqGeometry};
+    /// let g = SqGeometry::for_request(
+    ///     &SendQueueCaps { max_send_wr: 10, max_send_sge: 2, max_inline_data: 0 }, 1024, 15).unwrap();
+    /// assert_eq!((g.wqe_size, g.wqebbs(), g.max_send_wr, g.max_send_sge), (64, 16, 16, 2));
+    /// ```
+    pub fn for_request(
+        req: &SendQueueCaps,
+        max_wqe_sz_sq: u16,
+        log_max_qp_sz: u8,
+    ) -> Result<SqGeometry, SqSizeError> {
+        if req.max_send_wr == 0 {
+            return Err(SqSizeError::NoWorkRequests);
+        }
+        let max_desc = (max_wqe_sz_sq as usize).min(MAX_DS * UNIT);
+        let max_gather = max_desc.saturating_sub(SQ_OVERHEAD) / UNIT;
+        if req.max_send_sge as usize > max_gather {
+            return Err(SqSizeError::TooManySges);
+        }
+        let gather = SQ_OVERHEAD + req.max_send_sge as usize * UNIT;
+        let inline = if req.max_inline_data > 0 {
+            SQ_OVERHEAD + (4 + req.max_inline_data as usize).next_multiple_of(UNIT)
+        } else {
+            0
+        };
+        let total = gather.max(inline);
+        if total > max_desc {
+            return Err(SqSizeError::WqeTooLarge);
+        }
+        let wqe_size = total.next_multiple_of(WQEBB);
+        let ring = (req.max_send_wr as u64 * wqe_size as u64).next_power_of_two();
+        let wqebbs = ring / WQEBB as u64;
+        let limit = log_max_qp_sz.min(MAX_LOG_WQEBBS);
+        if wqebbs > 1u64 << limit {
+            return Err(SqSizeError::RingTooLarge);
+        }
+        // What a WQE of `wqe_size` bytes really holds (never beyond 63 units).
+        let usable = wqe_size.min(MAX_DS * UNIT);
+        Ok(SqGeometry {
+            log_wqebbs: wqebbs.trailing_zeros() as u8,
+            wqe_size,
+            max_send_wr: (ring / wqe_size as u64) as u32,
+            max_send_sge: ((usable - SQ_OVERHEAD) / UNIT) as u32,
+            max_inline_data: (usable - SQ_OVERHEAD - 4) as u32,
+        })
+    }
+
+    /// Ring size in WQEBBs: also the length the caller's [`SendSlot`] table
+    /// must have.
+    pub const fn wqebbs(&self) -> usize {
+        1 << self.log_wqebbs
+    }
+
+    /// Ring size in bytes.
+    pub const fn bytes(&self) -> usize {
+        self.wqebbs() * WQEBB
+    }
+}
+
+/// The send ring: WQE buffer, geometry, counters and the doorbell target.
+pub struct SendRing<H: Hal> {
+    buf: DmaRegion<H>,
+    /// Offset of WQEBB 0 in `buf` (aligned to the firmware page size).
+    base: usize,
+    geo: SqGeometry,
+    qpn: u32,
+    /// Producer counter in WQEBBs.
+    cur_post: u16,
+    /// Work requests posted / retired (free-running).
+    head: u32,
+    tail: u32,
+    /// BAR0 offset of the BlueFlame half the next doorbell goes to.
+    bf_offset: usize,
+    /// `offset ^= bf_toggle` switches halves.
+    bf_toggle: usize,
+}
+
+impl<H: Hal> SendRing<H> {
+    /// Allocate a ring of `geo` in DMA pages (at most `max_pages` page-list
+    /// entries). `bf_offset` is the BAR0 offset of the BlueFlame register
+    /// (UAR page + 0x800) and `bf_size` its size; the QP number is set once
+    /// firmware assigned it ([`SendRing::set_qpn`]).
+    pub fn new(
+        hal: &H,
+        geo: SqGeometry,
+        max_pages: usize,
+        bf_offset: usize,
+        bf_size: usize,
+    ) -> Result<(Self, PageList), HalError> {
+        let (buf, base, pages) = alloc_paged(hal, geo.bytes(), max_pages)?;
+        Ok((
+            SendRing {
+                buf,
+                base,
+                geo,
+                qpn: 0,
+                cur_post: 0,
+                head: 0,
+                tail: 0,
+                bf_offset,
+                bf_toggle: bf_size / 2,
+            },
+            pages,
+        ))
+    }
+
+    /// Record the QP number (it goes into every control segment).
+    pub fn set_qpn(&mut self, qpn: u32) {
+        self.qpn = qpn & 0x00ff_ffff;
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> SqGeometry {
+        self.geo
+    }
+
+    /// The DMA region holding the ring; WQEBB 0 is at
+    /// [`SendRing::base_offset`].
+    pub fn region(&self) -> &DmaRegion<H> {
+        &self.buf
+    }
+
+    /// Offset of WQEBB 0 inside [`SendRing::region`].
+    pub fn base_offset(&self) -> usize {
+        self.base
+    }
+
+    /// The 16-bit producer counter (WQEBBs).
+    pub fn producer_counter(&self) -> u16 {
+        self.cur_post
+    }
+
+    /// Work requests posted and not yet retired by a CQE.
+    pub fn outstanding(&self) -> u32 {
+        self.head.wrapping_sub(self.tail)
+    }
+
+    /// BAR0 offset the next doorbell is written to.
+    pub fn doorbell_offset(&self) -> usize {
+        self.bf_offset
+    }
+
+    /// Write one WQE for `r` at the producer position and record it in
+    /// `slots` (length ≥ the ring's WQEBBs, checked by the QP at creation).
+    /// Nothing is published; returns the WQE's first 8 bytes, the value of
+    /// the doorbell that publishes it.
+    #[inline]
+    pub fn write(&mut self, slots: &mut [SendSlot], r: &SendRequest<'_>) -> Result<u64, SendError> {
+        if self.head.wrapping_sub(self.tail) >= self.geo.max_send_wr {
+            return Err(SendError::Full);
+        }
+        let wqebbs = self.geo.wqebbs();
+        let idx = self.cur_post as usize & (wqebbs - 1);
+        let ring_units = wqebbs * (WQEBB / UNIT);
+        let wqe = self.base + idx * WQEBB;
+        let opcode = r.op.opcode();
+        // Segments after the control segment: [raddr], data or inline. The
+        // first WQEBB holds four units, so everything before the data lies
+        // inside it and never wraps.
+        let (imm, raddr) = match r.op {
+            SendOp::Send => (0, None),
+            SendOp::SendImm { imm } => (imm, None),
+            SendOp::RdmaWrite { raddr, rkey } => (0, Some((raddr, rkey))),
+            SendOp::RdmaWriteImm { raddr, rkey, imm } => (imm, Some((raddr, rkey))),
+        };
+        let mut ds = 1 + raddr.is_some() as usize;
+        let data_unit = idx * (WQEBB / UNIT) + ds;
+        match r.payload {
+            Payload::Sges(sges) => {
+                if sges.len() > self.geo.max_send_sge as usize {
+                    return Err(SendError::TooManySges {
+                        given: sges.len(),
+                        max: self.geo.max_send_sge,
+                    });
+                }
+                // One bounds check per contiguous part: up to the ring end,
+                // then from its start.
+                let n = sges.len();
+                let first = n.min(ring_units - data_unit);
+                let mut segs = self
+                    .buf
+                    .windows::<UNIT>(self.base + data_unit * UNIT, first)
+                    .chain(self.buf.windows::<UNIT>(self.base, n - first));
+                for sge in sges.iter().filter(|s| s.length != 0) {
+                    let Some(d) = segs.next() else {
+                        unreachable!("one window per gather entry")
+                    };
+                    d.write_be32::<0>(sge.length);
+                    d.write_be32::<4>(sge.lkey);
+                    d.write_be64::<8>(sge.addr);
+                    ds += 1;
+                }
+            }
+            Payload::Inline(data) => {
+                if data.len() > self.geo.max_inline_data as usize {
+                    return Err(SendError::InlineTooLarge {
+                        len: data.len(),
+                        max: self.geo.max_inline_data,
+                    });
+                }
+                if !data.is_empty() {
+                    let hdr = self.base + data_unit * UNIT;
+                    self.buf
+                        .write_be32(hdr, data.len() as u32 | wqe::INLINE_SEG);
+                    let at = data_unit * UNIT + 4;
+                    let first = data.len().min(ring_units * UNIT - at);
+                    self.buf.write_bytes(self.base + at, &data[..first]);
+                    if first < data.len() {
+                        self.buf.write_bytes(self.base, &data[first..]);
+                    }
+                    ds += (4 + data.len()).div_ceil(UNIT);
+                }
+            }
+        }
+        let ctrl = self.buf.window::<UNIT>(wqe);
+        if let Some((addr, rkey)) = raddr {
+            let seg = self.buf.window::<UNIT>(wqe + UNIT);
+            seg.write_be64::<0>(addr);
+            seg.write_be64::<8>((rkey as u64) << 32);
+        }
+        let fm_ce_se = if r.signaled { wqe::CTRL_CQ_UPDATE } else { 0 }
+            | if r.solicited { wqe::CTRL_SOLICITED } else { 0 };
+        let word0 = mlx5_regs::doorbell::qp_send_doorbell(
+            wqe::opmod_idx_opcode(0, self.cur_post, opcode as u8),
+            wqe::qpn_ds(self.qpn, ds as u8),
+        );
+        ctrl.write_be64::<0>(word0);
+        ctrl.write_be64::<8>(((fm_ce_se as u64) << 32) | imm as u64);
+        slots[idx] = SendSlot {
+            wr_id: r.wr_id,
+            seq: self.head,
+            index: self.cur_post,
+            opcode: opcode as u8,
+            signaled: r.signaled,
+        };
+        self.cur_post = self
+            .cur_post
+            .wrapping_add((ds * UNIT).div_ceil(WQEBB) as u16);
+        self.head = self.head.wrapping_add(1);
+        Ok(word0)
+    }
+
+    /// Publish everything written: WQE stores ordered before the
+    /// doorbell-record store, that store before the MMIO doorbell (the first
+    /// 8 bytes of the last WQE, `ctrl`), write-combining flushed, then the
+    /// other half of the BlueFlame register is used next time (rdma-core
+    /// `post_send_db`).
+    #[inline]
+    pub fn ring_doorbell(&mut self, hal: &H, dbr: &DmaRegion<H>, ctrl: u64) {
+        barrier::dma_wmb();
+        dbr.write_be32(QP_DBR_SND, self.cur_post as u32);
+        barrier::mmio_wmb();
+        hal.mmio_write64(self.bf_offset, ctrl);
+        barrier::mmio_flush();
+        self.bf_offset ^= self.bf_toggle;
+    }
+
+    /// Match a requester CQE's `wqe_counter` to its WQE: the slot must hold
+    /// an outstanding WQE that starts there. Retires it and every earlier
+    /// work request; returns the slot and how many were retired.
+    #[inline]
+    pub fn complete(
+        &mut self,
+        slots: &[SendSlot],
+        wqe_counter: u16,
+    ) -> Result<(SendSlot, u32), BadSendCqe> {
+        let idx = wqe_counter as usize & (self.geo.wqebbs() - 1);
+        let bad = BadSendCqe::NotOutstanding { wqe_counter };
+        let s = *slots.get(idx).ok_or(bad)?;
+        let age = s.seq.wrapping_sub(self.tail);
+        if s.index != wqe_counter || age >= self.head.wrapping_sub(self.tail) {
+            return Err(bad);
+        }
+        self.tail = s.seq.wrapping_add(1);
+        Ok((s, age + 1))
+    }
+
+    /// Back to the state of a new ring (after the QP went to RESET, as
+    /// Linux does at the end of `__mlx5_ib_modify_qp`): counters zeroed,
+    /// every table entry forgotten.
+    pub fn reset(&mut self, slots: &mut [SendSlot]) {
+        self.cur_post = 0;
+        self.head = 0;
+        self.tail = 0;
+        slots.fill(SendSlot::EMPTY);
+    }
+}

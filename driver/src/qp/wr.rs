@@ -1,0 +1,221 @@
+//! Send work requests, the caller's send table and the errors of posting
+//! and completing (the types of the send path; the ring itself is
+//! [`super::ring`]).
+
+use mlx5_regs::consts::wqe;
+
+use crate::srq::Sge;
+
+/// Send WQE opcodes (`MLX5_OPCODE_*`, `include/linux/mlx5/device.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SendOpcode {
+    /// RDMA WRITE (0x08).
+    RdmaWrite = wqe::OPCODE_RDMA_WRITE,
+    /// RDMA WRITE with immediate (0x09).
+    RdmaWriteImm = wqe::OPCODE_RDMA_WRITE_IMM,
+    /// SEND (0x0a).
+    Send = wqe::OPCODE_SEND,
+    /// SEND with immediate (0x0b).
+    SendImm = wqe::OPCODE_SEND_IMM,
+}
+
+impl SendOpcode {
+    /// The opcode a table slot recorded (anything else reads as SEND; the
+    /// table is written by this driver only).
+    fn from_raw(v: u8) -> SendOpcode {
+        match v {
+            wqe::OPCODE_RDMA_WRITE => SendOpcode::RdmaWrite,
+            wqe::OPCODE_RDMA_WRITE_IMM => SendOpcode::RdmaWriteImm,
+            wqe::OPCODE_SEND_IMM => SendOpcode::SendImm,
+            _ => SendOpcode::Send,
+        }
+    }
+}
+
+/// What a send work request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND: consumes one receive WQE at the responder.
+    Send,
+    /// SEND with immediate data (the responder's CQE carries `imm`).
+    SendImm {
+        /// Immediate data (the value the responder's CQE reads back).
+        imm: u32,
+    },
+    /// RDMA WRITE to `raddr` through `rkey`; consumes no receive WQE.
+    RdmaWrite {
+        /// Remote address.
+        raddr: u64,
+        /// Remote key (needs remote-write rights).
+        rkey: u32,
+    },
+    /// RDMA WRITE with immediate: the data lands at `raddr` and one receive
+    /// WQE is consumed for the immediate.
+    RdmaWriteImm {
+        /// Remote address.
+        raddr: u64,
+        /// Remote key (needs remote-write rights).
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+}
+
+impl SendOp {
+    /// The WQE opcode.
+    pub const fn opcode(&self) -> SendOpcode {
+        match self {
+            SendOp::Send => SendOpcode::Send,
+            SendOp::SendImm { .. } => SendOpcode::SendImm,
+            SendOp::RdmaWrite { .. } => SendOpcode::RdmaWrite,
+            SendOp::RdmaWriteImm { .. } => SendOpcode::RdmaWriteImm,
+        }
+    }
+}
+
+/// Where the bytes of a send come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// A gather list: the device reads the buffers through their keys.
+    /// Zero-length entries are skipped (not written), as Linux and
+    /// rdma-core do; they still count against the SGE limit.
+    Sges(&'a [Sge]),
+    /// Inline data: copied into the WQE now, so the buffer can be reused
+    /// as soon as the post returns; no key is involved.
+    Inline(&'a [u8]),
+}
+
+/// One send work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendRequest<'a> {
+    /// Returned with the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// The data.
+    pub payload: Payload<'a>,
+    /// Ask for a completion on success (`IBV_SEND_SIGNALED`). Errors always
+    /// complete.
+    pub signaled: bool,
+    /// Set the solicited-event bit (`IBV_SEND_SOLICITED`).
+    pub solicited: bool,
+}
+
+/// One entry of the caller's send table (one per WQEBB of the ring).
+///
+/// The caller owns the table (an array, a static, a `Vec`: anything that is
+/// `AsMut<[SendSlot]>`) and hands it to the QP at creation; the driver writes
+/// an entry for the slot each WQE starts at and reads it back when a CQE
+/// names that WQE. No heap in the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendSlot {
+    /// The caller's id.
+    pub wr_id: u64,
+    /// Running work-request number of the WQE.
+    pub(super) seq: u32,
+    /// 16-bit WQE index (`cur_post`) of the WQE.
+    pub(super) index: u16,
+    /// `MLX5_OPCODE_*`.
+    pub(super) opcode: u8,
+    /// Signaled.
+    pub(super) signaled: bool,
+}
+
+impl SendSlot {
+    /// An unused entry (for initialising tables).
+    pub const EMPTY: SendSlot = SendSlot {
+        wr_id: 0,
+        seq: 0,
+        index: 0,
+        opcode: 0,
+        signaled: false,
+    };
+
+    /// The opcode the work request was posted with.
+    pub fn opcode(&self) -> SendOpcode {
+        SendOpcode::from_raw(self.opcode)
+    }
+
+    /// Whether the work request asked for a completion.
+    pub fn signaled(&self) -> bool {
+        self.signaled
+    }
+}
+
+/// Why one work request was not posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// `max_send_wr` work requests are outstanding (`ENOMEM` in verbs).
+    Full,
+    /// More gather entries than the QP allows (`EINVAL`).
+    TooManySges {
+        /// Entries given.
+        given: usize,
+        /// Entries allowed.
+        max: u32,
+    },
+    /// More inline bytes than the QP allows (`ENOMEM`, as rdma-core).
+    InlineTooLarge {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: u32,
+    },
+    /// The QP is in a state that takes no send work requests (RESET, INIT,
+    /// RTR; `EINVAL`).
+    BadState {
+        /// The QP's state.
+        state: super::QpState,
+    },
+    /// The QP was created without a send queue (`EINVAL`).
+    NoSendQueue,
+}
+
+impl SendError {
+    /// The errno libibverbs/mlx5 reports for it.
+    pub const fn errno(&self) -> i32 {
+        use mlx5_regs::consts::errno;
+        match self {
+            SendError::Full | SendError::InlineTooLarge { .. } => errno::ENOMEM,
+            SendError::TooManySges { .. } | SendError::BadState { .. } | SendError::NoSendQueue => {
+                errno::EINVAL
+            }
+        }
+    }
+}
+
+/// Why a requester CQE was not matched to a posted work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadSendCqe {
+    /// The CQE names another QP.
+    WrongQp {
+        /// QP number in the CQE.
+        qpn: u32,
+    },
+    /// Not a requester opcode (REQ / REQ_ERR).
+    NotRequester {
+        /// The 4-bit CQE opcode.
+        opcode: u8,
+    },
+    /// The QP has no send queue.
+    NoSendQueue,
+    /// `wqe_counter` is not the start of an outstanding WQE (never posted,
+    /// already completed, or the middle of a longer WQE).
+    NotOutstanding {
+        /// The index the CQE gave.
+        wqe_counter: u16,
+    },
+    /// A successful requester CQE names another send opcode than the WQE
+    /// it completes was posted with. The device did complete the WQE, so it
+    /// is retired: its `wr_id` is here for the caller to complete the
+    /// request with an error.
+    OpcodeMismatch {
+        /// The request's `wr_id`.
+        wr_id: u64,
+        /// The opcode byte the CQE gave.
+        opcode: u8,
+        /// The opcode posted.
+        posted: SendOpcode,
+    },
+}
