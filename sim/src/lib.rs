@@ -27,6 +27,7 @@ mod dma;
 mod hal;
 pub mod hostile;
 mod inject;
+mod mmio;
 mod objects;
 mod state;
 pub mod syndrome;
