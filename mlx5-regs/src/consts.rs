@@ -1,8 +1,13 @@
 //! Opcodes, status codes, event types, CQE opcodes and other firmware
-//! constants, with names (facts §2.5, §2.6, §3, §6.3, §7.2).
+//! constants, with names (facts §2.5, §2.6, §3, §6.3, §7.2). Queue-pair,
+//! send-WQE, memory-key and port constants are in the `qp` submodule,
+//! re-exported here ([`qp_state`], [`wqe`], [`mkey`], [`OptParam`], ...).
 
 use crate::layout::Layout;
 use crate::layouts as l;
+
+mod qp;
+pub use qp::*;
 
 /// Linux errno values (x86/generic numbering) used to report failures the way
 /// the Linux driver and libibverbs do.
@@ -35,8 +40,19 @@ pub mod errno {
     pub const EREMOTEIO: i32 = 121;
 }
 
+/// The printed name of an opcode: the constant's name, or the `mlx5_ifc.h`
+/// name given with `as` where that is not a Rust identifier (`2ERR_QP`).
+macro_rules! opcode_name {
+    ($name:ident) => {
+        stringify!($name)
+    };
+    ($name:ident $s:literal) => {
+        $s
+    };
+}
+
 macro_rules! opcodes {
-    ($( $name:ident = $val:literal $(=> ($inl:ident, $outl:ident))? ),* $(,)?) => {
+    ($( $name:ident = $val:literal $(as $str:literal)? $(=> ($inl:ident, $outl:ident))? ),* $(,)?) => {
         /// A firmware command opcode (facts §3). Unknown values are allowed:
         /// a firmware engineer may send anything.
         #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,10 +65,10 @@ macro_rules! opcodes {
             /// Every opcode this crate knows, in table order.
             pub const ALL: &'static [Opcode] = &[$(Opcode::$name),*];
 
-            /// The `mlx5_ifc.h` name (`CREATE_CQ`), if known.
+            /// The `mlx5_ifc.h` name (`CREATE_CQ`, `2ERR_QP`), if known.
             pub fn name(self) -> Option<&'static str> {
                 match self.0 {
-                    $( $val => Some(stringify!($name)), )*
+                    $( $val => Some(opcode_name!($name $($str)?)), )*
                     _ => None,
                 }
             }
@@ -95,9 +111,9 @@ opcodes! {
     QUERY_ISSI = 0x10a => (query_issi_in, query_issi_out),
     SET_ISSI = 0x10b => (set_issi_in, set_issi_out),
     SET_DRIVER_VERSION = 0x10d,
-    CREATE_MKEY = 0x200,
-    QUERY_MKEY = 0x201,
-    DESTROY_MKEY = 0x202,
+    CREATE_MKEY = 0x200 => (create_mkey_in, create_mkey_out),
+    QUERY_MKEY = 0x201 => (query_mkey_in, query_mkey_out),
+    DESTROY_MKEY = 0x202 => (destroy_mkey_in, destroy_mkey_out),
     QUERY_SPECIAL_CONTEXTS = 0x203 => (query_special_contexts_in, query_special_contexts_out),
     CREATE_EQ = 0x301 => (create_eq_in, create_eq_out),
     DESTROY_EQ = 0x302 => (destroy_eq_in, destroy_eq_out),
@@ -107,13 +123,33 @@ opcodes! {
     DESTROY_CQ = 0x401 => (destroy_cq_in, destroy_cq_out),
     QUERY_CQ = 0x402 => (query_cq_in, query_cq_out),
     MODIFY_CQ = 0x403 => (modify_cq_in, modify_cq_out),
-    CREATE_QP = 0x500,
-    DESTROY_QP = 0x501,
-    QUERY_QP = 0x50b,
+    CREATE_QP = 0x500 => (create_qp_in, create_qp_out),
+    DESTROY_QP = 0x501 => (destroy_qp_in, destroy_qp_out),
+    RST2INIT_QP = 0x502 => (rst2init_qp_in, rst2init_qp_out),
+    INIT2RTR_QP = 0x503 => (init2rtr_qp_in, init2rtr_qp_out),
+    RTR2RTS_QP = 0x504 => (rtr2rts_qp_in, rtr2rts_qp_out),
+    RTS2RTS_QP = 0x505 => (rts2rts_qp_in, rts2rts_qp_out),
+    SQERR2RTS_QP = 0x506 => (sqerr2rts_qp_in, sqerr2rts_qp_out),
+    QP_2ERR = 0x507 as "2ERR_QP" => (qp_2err_in, qp_2err_out),
+    QP_2RST = 0x50a as "2RST_QP" => (qp_2rst_in, qp_2rst_out),
+    QUERY_QP = 0x50b => (query_qp_in, query_qp_out),
+    SQD_RTS_QP = 0x50c,
+    MAD_IFC = 0x50d,
+    INIT2INIT_QP = 0x50e => (init2init_qp_in, init2init_qp_out),
     CREATE_SRQ = 0x700 => (create_srq_in, create_srq_out),
     DESTROY_SRQ = 0x701 => (destroy_srq_in, destroy_srq_out),
     QUERY_SRQ = 0x702 => (query_srq_in, query_srq_out),
     ARM_RQ = 0x703 => (arm_rq_in, arm_rq_out),
+    QUERY_VPORT_STATE = 0x750 => (query_vport_state_in, query_vport_state_out),
+    MODIFY_VPORT_STATE = 0x751,
+    QUERY_NIC_VPORT_CONTEXT = 0x754 => (query_nic_vport_context_in, query_nic_vport_context_out),
+    MODIFY_NIC_VPORT_CONTEXT = 0x755 => (modify_nic_vport_context_in, modify_nic_vport_context_out),
+    QUERY_ROCE_ADDRESS = 0x760 => (query_roce_address_in, query_roce_address_out),
+    SET_ROCE_ADDRESS = 0x761 => (set_roce_address_in, set_roce_address_out),
+    QUERY_HCA_VPORT_CONTEXT = 0x762 => (query_hca_vport_context_in, query_hca_vport_context_out),
+    MODIFY_HCA_VPORT_CONTEXT = 0x763,
+    QUERY_HCA_VPORT_GID = 0x764,
+    QUERY_HCA_VPORT_PKEY = 0x765,
     ALLOC_PD = 0x800 => (alloc_pd_in, alloc_pd_out),
     DEALLOC_PD = 0x801 => (dealloc_pd_in, dealloc_pd_out),
     ALLOC_UAR = 0x802 => (alloc_uar_in, alloc_uar_out),
@@ -121,6 +157,10 @@ opcodes! {
     CONFIG_INT_MODERATION = 0x804,
     ACCESS_REG = 0x805 => (access_register_in, access_register_out),
     NOP = 0x80d => (nop_in, nop_out),
+    ALLOC_XRCD = 0x80e => (alloc_xrcd_in, alloc_xrcd_out),
+    DEALLOC_XRCD = 0x80f => (dealloc_xrcd_in, dealloc_xrcd_out),
+    ALLOC_TRANSPORT_DOMAIN = 0x816,
+    DEALLOC_TRANSPORT_DOMAIN = 0x817,
     CREATE_RMP = 0x90c => (create_rmp_in, create_rmp_out),
     MODIFY_RMP = 0x90d => (modify_rmp_in, modify_rmp_out),
     DESTROY_RMP = 0x90e => (destroy_rmp_in, destroy_rmp_out),

@@ -7,6 +7,7 @@ use core::fmt::{self, Write};
 use crate::consts::{op_mod, Opcode};
 use crate::field::read_bits;
 use crate::layout::{FieldDesc, Kind, Layout};
+use crate::layouts::roce_cap;
 
 /// Decoder settings.
 #[derive(Debug, Clone, Copy)]
@@ -196,9 +197,10 @@ pub enum Direction {
     Output,
 }
 
-/// Decode a command's input or output by its opcode. The general capability
-/// block of QUERY_HCA_CAP / SET_HCA_CAP is decoded field by field only for
-/// capability type 0 (general); other capability pages print as bytes.
+/// Decode a command's input or output by its opcode. The capability block of
+/// QUERY_HCA_CAP / SET_HCA_CAP is decoded field by field for capability type
+/// 0 (general, `cmd_hca_cap`) and 4 (RoCE, `roce_cap`); other capability
+/// pages print as bytes.
 /// Returns `Ok(false)` when the opcode has no known layout (nothing written).
 pub fn decode_command(
     opcode: Opcode,
@@ -220,7 +222,12 @@ pub fn decode_command(
         && cap_type != op_mod::CAP_GENERAL;
     if caps_not_general {
         for f in layout.fields {
-            if f.name == "capability" {
+            if f.name == "capability" && cap_type == op_mod::CAP_ROCE {
+                let mut prefix = Prefix::root();
+                prefix.parts[0] = f.name;
+                prefix.depth = 1;
+                decode_at(&roce_cap::LAYOUT, buf, f.bit_off, &mut prefix, opts, out)?;
+            } else if f.name == "capability" {
                 let Some(b) = bytes_at(buf, f.bit_off, f.width) else {
                     continue;
                 };

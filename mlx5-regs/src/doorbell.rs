@@ -81,6 +81,34 @@ pub const CQ_DBR_SIZE: usize = 8;
 /// Size of an SRQ/RMP doorbell record (be32 of a 16-bit WQE counter).
 pub const SRQ_DBR_SIZE: usize = 4;
 
+/// Byte offset of the receive counter in a QP doorbell record (`MLX5_RCV_DBR`).
+pub const QP_DBR_RCV: usize = 0;
+/// Byte offset of the send counter in a QP doorbell record (`MLX5_SND_DBR`).
+pub const QP_DBR_SND: usize = 4;
+/// Size of a QP doorbell record.
+pub const QP_DBR_SIZE: usize = 8;
+
+/// BlueFlame registers per UAR page: two regular and two fast-path
+/// (`MLX5_BFREGS_PER_UAR`, `include/linux/mlx5/device.h`).
+pub const BF_REGS_PER_UAR: u32 = 4;
+
+/// Byte offset inside a UAR page of BlueFlame register `index` with
+/// registers of `2^log_bf_reg_size` bytes (cap `log_bf_reg_size`): the send
+/// doorbell of a QP whose `qpc.uar_page` is this UAR is one 64-bit store of
+/// the first 8 bytes of the last WQE's control segment here, alternating
+/// between the register's two halves (Linux `mlx5r_ring_db`,
+/// `drivers/infiniband/hw/mlx5/wr.c`; rdma-core `post_send_db`).
+pub const fn bf_reg_offset(index: u32, log_bf_reg_size: u8) -> usize {
+    UAR_BF_OFFSET + ((index as usize) << log_bf_reg_size)
+}
+
+/// The send doorbell value: the control segment's `opmod_idx_opcode` and
+/// `qpn_ds` dwords as they sit in memory (big-endian), read as one
+/// big-endian 64-bit value.
+pub const fn qp_send_doorbell(opmod_idx_opcode: u32, qpn_ds: u32) -> u64 {
+    ((opmod_idx_opcode as u64) << 32) | qpn_ds as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +135,15 @@ mod tests {
             }
         );
         assert!(!cq_arm_parts(cq_arm_doorbell(cq_arm_word(2, CQ_ARM_NEXT, 9), 1)).solicited);
+    }
+
+    #[test]
+    fn blueflame_registers_follow_0x800() {
+        assert_eq!(bf_reg_offset(0, 9), 0x800);
+        assert_eq!(bf_reg_offset(1, 9), 0xa00);
+        assert_eq!(bf_reg_offset(BF_REGS_PER_UAR - 1, 8), 0xb00);
+        let d = qp_send_doorbell(0x0001_230a, 0x0000_4502);
+        assert_eq!(d.to_be_bytes(), [0, 1, 0x23, 0x0a, 0, 0, 0x45, 0x02]);
     }
 
     #[test]

@@ -9,9 +9,21 @@
 //! (the CQE, the SRQ WQE segments, doorbell records: C structs in
 //! `include/linux/mlx5/device.h` and rdma-core `mlx5dv.h`) are at the end,
 //! with byte offsets from facts §5, §7.2 and §9.4.
+//!
+//! Queue pairs and send WQEs, memory keys, and the port/vport/RoCE structures
+//! live in the submodules `qp`, `mkey` and `vport` (checked against
+//! `tests/data/mlx5-qp-layouts.csv`) and are re-exported here, so every layout
+//! is `mlx5_regs::layouts::NAME`.
 #![allow(missing_docs)] // every field carries a generated doc line
 
 use crate::layouts;
+
+mod mkey;
+mod qp;
+mod vport;
+pub use mkey::*;
+pub use qp::*;
+pub use vport::*;
 
 layouts! {
     /// Command queue entry (64 bytes), facts §2.2.

@@ -201,7 +201,7 @@ fn the_decoder_names_every_field_and_flattens_contexts() {
 }
 
 #[test]
-fn the_decoder_reads_general_capabilities_and_not_other_cap_pages() {
+fn the_decoder_reads_general_and_roce_capabilities_and_not_other_cap_pages() {
     let mut out = vec![0u8; query_hca_cap_out::SIZE];
     let caps = query_hca_cap_out::capability.get_mut(&mut out);
     cmd_hca_cap::log_max_cq_sz.set(caps, 24).unwrap();
@@ -220,18 +220,45 @@ fn the_decoder_reads_general_capabilities_and_not_other_cap_pages() {
     )
     .unwrap();
     assert!(s.contains("capability.log_max_cq_sz = 0x18"), "{s}");
+    // Capability type 2 (ODP) has no layout here: raw bytes.
     let mut t = String::new();
     decode_command(
         Opcode::QUERY_HCA_CAP,
-        4 << 1,
+        2 << 1,
         Direction::Output,
         &out,
         opts,
         &mut t,
     )
     .unwrap();
-    assert!(t.contains("capability (type 0x4) = "), "{t}");
+    assert!(t.contains("capability (type 0x2) = "), "{t}");
     assert!(!t.contains("log_max_cq_sz"), "{t}");
+    // Capability type 4 (RoCE) is decoded as `roce_cap`.
+    let mut roce = vec![0u8; query_hca_cap_out::SIZE];
+    let page = query_hca_cap_out::capability.get_mut(&mut roce);
+    roce_cap::roce_address_table_size.set(page, 256).unwrap();
+    roce_cap::fl_rc_qp_when_roce_enabled
+        .set(page, true)
+        .unwrap();
+    let mut r = String::new();
+    decode_command(
+        Opcode::QUERY_HCA_CAP,
+        (4 << 1) | 1,
+        Direction::Output,
+        &roce,
+        opts,
+        &mut r,
+    )
+    .unwrap();
+    assert!(
+        r.contains("capability.roce_address_table_size = 0x100\n"),
+        "{r}"
+    );
+    assert!(
+        r.contains("capability.fl_rc_qp_when_roce_enabled = 1\n"),
+        "{r}"
+    );
+    assert!(!r.contains("log_max_cq_sz"), "{r}");
     let mut u = String::new();
     assert!(!decode_command(Opcode(0x999), 0, Direction::Input, &out, opts, &mut u).unwrap());
     assert!(u.is_empty());
