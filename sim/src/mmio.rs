@@ -131,11 +131,21 @@ impl State {
             (db::UAR_CQ_DOORBELL, true) => self.cq_arm_doorbell(page, value),
             (db::UAR_EQ_DOORBELL_ARM, false) => self.eq_doorbell(page, value as u32, true),
             (db::UAR_EQ_DOORBELL_NO_ARM, false) => self.eq_doorbell(page, value as u32, false),
+            // Any 8-byte store into the BlueFlame registers is a send
+            // doorbell (the model does not take BlueFlame WQE copies).
+            (o, true) if self.bf_area().contains(&o) => self.send_doorbell(page, o, value),
             _ => self.violations.push(Violation::UarDoorbell(format!(
                 "write of {value:#x} to UAR {page} offset {off:#x} ({} bits): not a doorbell the model knows",
                 if wide { 64 } else { 32 }
             ))),
         }
+    }
+
+    /// Offsets of the BlueFlame registers in a UAR page: 4 registers of
+    /// `2^log_bf_reg_size` bytes from 0x800 (`MLX5_BF_OFFSET`).
+    fn bf_area(&self) -> std::ops::Range<usize> {
+        let end = db::bf_reg_offset(db::BF_REGS_PER_UAR, self.caps.log_bf_reg_size);
+        db::UAR_BF_OFFSET..end.min(db::UAR_PAGE_SIZE)
     }
 
     fn eq_doorbell(&mut self, uar: u32, value: u32, arm: bool) {

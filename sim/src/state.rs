@@ -14,7 +14,10 @@ use mlx5_regs::EventType;
 use crate::caps::{Caps, CurCaps};
 use crate::dma::{mix, DmaSpace, IommuFault};
 use crate::inject::Injections;
+use crate::mkey::Mkey;
 use crate::objects::{Cq, Eq, Srq};
+use crate::port::Port;
+use crate::qp::Qp;
 use crate::trace::TraceEntry;
 use crate::{HcaState, ObjectCounts, SimConfig, Violation};
 
@@ -97,8 +100,20 @@ pub(crate) struct State {
     pub srqs: BTreeMap<u32, Srq>,
     pub next_srqn: u32,
     pub resd_lkey: u32,
+    pub qps: BTreeMap<u32, Qp>,
+    pub next_qpn: u32,
+    /// Memory keys by index (key >> 8).
+    pub mkeys: BTreeMap<u32, Mkey>,
+    pub next_mkey: u32,
+    pub xrcds: BTreeSet<u32>,
+    pub next_xrcd: u32,
+    pub port: Port,
     pub leaked_at_teardown: Option<ObjectCounts>,
     pub dropped: u64,
+    /// Traffic-engine counters (`Traffic::stats`).
+    pub stats: crate::traffic::TrafficStats,
+    /// Why send WQEs failed locally (malformed, key errors), for diagnosis.
+    pub send_errors: Vec<String>,
 }
 
 impl State {
@@ -140,8 +155,17 @@ impl State {
             srqs: BTreeMap::new(),
             next_srqn: 0x100 + ((h >> 20) & 0x3ff) as u32,
             resd_lkey: 0x2000 | (((h >> 32) & 0xff) as u32) << 8,
+            qps: BTreeMap::new(),
+            next_qpn: 0x200 + ((h >> 40) & 0x3ff) as u32,
+            mkeys: BTreeMap::new(),
+            next_mkey: 0x1000 + ((h >> 50) & 0xfff) as u32,
+            xrcds: BTreeSet::new(),
+            next_xrcd: 0x10 + ((h >> 12) & 0xff) as u32,
+            port: Port::new(cfg.seed),
             leaked_at_teardown: None,
             dropped: 0,
+            stats: Default::default(),
+            send_errors: Vec::new(),
             cfg,
         };
         st.created_ns = st.now_ns();
@@ -200,6 +224,8 @@ impl State {
                 None => break,
             }
         }
+        // RNR / ACK timers of the traffic engine.
+        self.qp_run_due();
     }
 
     pub fn next_due_in_ns(&self) -> Option<u64> {
@@ -209,6 +235,9 @@ impl State {
             if let Slot::Due(t) = *s {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
+        }
+        if let Some(t) = self.qp_next_due() {
+            next = Some(next.map_or(t, |n| n.min(t)));
         }
         next.map(|t| t.saturating_sub(now))
     }
@@ -299,6 +328,10 @@ impl State {
             rmps: self.srqs.values().filter(|s| s.rmp).count(),
             uars: self.uars.len(),
             pds: self.pds.len(),
+            qps: self.qps.len(),
+            mkeys: self.mkeys.len(),
+            xrcds: self.xrcds.len(),
+            gids: self.port.gids.len(),
         }
     }
 
@@ -439,6 +472,22 @@ impl State {
         if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
             return false;
         }
+        self.hostile_cqe(&mut cqe);
+        let twice = self.hostile_send_cqe(&mut cqe);
+        let ok = self.cq_write(cqn, cqe, solicited);
+        if ok && twice {
+            self.cq_write(cqn, cqe, solicited);
+        }
+        ok
+    }
+
+    fn cq_write(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
+        let Some(cq) = self.cqs.get(&cqn) else {
+            return false;
+        };
+        if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
+            return false;
+        }
         let n = 1u32 << cq.log_size;
         let dbr = cq.dbr;
         let Ok(ci) = self.rd_be32(dbr, &|| format!("CQ doorbell record read cqn {cqn:#x}")) else {
@@ -460,7 +509,6 @@ impl State {
         let owner = (cq.pc >> cq.log_size) & 1 == 1;
         let stride = cq.stride();
         let buf = cq.buf.clone();
-        self.hostile_cqe(&mut cqe);
         mlx5_regs::layouts::cqe64::owner
             .set(&mut cqe, owner)
             .expect("flag");

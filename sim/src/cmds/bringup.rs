@@ -55,6 +55,10 @@ impl State {
         let used =
             self.eqs.values().any(|e| e.uar == idx) || self.cqs.values().any(|c| c.uar == idx);
         ensure(!used, bad_state(sy::UAR_IN_USE))?;
+        ensure(
+            !self.qps.values().any(|q| q.uar == idx),
+            fail(CmdStatus::RES_BUSY, sy::UAR_USED_BY_QP),
+        )?;
         self.uars.remove(&idx);
         Ok(())
     }
@@ -77,6 +81,14 @@ impl State {
     pub(super) fn dealloc_pd(&mut self, inp: &[u8]) -> R {
         let pd = dealloc_pd_in::pd.get(inp);
         ensure(self.pds.contains(&pd), bad_res(sy::PD_NOT_FOUND))?;
+        ensure(
+            !self.qps.values().any(|q| q.pd == pd),
+            fail(CmdStatus::RES_BUSY, sy::PD_USED_BY_QP),
+        )?;
+        ensure(
+            !self.mkeys.values().any(|k| k.pd == pd),
+            fail(CmdStatus::RES_BUSY, sy::PD_USED_BY_MKEY),
+        )?;
         ensure(
             !self.srqs.values().any(|s| s.pd == pd),
             bad_state(sy::PD_IN_USE),
@@ -140,6 +152,10 @@ impl State {
         self.srqs.clear();
         self.uars.clear();
         self.pds.clear();
+        self.qps.clear();
+        self.mkeys.clear();
+        self.xrcds.clear();
+        self.port.gids.clear();
         self.hca = HcaState::TornDown;
         self.pages.regular_needed = -(self.pages.held.len() as i32);
         self.pages.queued_requests.clear();
@@ -317,7 +333,11 @@ impl State {
     }
 
     pub(super) fn query_hca_cap(&mut self, inp: &[u8], op_mod: u16, out: &mut [u8]) -> R {
-        ensure(op_mod >> 1 == om::CAP_GENERAL, bad_param(sy::CAP_TYPE))?;
+        let roce = op_mod >> 1 == om::CAP_ROCE && self.caps.has_roce_page();
+        ensure(
+            op_mod >> 1 == om::CAP_GENERAL || roce,
+            bad_param(sy::CAP_TYPE),
+        )?;
         ensure(
             !query_hca_cap_in::other_function.get(inp)
                 && !query_hca_cap_in::ec_vf_function.get(inp)
@@ -326,6 +346,13 @@ impl State {
             bad_param(sy::CAP_OTHER_FUNC),
         )?;
         let blk = query_hca_cap_out::capability.get_mut(out);
+        if roce {
+            let cur = (op_mod & 1 == om::HCA_CAP_CUR).then_some(self.cur.sw_r_roce_src_udp_port);
+            self.caps
+                .roce_caps
+                .to_block(&mut blk[..roce_cap::SIZE], cur);
+            return Ok(());
+        }
         self.caps.to_block(blk);
         if op_mod & 1 == om::HCA_CAP_CUR {
             self.cur.apply(blk);
@@ -334,7 +361,11 @@ impl State {
     }
 
     pub(super) fn set_hca_cap(&mut self, inp: &[u8], op_mod: u16) -> R {
-        ensure(op_mod >> 1 == om::CAP_GENERAL, bad_param(sy::CAP_TYPE))?;
+        let roce = op_mod >> 1 == om::CAP_ROCE && self.caps.has_roce_page();
+        ensure(
+            op_mod >> 1 == om::CAP_GENERAL || roce,
+            bad_param(sy::CAP_TYPE),
+        )?;
         ensure(
             op_mod & 1 == 0,
             bad_param(per_opcode(sy::BAD_OP_MOD, Opcode::SET_HCA_CAP.0)),
@@ -347,6 +378,9 @@ impl State {
             bad_param(sy::CAP_OTHER_FUNC),
         )?;
         let given = set_hca_cap_in::capability.get(inp);
+        if roce {
+            return self.set_roce_cap(given);
+        }
         use mlx5_regs::layouts::cmd_hca_cap as c;
         let mut new = self.cur;
         new.cmdif_checksum = c::cmdif_checksum.get(given);

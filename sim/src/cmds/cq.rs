@@ -8,6 +8,13 @@ impl State {
         let cqn = destroy_cq_in::cqn.get(inp);
         let cq = self.cqs.get(&cqn).ok_or(bad_res(sy::CQ_NOT_FOUND))?;
         ensure(cq.users == 0, bad_state(sy::CQ_IN_USE))?;
+        ensure(
+            !self
+                .qps
+                .values()
+                .any(|q| q.cqn_snd == Some(cqn) || q.cqn_rcv == Some(cqn)),
+            fail(CmdStatus::RES_BUSY, sy::CQ_USED_BY_QP),
+        )?;
         self.cqs.remove(&cqn);
         Ok(())
     }

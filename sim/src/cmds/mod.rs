@@ -18,7 +18,11 @@ use crate::{HcaState, Violation};
 mod bringup;
 mod cq;
 mod eq;
+mod mkey;
+mod qp;
+mod qp_modify;
 mod srq;
+mod vport;
 
 /// A refused command.
 #[derive(Debug, Clone, Copy)]
@@ -108,6 +112,28 @@ fn spec(op: Opcode) -> Option<Spec> {
         | Opcode::DESTROY_CQ
         | Opcode::QUERY_CQ => (I, &[0], Any),
         Opcode::MODIFY_CQ => (I, &[0, 1], Any),
+        Opcode::CREATE_MKEY
+        | Opcode::QUERY_MKEY
+        | Opcode::DESTROY_MKEY
+        | Opcode::ALLOC_XRCD
+        | Opcode::DEALLOC_XRCD
+        | Opcode::CREATE_QP
+        | Opcode::DESTROY_QP
+        | Opcode::RST2INIT_QP
+        | Opcode::INIT2INIT_QP
+        | Opcode::INIT2RTR_QP
+        | Opcode::RTR2RTS_QP
+        | Opcode::RTS2RTS_QP
+        | Opcode::SQERR2RTS_QP
+        | Opcode::QP_2ERR
+        | Opcode::QP_2RST
+        | Opcode::QUERY_QP
+        | Opcode::QUERY_VPORT_STATE
+        | Opcode::QUERY_NIC_VPORT_CONTEXT
+        | Opcode::MODIFY_NIC_VPORT_CONTEXT
+        | Opcode::QUERY_ROCE_ADDRESS
+        | Opcode::SET_ROCE_ADDRESS
+        | Opcode::QUERY_HCA_VPORT_CONTEXT => (I, &[0], Any),
         Opcode::CREATE_SRQ | Opcode::DESTROY_SRQ | Opcode::QUERY_SRQ => (I, &[0], Issi0),
         Opcode::ARM_RQ => (I, &[1], Issi0),
         Opcode::CREATE_RMP | Opcode::MODIFY_RMP | Opcode::DESTROY_RMP | Opcode::QUERY_RMP => {
@@ -268,8 +294,16 @@ impl State {
                 bad_param(per_opcode(sy::BAD_OP_MOD, op.0)),
             )?;
         }
+        // SET_HCA_CAP of another capability type than the general one: the
+        // block is checked against that type's layout by the handler.
+        let fixed = &inp[..sp.input.size];
+        let checked = if op == Opcode::SET_HCA_CAP && op_mod >> 1 != om::CAP_GENERAL {
+            &fixed[..set_hca_cap_in::capability.range().start]
+        } else {
+            fixed
+        };
         ensure(
-            !reserved_set(sp.input, &inp[..sp.input.size], 0),
+            !reserved_set(sp.input, checked, 0),
             bad_param(per_opcode(sy::RESERVED, op.0)),
         )?;
         if let Some(f) = sp.input.field("uid") {
@@ -326,6 +360,28 @@ impl State {
                 self.set_limit(n, false, lwm)
             }
             Opcode::MODIFY_RMP => self.modify_rmp(inp),
+            Opcode::CREATE_MKEY => self.create_mkey(inp, out),
+            Opcode::QUERY_MKEY => self.query_mkey(inp, out),
+            Opcode::DESTROY_MKEY => self.destroy_mkey(inp),
+            Opcode::ALLOC_XRCD => self.alloc_xrcd(out),
+            Opcode::DEALLOC_XRCD => self.dealloc_xrcd(inp),
+            Opcode::CREATE_QP => self.create_qp(inp, out),
+            Opcode::DESTROY_QP => self.destroy_qp(inp),
+            Opcode::QUERY_QP => self.query_qp(inp, out),
+            Opcode::RST2INIT_QP
+            | Opcode::INIT2INIT_QP
+            | Opcode::INIT2RTR_QP
+            | Opcode::RTR2RTS_QP
+            | Opcode::RTS2RTS_QP
+            | Opcode::SQERR2RTS_QP => self.modify_qp(op, inp),
+            Opcode::QP_2ERR => self.qp_2err(inp),
+            Opcode::QP_2RST => self.qp_2rst(inp),
+            Opcode::QUERY_VPORT_STATE => self.query_vport_state(inp, out),
+            Opcode::QUERY_NIC_VPORT_CONTEXT => self.query_nic_vport_context(inp, out),
+            Opcode::MODIFY_NIC_VPORT_CONTEXT => self.modify_nic_vport_context(inp),
+            Opcode::QUERY_ROCE_ADDRESS => self.query_roce_address(inp, out),
+            Opcode::SET_ROCE_ADDRESS => self.set_roce_address(inp),
+            Opcode::QUERY_HCA_VPORT_CONTEXT => self.query_hca_vport_context(inp, out),
             _ => Err(bad_op(per_opcode(sy::UNKNOWN_OPCODE, op.0))),
         }
     }

@@ -71,7 +71,11 @@ impl State {
             lwm,
             srqc::wq_signature.get(s),
         )?;
-        ensure(srqc::xrcd.get(s) == 0, bad_res(sy::SRQ_XRCD))?;
+        let xrcd = srqc::xrcd.get(s);
+        ensure(
+            xrcd == 0 || self.xrcds.contains(&xrcd),
+            bad_res(sy::SRQ_XRCD),
+        )?;
         let cqn = srqc::cqn.get(s);
         ensure(self.cqs.contains_key(&cqn), bad_res(sy::SRQ_CQN))?;
         let shift = 12 + lps as u32;
@@ -104,7 +108,7 @@ impl State {
                 dbr,
                 lwm,
                 cqn: Some(cqn),
-                xrcd: 0,
+                xrcd,
                 rlky: srqc::rlky.get(s),
                 wq_signature: srqc::wq_signature.get(s),
                 state: ctx::SRQ_STATE_GOOD,
@@ -225,6 +229,10 @@ impl State {
             .get(&n)
             .filter(|s| s.rmp == rmp)
             .ok_or(bad_res(sy::SRQ_NOT_FOUND))?;
+        ensure(
+            !self.qps.values().any(|q| q.srqn == Some(n)),
+            fail(CmdStatus::RES_BUSY, sy::SRQ_USED_BY_QP),
+        )?;
         if let Some(cqn) = s.cqn {
             if let Some(cq) = self.cqs.get_mut(&cqn) {
                 cq.users -= 1;
