@@ -55,6 +55,9 @@ impl Env {
 
 const OL: usize = create_qp_out::SIZE;
 
+/// An edit of a QPC in a test table.
+type Edit = fn(&mut [u8]);
+
 #[test]
 fn create_query_destroy_and_shapes() {
     let mut e = env(Profile::ConnectX5);
@@ -308,9 +311,9 @@ fn transition_field_checks() {
             edit(c)
         })
     };
-    let cases: [(&dyn Fn(&mut [u8]), u32); 3] = [
+    let cases: [(Edit, u32); 3] = [
         (
-            &|c| {
+            |c| {
                 ads::vhca_port_num
                     .set(qpc::primary_address_path.get_mut(c), 2)
                     .unwrap()
@@ -318,7 +321,7 @@ fn transition_field_checks() {
             sy::QP_PORT,
         ),
         (
-            &|c| {
+            |c| {
                 ads::pkey_index
                     .set(qpc::primary_address_path.get_mut(c), 128)
                     .unwrap()
@@ -326,7 +329,7 @@ fn transition_field_checks() {
             sy::QP_PKEY_INDEX,
         ),
         (
-            &|c| qpc::counter_set_id.set(c, 3).unwrap(),
+            |c| qpc::counter_set_id.set(c, 3).unwrap(),
             sy::QP_COUNTER_SET,
         ),
     ];
@@ -336,7 +339,7 @@ fn transition_field_checks() {
         } else {
             CmdStatus::BAD_PARAM_ERR
         };
-        e.f.refused(&r2i(edit, OptParam::empty()), 16, st, syn);
+        e.f.refused(&r2i(&edit, OptParam::empty()), 16, st, syn);
     }
     e.f.refused(
         &r2i(&|_| {}, OptParam::RWE),
@@ -364,7 +367,6 @@ fn transition_field_checks() {
         edit(rst2init_qp_in::qpc.get_mut(&mut c));
         c
     };
-    type Edit = fn(&mut [u8]);
     let cases: [(Edit, u32); 7] = [
         (|c| qpc::mtu.set(c, 0).unwrap(), sy::QP_MTU),
         (|c| qpc::mtu.set(c, 4).unwrap(), sy::QP_MTU), // 2048 > a 1500-byte vport
