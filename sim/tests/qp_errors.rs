@@ -370,3 +370,27 @@ fn reserved_lkey_needs_rlky_and_message_size_is_bounded() {
         "beyond 2^log_msg_max"
     );
 }
+
+#[test]
+fn producer_beyond_the_ring_is_a_catastrophic_error() {
+    let mut p = pair();
+    let nop = Wr {
+        opcode: w::OPCODE_NOP,
+        sges: vec![],
+        ..Wr::send(0, 0, 0)
+    };
+    p.a.post(&p.f, &nop);
+    p.wait_cqe(true);
+    // The doorbell record claims 40 more WQEBBs on a 16-WQEBB ring.
+    p.a.pc = 41;
+    p.a.ring_db(&p.f, 0);
+    assert_eq!(p.f.dev.qp_state(p.a.qpn), Some(QpState::Err));
+    let v = p.f.dev.violations();
+    assert!(
+        v.iter()
+            .any(|v| matches!(v, Violation::SendQueue(s) if s.contains("ahead"))),
+        "{v:?}"
+    );
+    let ev = qp_events_of(&mut p);
+    assert_eq!(ev, vec![(EventType::WQ_CATAS_ERROR.0, p.a.qpn)]);
+}
