@@ -29,8 +29,9 @@ pub enum HostileKind {
     CqeWqeCounterBeyondRing,
     /// The next CQE's `byte_cnt` is 0xffff_ffff: beyond any posted buffer.
     CqeByteCountBeyondBuffer,
-    /// The next CQE names QP 0xfffffe, which the model never issued (it has
-    /// no QPs).
+    /// The next CQE names QP 0xfffffe, which the model never issued (QP
+    /// numbers start near 0x200 and are not reused before the 24-bit space
+    /// wraps).
     CqeUnknownQpn,
     /// The next CQE names an SRQ number the model never issued.
     CqeUnknownSrqn,

@@ -7,7 +7,11 @@
 //! command queue with mailboxes, tokens and signatures (§2), the HCA state
 //! machine and page management (§4), UAR doorbells (§5), EQs (§6), CQs with
 //! arming, overrun and resize (§7, §8), SRQs at ISSI 0 and RMPs at ISSI 1
-//! with the limit event (§9).
+//! with the limit event (§9), and RC queue pairs with memory keys, XRC
+//! domains, the vport/RoCE commands and a traffic engine: send doorbells,
+//! WQE parsing, loopback delivery (force loopback, RoCE, IB), SRQ
+//! consumption, requester/responder/error/flush CQEs, RNR and retry timers
+//! (`docs/fidelity.md` §14).
 //!
 //! It is **strict**: whatever firmware refuses, the model refuses with the
 //! firmware's status and a syndrome naming the check ([`syndrome`]). Test

@@ -1,6 +1,7 @@
 //! BAR0 as the driver sees it: the initialization segment and health
-//! buffer (facts §1.2), MMIO writes (queued in threaded mode) and the UAR
-//! doorbells of EQs and CQs (facts §5).
+//! buffer (`mlx5_ifc.h` `initial_seg`, `health_buffer`), MMIO writes (queued
+//! in threaded mode) and the UAR doorbells of EQs, CQs and QPs (Linux
+//! `include/linux/mlx5/doorbell.h`, `core/eq.c`, `drivers/infiniband/hw/mlx5/wr.c`).
 
 use mlx5_regs::consts::ctx;
 use mlx5_regs::doorbell as db;

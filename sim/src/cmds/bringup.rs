@@ -1,5 +1,6 @@
-//! Bring-up commands: ENABLE/DISABLE_HCA, INIT/TEARDOWN_HCA, pages,
-//! capabilities, ACCESS_REG (facts §3, §4).
+//! Bring-up commands: ENABLE/DISABLE_HCA, ISSI, INIT/TEARDOWN_HCA, pages,
+//! capabilities, ACCESS_REG, UAR and PD allocation (Linux
+//! `drivers/net/ethernet/mellanox/mlx5/core/{main.c,pagealloc.c,fw.c}`).
 
 use super::*;
 

@@ -1,5 +1,6 @@
-//! Completion queue commands: create, query, moderation and resize
-//! (facts §7, §8).
+//! Completion queue commands: create, query, moderation and resize (Linux
+//! `drivers/net/ethernet/mellanox/mlx5/core/cq.c`,
+//! `drivers/infiniband/hw/mlx5/cq.c` `mlx5_ib_resize_cq`).
 
 use super::*;
 

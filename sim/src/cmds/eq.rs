@@ -1,4 +1,4 @@
-//! Event queue commands (facts §6).
+//! Event queue commands (Linux `drivers/net/ethernet/mellanox/mlx5/core/eq.c`).
 
 use super::*;
 

@@ -1,7 +1,8 @@
 //! Command execution: generic checks (lengths, HCA state, ISSI family,
 //! op_mod, reserved bits, uid) and the dispatch to one handler per opcode,
-//! grouped by object family in the submodules (facts §3, §4, §6, §7, §8,
-//! §9). Every refusal returns the firmware status with a syndrome from
+//! grouped by object family in the submodules (layouts and opcodes of
+//! `mlx5_ifc.h`; Linux `drivers/net/ethernet/mellanox/mlx5/core/cmd.c`).
+//! Every refusal returns the firmware status with a syndrome from
 //! [`crate::syndrome`].
 
 use mlx5_hal::PAGE_SIZE;

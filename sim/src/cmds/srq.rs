@@ -1,4 +1,5 @@
-//! SRQ (ISSI 0) and RMP (ISSI 1) commands and the limit event (facts §9).
+//! SRQ (ISSI 0) and RMP (ISSI 1) commands and the limit event (Linux
+//! `drivers/infiniband/hw/mlx5/srq_cmd.c`).
 
 use super::*;
 
