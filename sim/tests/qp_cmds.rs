@@ -481,6 +481,25 @@ fn loopback_address_checks_per_mode() {
     e.f.refused(&c, 16, CmdStatus::BAD_PARAM_ERR, sy::QP_FL_NOT_ALLOWED);
     assert!(set_roce_en(&mut e.f, true).ok());
     e.f.ok(&c, 16);
+    // IB port: by the own LID only.
+    let mut f = Fw::new(mlx5_sim::SimConfig::profile(Profile::ConnectX5));
+    f.dev.caps_mut(|c| c.port_type = 0);
+    f.init(1);
+    f.uar = f.alloc_uar();
+    f.pd = f.alloc_pd();
+    let eq = f.create_eq(7, EventMask::LINUX_ASYNC.bits());
+    let cq = f.create_cq(6, eq.eqn);
+    let q = create_qp(&mut f, Some(2), None, cq.cqn, 0);
+    f.ok(&rst2init(q.qpn), 16);
+    let mut c = init2rtr(&f, Mode::Ib, q.qpn, q.qpn, 0);
+    let lid = f.dev.port_lid();
+    let a = qpc::primary_address_path.get_mut(rst2init_qp_in::qpc.get_mut(&mut c));
+    ads::rlid.set(a, lid + 1).unwrap();
+    f.refused(&c, 16, CmdStatus::BAD_PARAM_ERR, sy::QP_RLID);
+    let c = init2rtr(&f, Mode::Fl, q.qpn, q.qpn, 0);
+    f.refused(&c, 16, CmdStatus::BAD_PARAM_ERR, sy::QP_FL_NOT_ALLOWED);
+    let c = init2rtr(&f, Mode::Ib, q.qpn, q.qpn, 0);
+    f.ok(&c, 16);
 }
 
 #[test]

@@ -298,6 +298,15 @@ fn gid_table_set_query_delete() {
     let o = set_gid(&mut f, 0, gid, mac, 2);
     assert_eq!((o.status, o.syndrome), (3, sy::ROCE_ADDR_VERSION));
     assert_eq!(query(&mut f, 300).syndrome, sy::ROCE_ADDR_INDEX);
+    let o = set_gid(&mut f, 0, gid, mac, 0);
+    assert!(o.ok(), "v1 entry");
+    let mut i = inp(Opcode::SET_ROCE_ADDRESS, set_roce_address_in::SIZE);
+    let a = set_roce_address_in::roce_address.get_mut(&mut i);
+    roce_addr_layout::source_mac_31_0.set(a, 1).unwrap();
+    roce_addr_layout::roce_l3_type.set(a, 2).unwrap();
+    f.refused(&i, 16, CmdStatus::BAD_PARAM_ERR, sy::ROCE_ADDR_L3_TYPE);
+    set_roce_address_in::vhca_port_num.set(&mut i, 1).unwrap();
+    f.refused(&i, 16, CmdStatus::BAD_PARAM_ERR, sy::ROCE_ADDR_VHCA_PORT);
     // IB port: no RoCE addresses.
     f.dev.caps_mut(|c| c.port_type = 0);
     let o = set_gid(&mut f, 0, gid, mac, 0);
