@@ -337,6 +337,9 @@ impl State {
 
     /// One REQ_ERR / WR_FLUSH CQE per WQE posted beyond the consumer.
     fn flush_sq(&mut self, qpn: u32) {
+        if self.qps.get(&qpn).is_none_or(|q| q.no_sq) {
+            return;
+        }
         let Some(mut avail) = self.sq_posted(qpn, false) else {
             return;
         };
