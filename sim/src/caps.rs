@@ -91,6 +91,21 @@ pub struct Caps {
     pub regular_pages: i32,
     /// Number of MSI-X vectors (bound for `eqc.intr`).
     pub msix_vectors: u16,
+    /// MTT entries may carry access bits (`create_mkey_in.pg_access`).
+    pub pg: bool,
+    /// Force-loopback RC QPs allowed while RoCE is disabled (general page).
+    pub fl_rc_qp_when_roce_disabled: bool,
+    pub disable_local_lb_uc: bool,
+    pub disable_local_lb_mc: bool,
+    /// Timestamp formats (`MLX5_TIMESTAMP_FORMAT_CAP_*`: 0 free-running only,
+    /// 1 real-time only, 2 both).
+    pub sq_ts_format: u8,
+    pub rq_ts_format: u8,
+    pub log_max_ra_req_qp: u8,
+    pub log_max_ra_res_qp: u8,
+    /// The RoCE capability page (`QUERY_HCA_CAP` type 4), reported when
+    /// `roce` is set and the port is Ethernet.
+    pub roce_caps: RoceCaps,
     /// Model behaviour, not a capability bit: arming an SRQ limit above the
     /// WQEs currently available raises the limit event at once (default;
     /// what the verbs documentation promises). `false` models a firmware that
@@ -143,7 +158,7 @@ impl Caps {
             driver_version: true,
             pkey_table_size: 0,
             drain_sigerr: true,
-            roce: false,
+            roce: true,
             eth_net_offloads: true,
             rc: true,
             uc: true,
@@ -160,6 +175,26 @@ impl Caps {
             regular_pages: 0,
             msix_vectors: 64,
             limit_event_on_arm: true,
+            pg: true,
+            fl_rc_qp_when_roce_disabled: false,
+            disable_local_lb_uc: true,
+            disable_local_lb_mc: true,
+            sq_ts_format: 0,
+            rq_ts_format: 0,
+            log_max_ra_req_qp: 4,
+            log_max_ra_res_qp: 4,
+            roce_caps: RoceCaps {
+                sw_r_roce_src_udp_port: true,
+                fl_rc_qp_when_roce_disabled: false,
+                fl_rc_qp_when_roce_enabled: false,
+                qp_ts_format: 0,
+                l3_type: 0x6,
+                roce_version: 0x5,
+                r_roce_dest_udp_port: 4791,
+                r_roce_max_src_udp_port: 0xffff,
+                r_roce_min_src_udp_port: 0xc000,
+                roce_address_table_size: 256,
+            },
         };
         match p {
             Profile::ConnectX4Lx => {
@@ -171,14 +206,21 @@ impl Caps {
                 caps.fast_teardown = false;
                 caps.msix_vectors = 32;
                 caps.init_pages = 32;
+                caps.log_max_qp_sz = 14;
             }
-            Profile::ConnectX5 => {}
+            Profile::ConnectX5 => {
+                caps.fl_rc_qp_when_roce_disabled = true;
+            }
             Profile::ConnectX6Dx => {
                 caps.pci_device_id = 0x101d;
                 caps.fw_rev = (22, 39, 1002);
                 caps.psid = "MT_0000000359";
                 caps.log_max_qp = 17;
                 caps.init_pages = 64;
+                caps.roce_caps.fl_rc_qp_when_roce_enabled = true;
+                caps.sq_ts_format = 2;
+                caps.rq_ts_format = 2;
+                caps.roce_caps.qp_ts_format = 2;
             }
             Profile::ConnectX7 => {
                 caps.pci_device_id = 0x1021;
@@ -189,6 +231,10 @@ impl Caps {
                 caps.msix_vectors = 128;
                 caps.init_pages = 96;
                 caps.device_frequency_khz = 1_000_000;
+                caps.roce_caps.fl_rc_qp_when_roce_enabled = true;
+                caps.sq_ts_format = 2;
+                caps.rq_ts_format = 2;
+                caps.roce_caps.qp_ts_format = 2;
             }
         }
         caps
@@ -246,6 +292,77 @@ impl Caps {
             max_num_eqs = self.max_num_eqs,
             device_frequency_khz = self.device_frequency_khz,
             cache_line_128byte = self.cache_line_128byte,
+            pg = self.pg,
+            fl_rc_qp_when_roce_disabled = self.fl_rc_qp_when_roce_disabled,
+            disable_local_lb_uc = self.disable_local_lb_uc,
+            disable_local_lb_mc = self.disable_local_lb_mc,
+            sq_ts_format = self.sq_ts_format,
+            rq_ts_format = self.rq_ts_format,
+            log_max_ra_req_qp = self.log_max_ra_req_qp,
+            log_max_ra_res_qp = self.log_max_ra_res_qp,
+        );
+    }
+
+    /// True when the RoCE capability page exists: cap `roce` on an Ethernet
+    /// port (Linux reads the page only then, `mlx5_core` `handle_hca_cap_roce`).
+    pub(crate) fn has_roce_page(&self) -> bool {
+        self.roce && self.port_type == mlx5_regs::consts::port::TYPE_ETH
+    }
+
+    /// The force-loopback condition for RC QPs (Linux `dr_send_allow_fl`,
+    /// `drivers/net/ethernet/mellanox/mlx5/core/steering/sws/dr_send.c`): the
+    /// "disabled" capability is the OR of the general and the RoCE page bits.
+    pub(crate) fn fl_allowed(&self, roce_en: bool) -> bool {
+        let rp = self.has_roce_page();
+        if roce_en {
+            rp && self.roce_caps.fl_rc_qp_when_roce_enabled
+        } else {
+            self.fl_rc_qp_when_roce_disabled || (rp && self.roce_caps.fl_rc_qp_when_roce_disabled)
+        }
+    }
+}
+
+/// The RoCE capability page (`roce_cap` in `mlx5_ifc.h`), MAX values. The
+/// current value of `sw_r_roce_src_udp_port` (settable) is in the device's
+/// current caps.
+#[derive(Debug, Clone)]
+#[allow(missing_docs)] // field names are the `roce_cap` names
+pub struct RoceCaps {
+    pub sw_r_roce_src_udp_port: bool,
+    pub fl_rc_qp_when_roce_disabled: bool,
+    pub fl_rc_qp_when_roce_enabled: bool,
+    pub qp_ts_format: u8,
+    /// Bit mask: bit 1 IPv4, bit 2 IPv6 (`MLX5_ROCE_L3_TYPE_*_CAP`).
+    pub l3_type: u8,
+    /// Bit mask: bit 0 RoCE v1, bit 2 RoCE v2.
+    pub roce_version: u8,
+    pub r_roce_dest_udp_port: u16,
+    pub r_roce_max_src_udp_port: u16,
+    pub r_roce_min_src_udp_port: u16,
+    pub roce_address_table_size: u16,
+}
+
+impl RoceCaps {
+    /// Render as a `roce_cap` block (MAX values; `cur_src_port` overrides
+    /// `sw_r_roce_src_udp_port` for the CUR mode).
+    pub(crate) fn to_block(&self, out: &mut [u8], cur_src_port: Option<bool>) {
+        use mlx5_regs::layouts::roce_cap as r;
+        macro_rules! put {
+            ($($f:ident = $v:expr),* $(,)?) => {$(
+                r::$f.set(out, $v).expect(concat!("RoCE capability fits ", stringify!($f)));
+            )*};
+        }
+        put!(
+            sw_r_roce_src_udp_port = cur_src_port.unwrap_or(self.sw_r_roce_src_udp_port),
+            fl_rc_qp_when_roce_disabled = self.fl_rc_qp_when_roce_disabled,
+            fl_rc_qp_when_roce_enabled = self.fl_rc_qp_when_roce_enabled,
+            qp_ts_format = self.qp_ts_format,
+            l3_type = self.l3_type,
+            roce_version = self.roce_version,
+            r_roce_dest_udp_port = self.r_roce_dest_udp_port,
+            r_roce_max_src_udp_port = self.r_roce_max_src_udp_port,
+            r_roce_min_src_udp_port = self.r_roce_min_src_udp_port,
+            roce_address_table_size = self.roce_address_table_size,
         );
     }
 }
@@ -261,6 +378,8 @@ pub(crate) struct CurCaps {
     pub drain_sigerr: bool,
     pub uar_4k: bool,
     pub cache_line_128byte: bool,
+    /// RoCE page: firmware takes the RoCE v2 UDP source port from the QPC.
+    pub sw_r_roce_src_udp_port: bool,
 }
 
 impl CurCaps {
@@ -275,6 +394,7 @@ impl CurCaps {
             drain_sigerr: false,
             uar_4k: false,
             cache_line_128byte: caps.cache_line_128byte,
+            sw_r_roce_src_udp_port: false,
         }
     }
 

@@ -201,6 +201,14 @@ unsafe impl Hal for SimHal {
                 users.push(format!("CQ {n:#x} buffer/doorbell record"));
             }
         }
+        for (n, q) in &st.qps {
+            let ring =
+                q.sq.as_ref()
+                    .is_some_and(|b| b.pas.iter().any(|&p| inside(p)));
+            if ring || inside(q.dbr) {
+                users.push(format!("QP {n:#x} send ring/doorbell record"));
+            }
+        }
         for (n, s) in &st.srqs {
             if s.buf.pas.iter().any(|&p| inside(p)) || inside(s.dbr) {
                 users.push(format!("SRQ {n:#x} buffer/doorbell record"));

@@ -14,7 +14,7 @@ use mlx5_regs::layouts::{
     create_eq_out, create_rmp_out, create_srq_out, eqe, manage_pages_in, manage_pages_out,
     qp_events, query_hca_cap_out, query_pages_out,
 };
-use mlx5_regs::{EventType, Opcode};
+use mlx5_regs::{CqeOpcode, EventType, Opcode};
 
 use crate::state::State;
 
@@ -29,11 +29,25 @@ pub enum HostileKind {
     CqeWqeCounterBeyondRing,
     /// The next CQE's `byte_cnt` is 0xffff_ffff: beyond any posted buffer.
     CqeByteCountBeyondBuffer,
-    /// The next CQE names QP 0xfffffe, which the model never issued (it has
-    /// no QPs).
+    /// The next CQE names QP 0xfffffe, which the model never issued (QP
+    /// numbers start near 0x200 and are not reused before the 24-bit space
+    /// wraps).
     CqeUnknownQpn,
     /// The next CQE names an SRQ number the model never issued.
     CqeUnknownSrqn,
+    // ---------------------------------------- requester (send) CQEs
+    /// The next requester CQE (opcode REQ or REQ_ERR) carries a
+    /// `wqe_counter` half the 16-bit space away from the real one
+    /// (`wqe_counter ^ 0x8000`): a send WQE that was never posted (a send
+    /// ring has at most 2^15 WQEBBs).
+    SendCqeWqeCounterNotPosted,
+    /// The next requester CQE names send opcode 0x7f
+    /// ([`HOSTILE_WQE_OPCODE`], not an `MLX5_OPCODE_*`) in
+    /// `sop_opcode` / `s_wqe_opcode`.
+    SendCqeUnknownWqeOpcode,
+    /// The next requester CQE is written twice, in two consecutive CQ
+    /// slots (a completion reported twice).
+    SendCqeDuplicated,
     // ---------------------------------------------------------------- EQEs
     /// The next EQE (any type) is written with event type 0x3f, which facts
     /// §6.3 does not define; its data is unchanged (the real event is lost).
@@ -68,18 +82,22 @@ pub enum HostileKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
     Cqe,
+    SendCqe,
     Eqe,
     Output,
 }
 
 impl HostileKind {
     /// Every kind, for exhaustive tests.
-    pub const ALL: [HostileKind; 13] = [
+    pub const ALL: [HostileKind; 16] = [
         HostileKind::CqeUnknownOpcode,
         HostileKind::CqeWqeCounterBeyondRing,
         HostileKind::CqeByteCountBeyondBuffer,
         HostileKind::CqeUnknownQpn,
         HostileKind::CqeUnknownSrqn,
+        HostileKind::SendCqeWqeCounterNotPosted,
+        HostileKind::SendCqeUnknownWqeOpcode,
+        HostileKind::SendCqeDuplicated,
         HostileKind::EqeUnknownType,
         HostileKind::EqeUnknownCqn,
         HostileKind::EqeUnknownSrqn,
@@ -98,6 +116,9 @@ impl HostileKind {
             | CqeByteCountBeyondBuffer
             | CqeUnknownQpn
             | CqeUnknownSrqn => Class::Cqe,
+            SendCqeWqeCounterNotPosted | SendCqeUnknownWqeOpcode | SendCqeDuplicated => {
+                Class::SendCqe
+            }
             EqeUnknownType | EqeUnknownCqn | EqeUnknownSrqn => Class::Eqe,
             _ => Class::Output,
         }
@@ -106,6 +127,8 @@ impl HostileKind {
 
 /// The undefined CQE opcode written by [`HostileKind::CqeUnknownOpcode`].
 pub const HOSTILE_CQE_OPCODE: u8 = 0x7;
+/// The send opcode written by [`HostileKind::SendCqeUnknownWqeOpcode`].
+pub const HOSTILE_WQE_OPCODE: u8 = 0x7f;
 /// The undefined event type written by [`HostileKind::EqeUnknownType`].
 pub const HOSTILE_EVENT_TYPE: u8 = 0x3f;
 /// The QP number written by [`HostileKind::CqeUnknownQpn`].
@@ -182,6 +205,30 @@ impl State {
             }
             _ => Ok(()),
         };
+    }
+
+    /// Corrupt a requester CQE (opcode REQ or REQ_ERR) about to be written;
+    /// true if it must be written twice.
+    pub(crate) fn hostile_send_cqe(&mut self, cqe: &mut [u8; 64]) -> bool {
+        let op = cqe64::opcode.get(cqe);
+        if op != CqeOpcode::REQ.0 && op != CqeOpcode::REQ_ERR.0 {
+            return false;
+        }
+        let Some(k) = self.take_hostile(Class::SendCqe, |_| true) else {
+            return false;
+        };
+        match k {
+            HostileKind::SendCqeWqeCounterNotPosted => {
+                let c = cqe64::wqe_counter.get(cqe) ^ 0x8000;
+                let _ = cqe64::wqe_counter.set(cqe, c);
+            }
+            HostileKind::SendCqeUnknownWqeOpcode => {
+                let _ = cqe64::sop_opcode.set(cqe, HOSTILE_WQE_OPCODE);
+            }
+            HostileKind::SendCqeDuplicated => return true,
+            _ => {}
+        }
+        false
     }
 
     /// Corrupt an EQE image about to be written.

@@ -7,7 +7,11 @@
 //! command queue with mailboxes, tokens and signatures (§2), the HCA state
 //! machine and page management (§4), UAR doorbells (§5), EQs (§6), CQs with
 //! arming, overrun and resize (§7, §8), SRQs at ISSI 0 and RMPs at ISSI 1
-//! with the limit event (§9).
+//! with the limit event (§9), and RC queue pairs with memory keys, XRC
+//! domains, the vport/RoCE commands and a traffic engine: send doorbells,
+//! WQE parsing, loopback delivery (force loopback, RoCE, IB), SRQ
+//! consumption, requester/responder/error/flush CQEs, RNR and retry timers
+//! (`docs/fidelity.md` §14).
 //!
 //! It is **strict**: whatever firmware refuses, the model refuses with the
 //! firmware's status and a syndrome naming the check ([`syndrome`]). Test
@@ -24,10 +28,15 @@ mod caps;
 mod cmdif;
 mod cmds;
 mod dma;
+mod engine;
 mod hal;
 pub mod hostile;
 mod inject;
+mod mkey;
+mod mmio;
 mod objects;
+mod port;
+mod qp;
 mod state;
 pub mod syndrome;
 mod trace;
@@ -37,13 +46,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use caps::{Caps, Profile};
+pub use caps::{Caps, Profile, RoceCaps};
 pub use dma::IommuFault;
 pub use hal::SimHal;
 pub use hostile::HostileKind;
 pub use inject::{Corruption, Injector};
+pub use port::GidEntry;
+pub use qp::QpState;
 pub use trace::TraceEntry;
-pub use traffic::{Delivery, Traffic};
+pub use traffic::{Delivery, Traffic, TrafficStats};
 
 use state::State;
 
@@ -121,13 +132,53 @@ pub struct ObjectCounts {
     pub uars: usize,
     /// Allocated protection domains.
     pub pds: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Memory keys.
+    pub mkeys: usize,
+    /// XRC domains.
+    pub xrcds: usize,
+    /// Programmed RoCE GID table entries.
+    pub gids: usize,
 }
 
 impl ObjectCounts {
     /// Sum of all objects.
     pub fn total(&self) -> usize {
-        self.eqs + self.cqs + self.srqs + self.rmps + self.uars + self.pds
+        self.eqs
+            + self.cqs
+            + self.srqs
+            + self.rmps
+            + self.uars
+            + self.pds
+            + self.qps
+            + self.mkeys
+            + self.xrcds
+            + self.gids
     }
+}
+
+/// A snapshot of a QP (`Device::qp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInfo {
+    /// QP state.
+    pub state: QpState,
+    /// Peer QP number (set at INIT2RTR).
+    pub remote_qpn: u32,
+    /// The primary address path has `fl` (force loopback) set.
+    pub force_loopback: bool,
+    /// Next PSN the QP sends.
+    pub next_send_psn: u32,
+    /// Next PSN the QP expects.
+    pub next_rcv_psn: u32,
+    /// Send consumer counter (WQEBBs executed or flushed).
+    pub sq_consumer: u16,
+    /// The head send WQE waits for an RNR or ACK timer.
+    pub waiting: bool,
+    /// SRQ/RMP the QP receives through.
+    pub srqn: Option<u32>,
+    /// CQE version of the QP's completions (0, or 1 with a user index).
+    pub cqe_version: u8,
 }
 
 /// Firmware state machine (facts §4).
@@ -209,6 +260,10 @@ pub enum Violation {
     },
     /// DMA memory freed while the firmware still used it.
     FreedWhileInUse(String),
+    /// A send queue the device could not execute (ring or doorbell record
+    /// unreadable, producer counter beyond the ring): the QP went to ERR
+    /// with a catastrophic-error event.
+    SendQueue(String),
 }
 
 pub(crate) struct Shared {
@@ -387,6 +442,64 @@ impl Device {
     /// The reserved lkey QUERY_SPECIAL_CONTEXTS reports.
     pub fn reserved_lkey(&self) -> u32 {
         self.lock().resd_lkey
+    }
+
+    /// State of QP `qpn`, if it exists.
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.lock().qps.get(&qpn).map(|q| q.state)
+    }
+
+    /// A snapshot of QP `qpn` (state, connection, send-queue position).
+    pub fn qp(&self, qpn: u32) -> Option<QpInfo> {
+        let st = self.lock();
+        let q = st.qps.get(&qpn)?;
+        Some(QpInfo {
+            state: q.state,
+            remote_qpn: q.remote_qpn,
+            force_loopback: q.path.fl,
+            next_send_psn: q.next_send_psn,
+            next_rcv_psn: q.next_rcv_psn,
+            sq_consumer: q.sq_ci,
+            waiting: q.wait.is_some(),
+            srqn: q.srqn,
+            cqe_version: if q.cqe_v1() { 1 } else { 0 },
+        })
+    }
+
+    /// Numbers of the live QPs, ascending.
+    pub fn qpns(&self) -> Vec<u32> {
+        self.lock().qps.keys().copied().collect()
+    }
+
+    /// Keys (index << 8 | variant) of the live memory keys, by index.
+    pub fn mkey_keys(&self) -> Vec<u32> {
+        self.lock().mkeys.values().map(|k| k.key).collect()
+    }
+
+    /// The vport's `roce_en` (power-on 0; persists across ENABLE/DISABLE_HCA
+    /// so a test can check that a driver restored it).
+    pub fn roce_enabled(&self) -> bool {
+        self.lock().port.roce_en
+    }
+
+    /// The port MAC (`nic_vport_context.permanent_address`).
+    pub fn port_mac(&self) -> [u8; 6] {
+        self.lock().port.mac
+    }
+
+    /// The port's IB LID (reported on IB ports).
+    pub fn port_lid(&self) -> u16 {
+        self.lock().port.lid
+    }
+
+    /// Programmed RoCE GID table entries, by index.
+    pub fn gid_entries(&self) -> Vec<(u16, GidEntry)> {
+        self.lock()
+            .port
+            .gids
+            .iter()
+            .map(|(i, g)| (*i, *g))
+            .collect()
     }
 
     /// Fault injection.

@@ -1,20 +1,23 @@
-//! The device state behind the lock: BAR0, DMA space, firmware objects,
-//! timed work, and the primitives every command uses (DMA access with IOMMU
-//! fault recording, EQE and CQE writing, UAR doorbells).
+//! The device state behind the lock: BAR0 registers, DMA space, firmware
+//! objects, timed work, and the primitives every command uses (DMA access
+//! with IOMMU fault recording, EQE and CQE writing). MMIO and UAR doorbells
+//! are in `mmio.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{fence, Ordering};
 use std::time::Instant;
 
 use mlx5_regs::consts::{cq_error_syndrome, ctx};
-use mlx5_regs::doorbell as db;
-use mlx5_regs::layouts::{comp_event, cq_error, eqe, health_buffer, initial_seg, qp_events};
+use mlx5_regs::layouts::{comp_event, cq_error, eqe, qp_events};
 use mlx5_regs::EventType;
 
 use crate::caps::{Caps, CurCaps};
 use crate::dma::{mix, DmaSpace, IommuFault};
 use crate::inject::Injections;
+use crate::mkey::Mkey;
 use crate::objects::{Cq, Eq, Srq};
+use crate::port::Port;
+use crate::qp::Qp;
 use crate::trace::TraceEntry;
 use crate::{HcaState, ObjectCounts, SimConfig, Violation};
 
@@ -24,7 +27,7 @@ pub(crate) const FIRST_UAR: u32 = 16;
 pub(crate) const LOG_CMDQ_SIZE: u8 = 5;
 pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
 /// Device-side processing latency of a doorbell in threaded mode.
-const THREADED_LATENCY_NS: u64 = 20_000;
+pub(crate) const THREADED_LATENCY_NS: u64 = 20_000;
 
 /// Per-slot state of the command queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,8 +100,20 @@ pub(crate) struct State {
     pub srqs: BTreeMap<u32, Srq>,
     pub next_srqn: u32,
     pub resd_lkey: u32,
+    pub qps: BTreeMap<u32, Qp>,
+    pub next_qpn: u32,
+    /// Memory keys by index (key >> 8).
+    pub mkeys: BTreeMap<u32, Mkey>,
+    pub next_mkey: u32,
+    pub xrcds: BTreeSet<u32>,
+    pub next_xrcd: u32,
+    pub port: Port,
     pub leaked_at_teardown: Option<ObjectCounts>,
     pub dropped: u64,
+    /// Traffic-engine counters (`Traffic::stats`).
+    pub stats: crate::traffic::TrafficStats,
+    /// Why send WQEs failed locally (malformed, key errors), for diagnosis.
+    pub send_errors: Vec<String>,
 }
 
 impl State {
@@ -140,8 +155,17 @@ impl State {
             srqs: BTreeMap::new(),
             next_srqn: 0x100 + ((h >> 20) & 0x3ff) as u32,
             resd_lkey: 0x2000 | (((h >> 32) & 0xff) as u32) << 8,
+            qps: BTreeMap::new(),
+            next_qpn: 0x200 + ((h >> 40) & 0x3ff) as u32,
+            mkeys: BTreeMap::new(),
+            next_mkey: 0x1000 + ((h >> 50) & 0xfff) as u32,
+            xrcds: BTreeSet::new(),
+            next_xrcd: 0x10 + ((h >> 12) & 0xff) as u32,
+            port: Port::new(cfg.seed),
             leaked_at_teardown: None,
             dropped: 0,
+            stats: Default::default(),
+            send_errors: Vec::new(),
             cfg,
         };
         st.created_ns = st.now_ns();
@@ -200,6 +224,8 @@ impl State {
                 None => break,
             }
         }
+        // RNR / ACK timers of the traffic engine.
+        self.qp_run_due();
     }
 
     pub fn next_due_in_ns(&self) -> Option<u64> {
@@ -209,6 +235,9 @@ impl State {
             if let Slot::Due(t) = *s {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
+        }
+        if let Some(t) = self.qp_next_due() {
+            next = Some(next.map_or(t, |n| n.min(t)));
         }
         next.map(|t| t.saturating_sub(now))
     }
@@ -299,6 +328,10 @@ impl State {
             rmps: self.srqs.values().filter(|s| s.rmp).count(),
             uars: self.uars.len(),
             pds: self.pds.len(),
+            qps: self.qps.len(),
+            mkeys: self.mkeys.len(),
+            xrcds: self.xrcds.len(),
+            gids: self.port.gids.len(),
         }
     }
 
@@ -309,7 +342,7 @@ impl State {
         }
     }
 
-    fn health_counter_now(&self) -> u32 {
+    pub(crate) fn health_counter_now(&self) -> u32 {
         ((self.now_ns() / 1_000_000) as u32) & 0x00ff_ffff
     }
 
@@ -393,7 +426,7 @@ impl State {
     }
 
     /// A completion event for `cqn` on its EQ.
-    fn fire_cq(&mut self, cqn: u32) {
+    pub(crate) fn fire_cq(&mut self, cqn: u32) {
         let Some(cq) = self.cqs.get_mut(&cqn) else {
             return;
         };
@@ -439,6 +472,22 @@ impl State {
         if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
             return false;
         }
+        self.hostile_cqe(&mut cqe);
+        let twice = self.hostile_send_cqe(&mut cqe);
+        let ok = self.cq_write(cqn, cqe, solicited);
+        if ok && twice {
+            self.cq_write(cqn, cqe, solicited);
+        }
+        ok
+    }
+
+    fn cq_write(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
+        let Some(cq) = self.cqs.get(&cqn) else {
+            return false;
+        };
+        if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
+            return false;
+        }
         let n = 1u32 << cq.log_size;
         let dbr = cq.dbr;
         let Ok(ci) = self.rd_be32(dbr, &|| format!("CQ doorbell record read cqn {cqn:#x}")) else {
@@ -460,7 +509,6 @@ impl State {
         let owner = (cq.pc >> cq.log_size) & 1 == 1;
         let stride = cq.stride();
         let buf = cq.buf.clone();
-        self.hostile_cqe(&mut cqe);
         mlx5_regs::layouts::cqe64::owner
             .set(&mut cqe, owner)
             .expect("flag");
@@ -504,216 +552,5 @@ impl State {
             cq.arm = None;
         }
         self.cq_error_event(cqn, synd);
-    }
-
-    // ------------------------------------------------------------------ MMIO
-
-    pub fn bar0_size(&self) -> usize {
-        (1usize << self.caps.uar_sz) * db::UAR_PAGE_SIZE
-    }
-
-    /// The initialization segment image (first 0x1020 bytes of BAR0).
-    fn init_seg_image(&self) -> Vec<u8> {
-        let mut b = vec![0u8; initial_seg::SIZE];
-        let (maj, min, sub) = self.caps.fw_rev;
-        let s = &mut b;
-        initial_seg::fw_rev_major.set(s, maj).expect("16-bit");
-        initial_seg::fw_rev_minor.set(s, min).expect("16-bit");
-        initial_seg::fw_rev_subminor.set(s, sub).expect("16-bit");
-        initial_seg::cmd_interface_rev
-            .set(s, ctx::CMD_IF_REV)
-            .expect("16-bit");
-        initial_seg::cmdq_phy_addr_63_32
-            .set(s, self.cmdq_h)
-            .expect("32-bit");
-        initial_seg::cmdq_phy_addr_31_12
-            .set(s, self.cmdq_l >> 12)
-            .expect("20-bit");
-        initial_seg::nic_interface
-            .set(s, self.nic_interface & 3)
-            .expect("2-bit");
-        initial_seg::log_cmdq_size
-            .set(s, LOG_CMDQ_SIZE)
-            .expect("4-bit");
-        initial_seg::log_cmdq_stride
-            .set(s, LOG_CMDQ_STRIDE)
-            .expect("4-bit");
-        initial_seg::initializing
-            .set(s, self.initializing())
-            .expect("flag");
-        let hb = initial_seg::health_buffer.get_mut(s);
-        health_buffer::fw_version
-            .set(hb, ((maj as u32) << 24) | ((min as u32) << 16) | sub as u32)
-            .expect("32-bit");
-        if let Some(synd) = self.fatal {
-            health_buffer::synd.set(hb, synd).expect("8-bit");
-            health_buffer::valid.set(hb, true).expect("flag");
-            health_buffer::severity.set(hb, 2).expect("3-bit"); // CRIT
-        }
-        let counter = match self.fatal {
-            Some(_) => self.fatal_counter,
-            None => self.health_counter_now(),
-        };
-        initial_seg::health_counter.set(s, counter).expect("24-bit");
-        initial_seg::health_syndrome
-            .set(s, self.fatal.unwrap_or(0))
-            .expect("8-bit");
-        b
-    }
-
-    pub fn mmio_read32(&mut self, offset: usize) -> u32 {
-        if !self.threaded {
-            self.run_due();
-        }
-        if offset + 4 <= initial_seg::SIZE {
-            let img = self.init_seg_image();
-            return u32::from_be_bytes(img[offset..offset + 4].try_into().expect("4 bytes"));
-        }
-        let now = self.now_ns();
-        match offset {
-            // internal timer (facts §1.2): free-running, ns resolution here.
-            0x1000 => (now >> 32) as u32,
-            0x1004 => now as u32,
-            _ => 0,
-        }
-    }
-
-    /// An MMIO write from the driver: applied now (synchronous mode, or a
-    /// register) or queued for the device thread.
-    pub fn mmio_write(&mut self, offset: usize, value: u64, wide: bool) {
-        let is_cmdq_reg = !wide && (offset == 0x10 || offset == 0x14);
-        if self.threaded && !is_cmdq_reg {
-            let at = self.now_ns() + THREADED_LATENCY_NS;
-            self.mmio_queue.push_back(MmioWrite {
-                at,
-                offset,
-                value,
-                wide,
-            });
-        } else {
-            self.apply_mmio_write(offset, value, wide);
-            self.run_due();
-        }
-    }
-
-    fn apply_mmio_write(&mut self, offset: usize, value: u64, wide: bool) {
-        let page = (offset / db::UAR_PAGE_SIZE) as u32;
-        if page >= FIRST_UAR {
-            self.uar_write(page, offset % db::UAR_PAGE_SIZE, value, wide);
-            return;
-        }
-        match (offset, wide) {
-            (0x10, false) => self.cmdq_h = value as u32,
-            (0x14, false) => {
-                // Bits 31:12 address, 10:8 nic_interface; 7:0 read-only.
-                self.cmdq_l = value as u32 & 0xffff_f000;
-                self.nic_interface = ((value >> 8) & 7) as u8;
-            }
-            (0x18, false) => self.cmd_doorbell(value as u32),
-            _ => self.violations.push(Violation::Doorbell(format!(
-                "write of {value:#x} to read-only/reserved BAR0 offset {offset:#x}"
-            ))),
-        }
-    }
-
-    fn uar_write(&mut self, page: u32, off: usize, value: u64, wide: bool) {
-        if !self.uars.contains(&page) {
-            self.violations.push(Violation::UarDoorbell(format!(
-                "write to unallocated UAR page {page} offset {off:#x}"
-            )));
-            return;
-        }
-        match (off, wide) {
-            (db::UAR_CQ_DOORBELL, true) => self.cq_arm_doorbell(page, value),
-            (db::UAR_EQ_DOORBELL_ARM, false) => self.eq_doorbell(page, value as u32, true),
-            (db::UAR_EQ_DOORBELL_NO_ARM, false) => self.eq_doorbell(page, value as u32, false),
-            _ => self.violations.push(Violation::UarDoorbell(format!(
-                "write of {value:#x} to UAR {page} offset {off:#x} ({} bits): not a doorbell the model knows",
-                if wide { 64 } else { 32 }
-            ))),
-        }
-    }
-
-    fn eq_doorbell(&mut self, uar: u32, value: u32, arm: bool) {
-        let (eqn, ci) = db::eq_doorbell_parts(value);
-        let Some(eq) = self.eqs.get_mut(&eqn) else {
-            self.violations.push(Violation::UarDoorbell(format!(
-                "EQ doorbell for unknown eqn {eqn}"
-            )));
-            return;
-        };
-        if eq.uar != uar {
-            let u = eq.uar;
-            self.violations.push(Violation::UarDoorbell(format!(
-                "EQ doorbell for eqn {eqn} on UAR {uar}, EQ uses UAR {u}"
-            )));
-            return;
-        }
-        let m = 0x00ff_ffff;
-        let new_gap = eq.pc.wrapping_sub(ci) & m;
-        let old_gap = eq.pc.wrapping_sub(eq.ci) & m;
-        if new_gap > old_gap {
-            self.violations.push(Violation::UarDoorbell(format!(
-                "EQ {eqn} consumer index {ci:#x} moves backwards or ahead of producer {:#x}",
-                eq.pc & m
-            )));
-            return;
-        }
-        eq.ci = ci;
-        if arm && eq.st != ctx::ST_ALWAYS_ARMED {
-            eq.st = ctx::ST_ARMED;
-        }
-    }
-
-    fn cq_arm_doorbell(&mut self, uar: u32, value: u64) {
-        let a = db::cq_arm_parts(value);
-        let cqn = a.cqn;
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
-            self.violations.push(Violation::UarDoorbell(format!(
-                "CQ arm for unknown cqn {cqn:#x}"
-            )));
-            return;
-        };
-        if cq.uar != uar {
-            let u = cq.uar;
-            self.violations.push(Violation::UarDoorbell(format!(
-                "CQ arm for cqn {cqn:#x} on UAR {uar}, CQ uses UAR {u}"
-            )));
-            return;
-        }
-        if cq.status != ctx::CQ_STATUS_OK {
-            self.violations.push(Violation::UarDoorbell(format!(
-                "CQ arm for cqn {cqn:#x} in error state"
-            )));
-            return;
-        }
-        let sn = a.arm_sn as u8;
-        if cq.arm.is_none() && cq.last_fired_sn == Some(sn) {
-            // A completion event was generated for this sequence number; the
-            // driver must bump arm_sn after consuming it (facts §5).
-            self.violations.push(Violation::UarDoorbell(format!(
-                "stale CQ arm for cqn {cqn:#x}: arm_sn {sn} already fired"
-            )));
-            return;
-        }
-        cq.arm = Some(crate::objects::Arm {
-            sn,
-            solicited: a.solicited,
-        });
-        // CQEs beyond the arm's consumer index already present: fire now.
-        let m = 0x00ff_ffff;
-        let beyond = cq.pc.wrapping_sub(a.consumer_index) & m;
-        let n = 1u32 << cq.log_size;
-        if beyond > 0 && beyond <= n {
-            let fire = if a.solicited {
-                cq.last_solicit
-                    .is_some_and(|s| (s.wrapping_sub(a.consumer_index) & m) < beyond)
-            } else {
-                true
-            };
-            if fire {
-                self.fire_cq(cqn);
-            }
-        }
     }
 }

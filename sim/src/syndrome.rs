@@ -133,7 +133,7 @@ syndromes! {
     SRQ_PAS_SHORT = 0x0600_0007, BAD_INP_LEN_ERR, false, "CREATE_SRQ/RMP input too short for the page list the size needs";
     SRQ_PAS_ALIGN = 0x0600_0008, BAD_PARAM_ERR, false, "SRQ/RMP page address not aligned to the page size";
     SRQ_LWM = 0x0600_0009, BAD_PARAM_ERR, false, "limit (lwm) not below the number of WQEs";
-    SRQ_XRCD = 0x0600_000a, BAD_RES_ERR, false, "srqc.xrcd not 0 (no XRC domains modelled)";
+    SRQ_XRCD = 0x0600_000a, BAD_RES_ERR, false, "srqc.xrcd neither 0 nor an allocated XRC domain";
     SRQ_CTX_FIELD = 0x0600_000b, BAD_PARAM_ERR, false, "SRQ/RMP context field not settable (state, wqe_cnt, counters, wq_type, umem, cyclic)";
     SRQ_SIGNATURE_CAP = 0x0600_000c, BAD_PARAM_ERR, false, "wq_signature without the wq_signature capability";
     SRQ_NOT_FOUND = 0x0600_000d, BAD_RES_ERR, false, "SRQ/RMP number does not exist";
@@ -141,6 +141,82 @@ syndromes! {
     RMP_BITMASK = 0x0600_000f, BAD_PARAM_ERR, false, "MODIFY_RMP bitmask empty or with bits other than lwm";
     RMP_NEW_STATE = 0x0600_0010, BAD_PARAM_ERR, false, "MODIFY_RMP ctx.state is not a legal transition (RDY -> RDY only)";
     SRQ_PAGE_SIZE = 0x0600_0011, BAD_PARAM_ERR, false, "SRQ/RMP log page size above the model's limit";
+    // ---- objects referenced by a QP or a memory key ----
+    CQ_USED_BY_QP = 0x0500_0019, RES_BUSY, false, "DESTROY_CQ while a QP uses the CQ (cqn_snd or cqn_rcv)";
+    SRQ_USED_BY_QP = 0x0600_0012, RES_BUSY, false, "DESTROY_SRQ/RMP while a QP receives through it";
+    PD_USED_BY_QP = 0x0200_0015, RES_BUSY, false, "DEALLOC_PD while a QP uses the PD";
+    PD_USED_BY_MKEY = 0x0200_0016, RES_BUSY, false, "DEALLOC_PD while a memory key belongs to the PD";
+    UAR_USED_BY_QP = 0x0200_0017, RES_BUSY, false, "DEALLOC_UAR while a QP rings its doorbells there (qpc.uar_page)";
+    ROCE_CAP_NOT_SETTABLE = 0x0200_0018, BAD_PARAM_ERR, false, "SET_HCA_CAP (RoCE page) changes a field other than sw_r_roce_src_udp_port";
+    // ---- memory keys, XRC domains ----
+    MKEY_FREE = 0x0700_0001, BAD_PARAM_ERR, false, "CREATE_MKEY with mkc.free set";
+    MKEY_ACCESS_MODE = 0x0700_0002, BAD_PARAM_ERR, false, "mkc access mode not PA (0) or MTT (1)";
+    MKEY_PD = 0x0700_0003, BAD_RES_ERR, false, "mkc.pd is not an allocated PD";
+    MKEY_TOO_MANY = 0x0700_0004, LIM_ERR, false, "more than 2^log_max_mkey memory keys";
+    MKEY_PA_LENGTH = 0x0700_0005, BAD_PARAM_ERR, false, "PA key without length64 whose window is empty or wraps the address space";
+    MKEY_MTT_LENGTH64 = 0x0700_0006, BAD_PARAM_ERR, false, "MTT key with length64 set or an empty / wrapping window";
+    MKEY_MTT_PAGE_SIZE = 0x0700_0007, BAD_PARAM_ERR, false, "MTT key log_page_size outside 12..=31 (absolute log2)";
+    MKEY_MTT_SIZE = 0x0700_0008, BAD_PARAM_ERR, false, "translations_octword_actual_size below the pages the window needs, or above translations_octword_size";
+    MKEY_MTT_SHORT = 0x0700_0009, BAD_INP_LEN_ERR, false, "CREATE_MKEY input too short for the MTT entries it announces";
+    MKEY_MTT_ALIGN = 0x0700_000a, BAD_PARAM_ERR, false, "MTT entry not aligned to the page size (beyond the permission bits of pg_access)";
+    MKEY_PG_ACCESS_CAP = 0x0700_000b, BAD_PARAM_ERR, false, "pg_access without the pg capability, or with a PA key";
+    MKEY_QPN = 0x0700_000c, BAD_PARAM_ERR, false, "mkc.qpn not 0xffffff (QP-bound keys are not modelled)";
+    MKEY_UNSUPPORTED = 0x0700_000d, BAD_PARAM_ERR, false, "mkc asks for an unmodelled feature (UMR, BSF, signature, crossing, umem, data direct)";
+    MKEY_NOT_FOUND = 0x0700_000e, BAD_RES_ERR, false, "mkey_index names no memory key";
+    XRCD_CAP = 0x0700_0010, BAD_OP_ERR, false, "ALLOC_XRCD without the xrc capability";
+    XRCD_TOO_MANY = 0x0700_0011, LIM_ERR, false, "more than 2^log_max_xrcd XRC domains";
+    XRCD_NOT_FOUND = 0x0700_0012, BAD_RES_ERR, false, "XRC domain not allocated";
+    XRCD_IN_USE = 0x0700_0013, RES_BUSY, false, "DEALLOC_XRCD while a QP or an SRQ references the domain";
+    // ---- QP creation ----
+    QP_ST = 0x0800_0001, BAD_PARAM_ERR, false, "qpc.st not RC (the only service type modelled)";
+    QP_PD = 0x0800_0002, BAD_RES_ERR, false, "qpc.pd is not an allocated PD";
+    QP_CTX_FIELD = 0x0800_0003, BAD_PARAM_ERR, false, "qpc field not settable at creation (state, counters, PSNs, current retry counts)";
+    QP_UNSUPPORTED = 0x0800_0004, BAD_PARAM_ERR, false, "CREATE_QP asks for an unmodelled feature (input_qpn, qpc_ext, ece, umem, offloads, cross-channel, signature, DC, non-zero opt_param_mask)";
+    QP_UAR = 0x0800_0005, BAD_RES_ERR, false, "qpc.uar_page is not an allocated UAR";
+    QP_CQN_SND = 0x0800_0006, BAD_RES_ERR, false, "qpc.cqn_snd is not an existing CQ (needed with a send queue)";
+    QP_CQN_RCV = 0x0800_0007, BAD_RES_ERR, false, "qpc.cqn_rcv is not an existing CQ (needed with an SRQ)";
+    QP_SRQN = 0x0800_0008, BAD_RES_ERR, false, "srqn_rmpn_xrqn names no SRQ (ISSI 0) / RMP (ISSI 1) in the ready state";
+    QP_RQ_TYPE = 0x0800_0009, BAD_PARAM_ERR, false, "rq_type not SRQ (1) or zero-length (3), or a QP with neither send nor receive queue";
+    QP_RQ_FIELDS = 0x0800_000a, BAD_PARAM_ERR, false, "log_rq_size/log_rq_stride not 0 without an own RQ, or srqn set without rq_type SRQ";
+    QP_SQ_FIELDS = 0x0800_000b, BAD_PARAM_ERR, false, "no_sq with log_sq_size not 0";
+    QP_SQ_SIZE = 0x0800_000c, BAD_PARAM_ERR, false, "log_sq_size above log_max_qp_sz";
+    QP_PAGE_SIZE = 0x0800_000d, BAD_PARAM_ERR, false, "qpc.log_page_size above the model's limit";
+    QP_PAS_SHORT = 0x0800_000e, BAD_INP_LEN_ERR, false, "CREATE_QP input too short for the page list the send ring needs";
+    QP_PAS_ALIGN = 0x0800_000f, BAD_PARAM_ERR, false, "QP page address not aligned to the page size";
+    QP_DBR_ALIGN = 0x0800_0010, BAD_PARAM_ERR, false, "qpc.dbr_addr not 8-byte aligned";
+    QP_TS_FORMAT = 0x0800_0011, BAD_PARAM_ERR, false, "qpc.ts_format not allowed by the timestamp capability";
+    QP_USER_INDEX = 0x0800_0012, BAD_PARAM_ERR, false, "qpc.user_index set while cqe_version is 0";
+    QP_TOO_MANY = 0x0800_0013, LIM_ERR, false, "more than 2^log_max_qp QPs (current value)";
+    QP_PM_STATE = 0x0800_0014, BAD_PARAM_ERR, false, "pm_state not MIGRATED (3): no alternate path is modelled";
+    QP_XRCD = 0x0800_0015, BAD_RES_ERR, false, "qpc.xrcd neither 0 nor an allocated XRC domain";
+    QP_NOT_FOUND = 0x0800_0016, BAD_RES_ERR, false, "qpn names no QP";
+    // ---- QP transitions ----
+    QP_BAD_STATE = 0x0900_0001, BAD_QP_STATE_ERR, false, "transition not legal from the QP's current state";
+    QP_OPT_PARAM = 0x0900_0002, BAD_PARAM_ERR, false, "opt_param_mask has bits outside the transition's allowed set";
+    QP_PORT = 0x0900_0003, BAD_PARAM_ERR, false, "primary_address_path.vhca_port_num not in 1..=num_ports";
+    QP_PKEY_INDEX = 0x0900_0004, BAD_PARAM_ERR, false, "pkey_index beyond the P_Key table";
+    QP_COUNTER_SET = 0x0900_0005, BAD_RES_ERR, false, "counter_set_id not 0 (no Q counters are modelled)";
+    QP_MTU = 0x0900_0006, BAD_PARAM_ERR, false, "qpc.mtu not 1..=5 or above the port's MTU";
+    QP_MSG_MAX = 0x0900_0007, BAD_PARAM_ERR, false, "qpc.log_msg_max above log_max_msg";
+    QP_REMOTE_QPN = 0x0900_0008, BAD_PARAM_ERR, false, "RC INIT2RTR with remote_qpn 0";
+    QP_RRA_MAX = 0x0900_0009, BAD_PARAM_ERR, false, "log_rra_max above log_max_ra_res_qp";
+    QP_SRA_MAX = 0x0900_000a, BAD_PARAM_ERR, false, "log_sra_max above log_max_ra_req_qp";
+    QP_FL_NOT_ALLOWED = 0x0900_000b, BAD_PARAM_ERR, false, "address path fl = 1 while the force-loopback capability for the current roce_en is absent";
+    QP_ROCE_DISABLED = 0x0900_000c, BAD_PARAM_ERR, false, "RoCE address path (Ethernet port, fl = 0) while roce_en is 0";
+    QP_GID_INDEX = 0x0900_000d, BAD_PARAM_ERR, false, "src_addr_index beyond the GID table or naming an unprogrammed entry";
+    QP_RMAC = 0x0900_000e, BAD_PARAM_ERR, false, "rmac zero or not the port's own MAC (one function, loopback only)";
+    QP_RLID = 0x0900_000f, BAD_PARAM_ERR, false, "IB address path with rlid 0 or not the port's own LID";
+    // ---- vports, RoCE addresses ----
+    VPORT_OTHER = 0x0a00_0001, BAD_PARAM_ERR, false, "other_vport / vport_number / port_num not the own vport";
+    VPORT_FIELD_SELECT = 0x0a00_0002, BAD_PARAM_ERR, false, "MODIFY_NIC_VPORT_CONTEXT field_select empty or selecting an unmodelled field";
+    VPORT_LB_CAP = 0x0a00_0003, BAD_PARAM_ERR, false, "disable_*_local_lb selected without its disable_local_lb capability";
+    VPORT_ROCE_CAP = 0x0a00_0004, BAD_PARAM_ERR, false, "roce_en selected without RoCE (cap roce on an Ethernet port)";
+    VPORT_MTU = 0x0a00_0005, BAD_PARAM_ERR, false, "vport MTU outside 68..=9978";
+    ROCE_ADDR_PORT_TYPE = 0x0a00_0006, BAD_PARAM_ERR, false, "SET/QUERY_ROCE_ADDRESS without RoCE (IB port or no roce cap)";
+    ROCE_ADDR_INDEX = 0x0a00_0007, BAD_PARAM_ERR, false, "roce_address_index not below roce_address_table_size";
+    ROCE_ADDR_VERSION = 0x0a00_0008, BAD_PARAM_ERR, false, "roce_version not 0 (v1) or 2 (v2), or not in the roce_version capability";
+    ROCE_ADDR_L3_TYPE = 0x0a00_0009, BAD_PARAM_ERR, false, "roce_l3_type not 0 (IPv4) or 1 (IPv6)";
+    ROCE_ADDR_VHCA_PORT = 0x0a00_000a, BAD_PARAM_ERR, false, "vhca_port_num not 0 (num_vhca_ports is 0)";
 }
 
 /// Syndrome of a generic, per-opcode check.

@@ -1,12 +1,36 @@
-//! Traffic injection: receive messages through an SRQ/RMP, send
-//! completions, arbitrary events.
+//! The wire-level side door: receive messages through an SRQ/RMP, send
+//! completions and arbitrary events without a QP, for tests that need
+//! control below the traffic engine. Every use is counted
+//! ([`Traffic::side_door_uses`]) so a test can prove real traffic never
+//! needed it. Also the traffic engine's counters ([`TrafficStats`]).
 
 use mlx5_regs::consts::{cqe_syndrome, ctx, CqeOpcode};
-use mlx5_regs::layouts::{cqe64, err_cqe, srq_next_seg, wqe_data_seg};
+use mlx5_regs::layouts::{cqe64, err_cqe};
 use mlx5_regs::EventType;
 
+use crate::engine::ScatterError;
 use crate::state::State;
 use crate::{Device, SimError};
+
+/// Counters of the traffic engine and the side door.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrafficStats {
+    /// Send doorbells (8-byte writes into a BlueFlame register area).
+    pub doorbells: u64,
+    /// Send doorbells dropped (unknown QP, wrong UAR, no send queue, RESET).
+    pub dropped_doorbells: u64,
+    /// Messages the engine delivered to a responder (SEND, SEND_IMM,
+    /// RDMA_WRITE, RDMA_WRITE_IMM).
+    pub messages: u64,
+    /// RNR NAKs (a responder's SRQ was empty).
+    pub rnr_naks: u64,
+    /// Transport timeouts (no ACK: peer unreachable or not connected).
+    pub ack_timeouts: u64,
+    /// Flush CQEs written (REQ_ERR, syndrome 0x05).
+    pub flushed: u64,
+    /// Calls of the side door (`deliver*`, `complete_send*`, `raise_*`).
+    pub side_door_uses: u64,
+}
 
 /// `MLX5_OPCODE_SEND`, reported in requester CQEs.
 const WQE_OPCODE_SEND: u8 = 0x0a;
@@ -52,7 +76,9 @@ impl Traffic<'_> {
         qpn: u32,
         payload: &[u8],
     ) -> Result<Delivery, SimError> {
-        self.dev.lock().deliver(srqn, cqn, qpn, payload, false)
+        let mut st = self.dev.lock();
+        st.stats.side_door_uses += 1;
+        st.deliver(srqn, cqn, qpn, payload, false)
     }
 
     /// As [`Traffic::deliver`], with the solicited-event bit set (wakes a
@@ -64,7 +90,9 @@ impl Traffic<'_> {
         qpn: u32,
         payload: &[u8],
     ) -> Result<Delivery, SimError> {
-        self.dev.lock().deliver(srqn, cqn, qpn, payload, true)
+        let mut st = self.dev.lock();
+        st.stats.side_door_uses += 1;
+        st.deliver(srqn, cqn, qpn, payload, true)
     }
 
     /// Write a requester (opcode REQ) CQE to `cqn`.
@@ -76,6 +104,7 @@ impl Traffic<'_> {
         byte_cnt: u32,
     ) -> Result<(), SimError> {
         let mut st = self.dev.lock();
+        st.stats.side_door_uses += 1;
         st.check_cq(cqn)?;
         let mut c = [0u8; 64];
         cqe64::opcode.set(&mut c, CqeOpcode::REQ.0).expect("4-bit");
@@ -100,6 +129,7 @@ impl Traffic<'_> {
         vendor_syndrome: u8,
     ) -> Result<(), SimError> {
         let mut st = self.dev.lock();
+        st.stats.side_door_uses += 1;
         st.check_cq(cqn)?;
         let mut c = [0u8; 64];
         err_cqe::opcode
@@ -125,9 +155,28 @@ impl Traffic<'_> {
         self.dev.lock().dropped
     }
 
+    /// How often the side door was used (every call of `deliver`,
+    /// `deliver_solicited`, `complete_send`, `complete_send_error`,
+    /// `raise_event`, `raise_simple_event`), successful or not.
+    pub fn side_door_uses(&self) -> u64 {
+        self.dev.lock().stats.side_door_uses
+    }
+
+    /// Why send WQEs failed locally (malformed WQE, refused gather), one
+    /// line each, in order: diagnosis for a local error CQE.
+    pub fn send_errors(&self) -> Vec<String> {
+        self.dev.lock().send_errors.clone()
+    }
+
+    /// The traffic engine's counters.
+    pub fn stats(&self) -> TrafficStats {
+        self.dev.lock().stats
+    }
+
     /// Put any EQE on the EQ subscribed to its type (byte 1).
     pub fn raise_event(&self, eqe: [u8; 64]) -> Result<(), SimError> {
         let mut st = self.dev.lock();
+        st.stats.side_door_uses += 1;
         if st.fatal.is_some() {
             return Err(SimError::Fatal);
         }
@@ -170,108 +219,35 @@ impl State {
         solicited: bool,
     ) -> Result<Delivery, SimError> {
         self.check_cq(cqn)?;
-        let s = self
+        let pd = self
             .srqs
             .get(&srqn)
             .ok_or(SimError::NoSuchObject {
                 kind: "srq",
                 id: srqn,
             })?
-            .clone();
-        let good = if s.rmp {
-            s.state == ctx::RMP_STATE_RDY
-        } else {
-            s.state == ctx::SRQ_STATE_GOOD
-        };
-        if !good {
+            .pd;
+        if !self.srq_good(srqn) {
             return Err(SimError::BadState("SRQ/RMP in error state"));
         }
-        let size = 1u32 << s.log_size;
-        let posted = self
-            .rd_be32(s.dbr, &|| {
-                format!("SRQ doorbell record read srqn {srqn:#x}")
-            })
-            .map(|v| v as u16)
-            .unwrap_or(s.consumed);
-        if posted.wrapping_sub(s.consumed) == 0 {
+        if self.srq_available(srqn) == 0 {
             self.dropped += 1;
             return Ok(Delivery::Dropped);
         }
-        // The WQE the device is positioned on. Its next pointer is read
-        // together with the WQE, at consumption: once consumed the driver may
-        // complete it out of order, make it the free-list tail and rewrite
-        // that pointer, so a later read would follow the wrong link.
-        let stride = 1u64 << s.log_stride;
-        let idx = s.next;
-        if idx as u32 >= size {
-            return self.srq_catastrophe(srqn, "next_wqe_index beyond the SRQ size");
-        }
-        let mut wqe = vec![0u8; stride as usize];
-        let Some((wiova, _)) = s.buf.at(idx as u64 * stride) else {
-            return self.srq_catastrophe(srqn, "WQE outside the page list");
+        let (idx, wqe) = match self.srq_take(srqn) {
+            Ok(x) => x,
+            Err(why) => return self.srq_catastrophe(srqn, why),
         };
-        if self
-            .rd(wiova, &mut wqe, &|| {
-                format!("SRQ WQE read srqn {srqn:#x} index {idx}")
-            })
-            .is_err()
-        {
-            return self.srq_catastrophe(srqn, "WQE unreadable");
-        }
-        {
-            let sm = self.srqs.get_mut(&srqn).expect("exists");
-            sm.consumed = sm.consumed.wrapping_add(1);
-            sm.next = srq_next_seg::next_wqe_index.get(&wqe[..16]);
-        }
-        // Scatter list: data segments after the 16-byte next segment, up to
-        // the terminator (byte_count 0, lkey MLX5_INVALID_LKEY) or the end.
-        let mut segs = Vec::new();
-        let mut prot = false;
-        for seg in wqe[16..].chunks_exact(16) {
-            let bc = wqe_data_seg::byte_count.get(seg);
-            let lkey = wqe_data_seg::lkey.get(seg);
-            let addr = wqe_data_seg::addr.get(seg);
-            if bc == 0 && lkey == ctx::INVALID_LKEY {
-                break;
+        // The side door has no QP: keys are checked against the SRQ's PD.
+        let what = format!("receive scatter srqn {srqn:#x} WQE {idx}");
+        let result = match self.plan_scatter(&wqe, pd, payload.len() as u64, &what) {
+            Ok(plan) => {
+                self.write_plan(&plan, payload, &what);
+                Delivery::Completed { wqe_index: idx }
             }
-            if lkey != self.resd_lkey {
-                prot = true;
-                break;
-            }
-            let len = if bc & 0x7fff_ffff == 0 {
-                1u64 << 31
-            } else {
-                (bc & 0x7fff_ffff) as u64
-            };
-            segs.push((addr, len));
-        }
-        let cap: u64 = segs.iter().map(|s| s.1).sum();
-        let mut result = if prot {
-            Delivery::ProtectionError { wqe_index: idx }
-        } else if payload.len() as u64 > cap {
-            Delivery::LengthError { wqe_index: idx }
-        } else {
-            Delivery::Completed { wqe_index: idx }
+            Err(ScatterError::Length) => Delivery::LengthError { wqe_index: idx },
+            Err(ScatterError::Protection) => Delivery::ProtectionError { wqe_index: idx },
         };
-        if let Delivery::Completed { .. } = result {
-            let mut done = 0usize;
-            for (addr, len) in segs {
-                if done == payload.len() {
-                    break;
-                }
-                let n = (len as usize).min(payload.len() - done);
-                if self
-                    .wr(addr, &payload[done..done + n], &|| {
-                        format!("receive scatter srqn {srqn:#x} WQE {idx}")
-                    })
-                    .is_err()
-                {
-                    result = Delivery::ProtectionError { wqe_index: idx };
-                    break;
-                }
-                done += n;
-            }
-        }
         let mut c = [0u8; 64];
         let err_synd = match result {
             Delivery::LengthError { .. } => Some(cqe_syndrome::LOCAL_LENGTH_ERR),
@@ -306,6 +282,13 @@ impl State {
     }
 
     fn srq_catastrophe(&mut self, srqn: u32, why: &'static str) -> Result<Delivery, SimError> {
+        self.srq_catastrophe_event(srqn, why);
+        Err(SimError::BadState(why))
+    }
+
+    /// The SRQ/RMP enters its error state and SRQ_CATAS_ERROR (0x12) is
+    /// raised (a corrupt free list or an unreadable WQE).
+    pub(crate) fn srq_catastrophe_event(&mut self, srqn: u32, _why: &'static str) {
         if let Some(s) = self.srqs.get_mut(&srqn) {
             s.state = if s.rmp {
                 ctx::RMP_STATE_ERR
@@ -322,6 +305,5 @@ impl State {
             .set(d, srqn)
             .expect("24-bit");
         self.raise(e);
-        Err(SimError::BadState(why))
     }
 }

@@ -396,7 +396,7 @@ fn hca_caps_query_and_set() {
     // other cap types and other functions
     let mut i = inp(Opcode::QUERY_HCA_CAP, query_hca_cap_in::SIZE);
     cmd_in::op_mod
-        .set(&mut i, om::query_hca_cap(om::CAP_ROCE, true))
+        .set(&mut i, om::query_hca_cap(om::CAP_ODP, true))
         .unwrap();
     f.refused(
         &i,

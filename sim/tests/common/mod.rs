@@ -10,6 +10,9 @@ use mlx5_regs::layouts::*;
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Device, SimConfig, SimHal};
 
+pub mod qp;
+pub mod wire;
+
 pub type Region = DmaRegion<SimHal>;
 
 /// Result of one command.

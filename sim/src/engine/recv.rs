@@ -1,0 +1,166 @@
+//! The receive side shared by the traffic engine and the wire-level side
+//! door (`Traffic::deliver`): taking the head WQE of an SRQ/RMP in free-list
+//! order and planning the scatter of a message through its data segments
+//! (linked-list SRQ WQEs: Linux `mlx5_ib_post_srq_recv`,
+//! `drivers/infiniband/hw/mlx5/srq.c`; keys: `mkey.rs`).
+
+use mlx5_regs::consts::ctx;
+use mlx5_regs::layouts::{srq_next_seg, wqe_data_seg};
+
+use crate::mkey::{Access, KeyError};
+use crate::state::State;
+
+/// Why a scatter was refused (nothing was written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScatterError {
+    /// The message is longer than the WQE's scatter list (local length).
+    Length,
+    /// A key is unknown, of another PD, lacks `lw`, or a range is outside
+    /// the key or DMA memory (local protection).
+    Protection,
+}
+
+impl State {
+    /// The SRQ/RMP is usable (not in error).
+    pub(crate) fn srq_good(&self, srqn: u32) -> bool {
+        self.srqs.get(&srqn).is_some_and(|s| {
+            if s.rmp {
+                s.state == ctx::RMP_STATE_RDY
+            } else {
+                s.state == ctx::SRQ_STATE_GOOD
+            }
+        })
+    }
+
+    /// WQEs posted and not consumed (doorbell-record counter minus the
+    /// consumed count); an unreadable doorbell record counts as none.
+    pub(crate) fn srq_available(&mut self, srqn: u32) -> u16 {
+        let Some(s) = self.srqs.get(&srqn) else {
+            return 0;
+        };
+        let (dbr, consumed) = (s.dbr, s.consumed);
+        self.rd_be32(dbr, &|| format!("SRQ doorbell record read srqn {srqn:#x}"))
+            .map(|v| (v as u16).wrapping_sub(consumed))
+            .unwrap_or(0)
+    }
+
+    /// Consume the WQE the device is positioned on: returns its index and
+    /// its bytes. Its next pointer is read now, at consumption (once
+    /// consumed the driver may complete it out of order, make it the
+    /// free-list tail and rewrite that pointer). `Err` = SRQ catastrophe
+    /// (the caller raises it). The caller checked availability.
+    pub(crate) fn srq_take(&mut self, srqn: u32) -> Result<(u16, Vec<u8>), &'static str> {
+        let s = self.srqs.get(&srqn).ok_or("no such SRQ")?.clone();
+        let stride = 1u64 << s.log_stride;
+        let idx = s.next;
+        if idx as u32 >= 1u32 << s.log_size {
+            return Err("next_wqe_index beyond the SRQ size");
+        }
+        let Some((wiova, _)) = s.buf.at(idx as u64 * stride) else {
+            return Err("WQE outside the page list");
+        };
+        let mut wqe = vec![0u8; stride as usize];
+        self.rd(wiova, &mut wqe, &|| {
+            format!("SRQ WQE read srqn {srqn:#x} index {idx}")
+        })
+        .map_err(|_| "WQE unreadable")?;
+        let sm = self.srqs.get_mut(&srqn).expect("exists");
+        sm.consumed = sm.consumed.wrapping_add(1);
+        sm.next = srq_next_seg::next_wqe_index.get(&wqe[..16]);
+        Ok((idx, wqe))
+    }
+
+    /// Plan the scatter of `len` bytes through the data segments of SRQ WQE
+    /// `wqe` (after the 16-byte next segment, up to the terminator lkey
+    /// 0x100 or the WQE end). Keys: the reserved lkey (identity), or a
+    /// memory key of protection domain `pd` with `lw`. Returns the device
+    /// ranges to write, in order; every range is checked against DMA memory
+    /// first (a miss records an IOMMU fault), so a refused scatter writes
+    /// nothing.
+    pub(crate) fn plan_scatter(
+        &mut self,
+        wqe: &[u8],
+        pd: u32,
+        len: u64,
+        what: &str,
+    ) -> Result<Vec<(u64, u64)>, ScatterError> {
+        let mut segs = Vec::new();
+        for seg in wqe[16..].chunks_exact(16) {
+            let bc = wqe_data_seg::byte_count.get(seg);
+            let lkey = wqe_data_seg::lkey.get(seg);
+            if bc == 0 && lkey == ctx::INVALID_LKEY {
+                break;
+            }
+            let n = if bc & 0x7fff_ffff == 0 {
+                1u64 << 31
+            } else {
+                (bc & 0x7fff_ffff) as u64
+            };
+            segs.push((wqe_data_seg::addr.get(seg), n, lkey));
+        }
+        let mut plan = Vec::new();
+        let mut left = len;
+        for &(addr, n, lkey) in &segs {
+            let used = n.min(left);
+            let chunks = if lkey == self.resd_lkey {
+                vec![(addr, used)]
+            } else {
+                self.key_translate(lkey, pd, addr, used, Access::LocalWrite)
+                    .map_err(|_| ScatterError::Protection)?
+            };
+            plan.extend(chunks.into_iter().filter(|c| c.1 > 0));
+            left -= used;
+        }
+        if left > 0 {
+            return Err(ScatterError::Length);
+        }
+        self.check_mapped(&plan, true, what)
+            .map_err(|_| ScatterError::Protection)?;
+        Ok(plan)
+    }
+
+    /// Translate through memory key `key` (index and variant must match).
+    pub(crate) fn key_translate(
+        &self,
+        key: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Vec<(u64, u64)>, KeyError> {
+        let k = self
+            .mkeys
+            .get(&mlx5_regs::consts::mkey::index(key))
+            .filter(|k| k.key == key)
+            .ok_or(KeyError::NoKey)?;
+        k.translate(pd, va, len, access)
+    }
+
+    /// Every range lies in DMA memory; the first that does not is recorded
+    /// as an IOMMU fault.
+    pub(crate) fn check_mapped(
+        &mut self,
+        plan: &[(u64, u64)],
+        write: bool,
+        what: &str,
+    ) -> Result<(), ()> {
+        for &(iova, n) in plan {
+            if !self.dma.mapped(iova, n as usize) {
+                self.fault(iova, n as usize, write, what.to_string());
+                return Err(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `data` along a checked plan.
+    pub(crate) fn write_plan(&mut self, plan: &[(u64, u64)], data: &[u8], what: &str) {
+        let mut done = 0usize;
+        for &(iova, n) in plan {
+            let n = n as usize;
+            // Checked by `check_mapped`; a failure here is recorded by `wr`.
+            let _ = self.wr(iova, &data[done..done + n], &|| what.to_string());
+            done += n;
+        }
+    }
+}

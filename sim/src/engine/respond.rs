@@ -1,0 +1,250 @@
+//! The responder side of the loopback: finding the peer QP per loopback mode,
+//! RC connection and PSN checks, RDMA WRITE through the rkey, SRQ WQE
+//! consumption and scatter, and the responder CQE (Linux `handle_responder`,
+//! `drivers/infiniband/hw/mlx5/cq.c`; rdma-core `mlx5_parse_cqe`,
+//! `providers/mlx5/cq.c`).
+
+use mlx5_regs::consts::wqe as w;
+use mlx5_regs::consts::{cqe_syndrome, port, qp_st, rq_type, CqeOpcode};
+use mlx5_regs::layouts::{cqe64, err_cqe};
+use mlx5_regs::EventType;
+
+use super::recv::ScatterError;
+use super::wqe::Wqe;
+use crate::mkey::Access;
+use crate::qp::QpState;
+use crate::state::State;
+
+const M24: u32 = 0x00ff_ffff;
+
+/// What the responder answered.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Outcome {
+    /// Accepted (and the responder CQE written where one is due).
+    Done,
+    /// RNR NAK with the responder's `min_rnr_nak` timer code.
+    Rnr(u8),
+    /// Nothing came back (peer unreachable, not connected, PSN mismatch).
+    NoAck,
+    /// NAK: the requester completes with `synd`; the responder QP (if
+    /// named) enters ERR after raising `event`.
+    Failed {
+        synd: u8,
+        responder: Option<(u32, Option<EventType>)>,
+    },
+}
+
+impl State {
+    /// The responder QP of `sqpn`'s connection, if a packet reaches it.
+    fn route(&self, sqpn: u32) -> Option<u32> {
+        let s = self.qps.get(&sqpn)?;
+        let p = &s.path;
+        let reachable = if p.fl {
+            // Force loopback never leaves the function.
+            true
+        } else if self.caps.port_type == port::TYPE_IB {
+            p.rlid != 0 && p.rlid == self.port.lid
+        } else {
+            // RoCE: the destination GID must be one of the port's own
+            // entries with the port's MAC, sent from a programmed entry.
+            self.port.roce_en
+                && p.rmac == self.port.mac
+                && self.port.gids.contains_key(&(p.src_addr_index as u16))
+                && self
+                    .port
+                    .gids
+                    .values()
+                    .any(|g| g.gid == p.rgid && g.mac == self.port.mac)
+        };
+        if !reachable {
+            return None;
+        }
+        let t = self.qps.get(&s.remote_qpn)?;
+        let receiving = matches!(t.state, QpState::Rtr | QpState::Rts | QpState::Sqer);
+        (t.st == qp_st::RC
+            && receiving
+            && t.remote_qpn == sqpn
+            && t.next_rcv_psn == s.next_send_psn)
+            .then_some(s.remote_qpn)
+    }
+
+    /// Deliver `payload` of WQE `wq` from `sqpn` to its peer.
+    pub(super) fn respond(&mut self, sqpn: u32, wq: &Wqe, payload: &[u8]) -> Outcome {
+        let Some(tq) = self.route(sqpn) else {
+            return Outcome::NoAck;
+        };
+        let t = self.qps.get(&tq).expect("routed").clone();
+        let len = payload.len() as u64;
+        let rdma = matches!(wq.opcode, w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM);
+        let needs_recv = wq.opcode != w::OPCODE_RDMA_WRITE;
+        let what = format!(
+            "responder qpn {tq:#x} from qpn {sqpn:#x} WQE {:#x}",
+            wq.index
+        );
+        let access = |event| Outcome::Failed {
+            synd: cqe_syndrome::REMOTE_ACCESS_ERR,
+            responder: Some((tq, Some(event))),
+        };
+        // RDMA WRITE: responder access rights and the rkey first.
+        let mut wplan = Vec::new();
+        if rdma {
+            let (va, rkey) = wq.remote.expect("parsed with a remote address");
+            if !t.rwe {
+                return access(EventType::WQ_ACCESS_ERROR);
+            }
+            match self.key_translate(rkey, t.pd, va, len, Access::RemoteWrite) {
+                Ok(p) => wplan = p,
+                Err(_) => return access(EventType::WQ_ACCESS_ERROR),
+            }
+            if self.check_mapped(&wplan, true, &what).is_err() {
+                return access(EventType::WQ_ACCESS_ERROR);
+            }
+        }
+        // A receive WQE: SEND, SEND_IMM and WRITE_IMM consume one.
+        let mut recv = None;
+        if needs_recv {
+            let srqn = match (t.rq_type, t.srqn) {
+                (rq_type::SRQ, Some(n)) => n,
+                _ => {
+                    return Outcome::Failed {
+                        synd: cqe_syndrome::REMOTE_INVAL_REQ_ERR,
+                        responder: Some((tq, Some(EventType::WQ_INVAL_REQ_ERROR))),
+                    }
+                }
+            };
+            if !self.srq_good(srqn) {
+                return Outcome::Failed {
+                    synd: cqe_syndrome::REMOTE_OP_ERR,
+                    responder: Some((tq, Some(EventType::WQ_CATAS_ERROR))),
+                };
+            }
+            if self.srq_available(srqn) == 0 {
+                return Outcome::Rnr(t.min_rnr_nak);
+            }
+            match self.srq_take(srqn) {
+                Ok((idx, bytes)) => recv = Some((srqn, idx, bytes)),
+                Err(why) => {
+                    self.srq_catastrophe_event(srqn, why);
+                    return Outcome::Failed {
+                        synd: cqe_syndrome::REMOTE_OP_ERR,
+                        responder: Some((tq, None)),
+                    };
+                }
+            }
+        }
+        // SEND: scatter into the receive WQE.
+        if let (Some((srqn, idx, bytes)), false) = (&recv, rdma) {
+            match self.plan_scatter(bytes, t.pd, len, &what) {
+                Ok(plan) => self.write_plan(&plan, payload, &what),
+                Err(e) => {
+                    let (rsynd, ssynd) = match e {
+                        ScatterError::Length => (
+                            cqe_syndrome::LOCAL_LENGTH_ERR,
+                            cqe_syndrome::REMOTE_INVAL_REQ_ERR,
+                        ),
+                        ScatterError::Protection => {
+                            (cqe_syndrome::LOCAL_PROT_ERR, cqe_syndrome::REMOTE_OP_ERR)
+                        }
+                    };
+                    self.resp_err_cqe(tq, *srqn, *idx, rsynd);
+                    self.srq_check_limit(*srqn);
+                    return Outcome::Failed {
+                        synd: ssynd,
+                        responder: Some((tq, None)),
+                    };
+                }
+            }
+        }
+        if rdma {
+            self.write_plan(&wplan, payload, &what);
+        }
+        // Packets of this message: both PSNs advance by the same count.
+        let mtu = mlx5_regs::consts::mtu::bytes(self.qps[&sqpn].mtu).unwrap_or(256) as u64;
+        let npkts = len.div_ceil(mtu).max(1) as u32;
+        if let Some(s) = self.qps.get_mut(&sqpn) {
+            s.next_send_psn = (s.next_send_psn + npkts) & M24;
+        }
+        if let Some(r) = self.qps.get_mut(&tq) {
+            r.next_rcv_psn = (r.next_rcv_psn + npkts) & M24;
+        }
+        if let Some((srqn, idx, _)) = recv {
+            self.resp_cqe(tq, sqpn, srqn, idx, wq, len as u32);
+            self.srq_check_limit(srqn);
+        }
+        Outcome::Done
+    }
+
+    /// `flags_rqpn` bits 25:24 of a RoCE receive: the L3 header type of the
+    /// sender's GID entry (0 GRH = v1, 1 IPv6, 2 IPv4; `MLX5_CQE_ROCE_L3_HEADER_TYPE_*`).
+    fn roce_l3_bits(&self, sqpn: u32) -> u32 {
+        let Some(s) = self.qps.get(&sqpn) else {
+            return 0;
+        };
+        if s.path.fl || self.caps.port_type == port::TYPE_IB {
+            return 0;
+        }
+        match self.port.gids.get(&(s.path.src_addr_index as u16)) {
+            Some(g) if g.version == mlx5_regs::consts::roce::VERSION_2 => {
+                if g.l3_type == mlx5_regs::consts::roce::L3_TYPE_IPV4 {
+                    2 << 24
+                } else {
+                    1 << 24
+                }
+            }
+            _ => 0,
+        }
+    }
+
+    fn resp_cqe(&mut self, tq: u32, sqpn: u32, srqn: u32, idx: u16, wq: &Wqe, len: u32) {
+        let Some(t) = self.qps.get(&tq) else {
+            return;
+        };
+        let (cqn, v1, uidx) = (t.cqn_rcv, t.cqe_v1(), t.user_index);
+        let op = match wq.opcode {
+            w::OPCODE_SEND_IMM => CqeOpcode::RESP_SEND_IMM,
+            w::OPCODE_RDMA_WRITE_IMM => CqeOpcode::RESP_WR_IMM,
+            _ => CqeOpcode::RESP_SEND,
+        };
+        let mut c = [0u8; 64];
+        cqe64::opcode.set(&mut c, op.0).expect("4-bit");
+        cqe64::byte_cnt.set(&mut c, len).expect("32-bit");
+        cqe64::qpn.set(&mut c, tq).expect("24-bit");
+        cqe64::srqn
+            .set(&mut c, if v1 { uidx } else { srqn })
+            .expect("24-bit");
+        cqe64::wqe_counter.set(&mut c, idx).expect("16-bit");
+        let flags = self.roce_l3_bits(sqpn) | (sqpn & M24);
+        cqe64::flags_rqpn.set(&mut c, flags).expect("32-bit");
+        if op != CqeOpcode::RESP_SEND {
+            cqe64::imm_inval_pkey.set(&mut c, wq.imm).expect("32-bit");
+        }
+        if self.caps.port_type == port::TYPE_IB {
+            cqe64::slid.set(&mut c, self.port.lid).expect("16-bit");
+        }
+        if let Some(cqn) = cqn {
+            self.cq_push(cqn, c, wq.solicited);
+        }
+    }
+
+    /// RESP_ERR CQE naming the consumed SRQ WQE (the driver returns it to
+    /// the free list, Linux `mlx5_poll_one`).
+    fn resp_err_cqe(&mut self, tq: u32, srqn: u32, idx: u16, synd: u8) {
+        let Some(t) = self.qps.get(&tq) else {
+            return;
+        };
+        let (cqn, v1, uidx) = (t.cqn_rcv, t.cqe_v1(), t.user_index);
+        let mut c = [0u8; 64];
+        err_cqe::opcode
+            .set(&mut c, CqeOpcode::RESP_ERR.0)
+            .expect("4-bit");
+        err_cqe::syndrome.set(&mut c, synd).expect("8-bit");
+        err_cqe::srqn
+            .set(&mut c, if v1 { uidx } else { srqn })
+            .expect("24-bit");
+        err_cqe::qpn.set(&mut c, tq).expect("24-bit");
+        err_cqe::wqe_counter.set(&mut c, idx).expect("16-bit");
+        if let Some(cqn) = cqn {
+            self.cq_push(cqn, c, true);
+        }
+    }
+}

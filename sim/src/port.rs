@@ -1,0 +1,86 @@
+//! The port as the firmware keeps it: the NIC vport context (RoCE enable,
+//! local-loopback controls, MTU, MAC), the RoCE GID table and the IB port view
+//! (LID, state). PRM "NIC_Vport Context" / "HCA_Vport Context"; Linux
+//! `drivers/net/ethernet/mellanox/mlx5/core/vport.c` and `lib/gid.c`.
+
+use std::collections::BTreeMap;
+
+use crate::dma::mix;
+
+/// One programmed GID table entry (`roce_addr_layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID (`source_l3_address`).
+    pub gid: [u8; 16],
+    /// Source MAC.
+    pub mac: [u8; 6],
+    /// VLAN id, when `vlan_valid`.
+    pub vlan: Option<u16>,
+    /// `MLX5_ROCE_L3_TYPE_*`: 0 IPv4, 1 IPv6.
+    pub l3_type: u8,
+    /// `MLX5_ROCE_VERSION_*`: 0 v1, 2 v2.
+    pub version: u8,
+}
+
+/// Vport and port state.
+#[derive(Debug, Clone)]
+pub(crate) struct Port {
+    pub roce_en: bool,
+    pub disable_uc_local_lb: bool,
+    pub disable_mc_local_lb: bool,
+    /// Ethernet MTU of the vport (bytes).
+    pub mtu: u16,
+    pub mac: [u8; 6],
+    /// IB LID of the port (IB port type).
+    pub lid: u16,
+    pub gids: BTreeMap<u16, GidEntry>,
+}
+
+/// Largest Ethernet MTU the model's vport accepts (the mlx5 netdev maximum
+/// for a 9216-byte hardware MTU, Linux `mlx5e` `max_mtu`).
+pub(crate) const MAX_ETH_MTU: u16 = 9978;
+/// Default vport MTU.
+pub(crate) const DEFAULT_ETH_MTU: u16 = 1500;
+
+impl Port {
+    /// Power-on port state: RoCE disabled, MTU 1500, a seed-derived locally
+    /// administered MAC (02:c9:...) and LID.
+    pub fn new(seed: u64) -> Port {
+        let h = mix(seed ^ 0x7070);
+        let mac = [
+            0x02,
+            0xc9,
+            (h >> 8) as u8,
+            (h >> 16) as u8,
+            (h >> 24) as u8,
+            (h >> 32) as u8,
+        ];
+        Port {
+            roce_en: false,
+            disable_uc_local_lb: false,
+            disable_mc_local_lb: false,
+            mtu: DEFAULT_ETH_MTU,
+            mac,
+            lid: 1 + ((h >> 40) & 0x3ff) as u16,
+            gids: BTreeMap::new(),
+        }
+    }
+
+    /// Largest IB MTU code (1..=5) usable on this port: IB ports 4096; on
+    /// Ethernet the largest IB MTU that fits the vport MTU minus the RoCE
+    /// headers (Linux `iboe_get_mtu`, `include/rdma/ib_addr.h`).
+    pub fn max_mtu_code(&self, ib_port: bool) -> u8 {
+        if ib_port {
+            return mlx5_regs::consts::mtu::MTU_4096;
+        }
+        // GRH 40 + BTH 12 + DETH 8 + ICRC 4 (+ UDP/IP overhead folded in).
+        let room = (self.mtu as u32).saturating_sub(40 + 12 + 8 + 4);
+        mlx5_regs::consts::mtu::code_at_most(room).unwrap_or(0)
+    }
+
+    /// The node/port GUID (EUI-64 of the MAC).
+    pub fn guid(&self) -> u64 {
+        let m = self.mac;
+        u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+    }
+}
