@@ -93,6 +93,14 @@ fn bring_up_follows_the_facts_order() {
         Opcode::CREATE_EQ,
         Opcode::ALLOC_PD,
         Opcode::QUERY_SPECIAL_CONTEXTS,
+        // The RDMA resources (the ConnectX-5 profile can carry RC traffic):
+        // the DMA key, the XRC domain, then the loopback choice from the
+        // RoCE capability page and the NIC vport context (force-loopback
+        // with RoCE disabled: nothing to configure).
+        Opcode::CREATE_MKEY,
+        Opcode::ALLOC_XRCD,
+        Opcode::QUERY_HCA_CAP,
+        Opcode::QUERY_NIC_VPORT_CONTEXT,
     ]
     .map(|o| o.0);
     assert_eq!(no_pages, expect, "bring-up order (facts §4.1)");
@@ -111,6 +119,10 @@ fn bring_up_follows_the_facts_order() {
         .filter(|&o| o != Opcode::MANAGE_PAGES.0)
         .collect();
     let expect = [
+        // The RDMA resources first, in reverse (nothing to undo for the
+        // loopback choice on this profile).
+        Opcode::DEALLOC_XRCD,
+        Opcode::DESTROY_MKEY,
         Opcode::DEALLOC_PD,
         Opcode::DESTROY_EQ,
         Opcode::DESTROY_EQ,
@@ -188,7 +200,9 @@ fn trace_hook_and_statistics_see_every_command() {
         "statistics count every command"
     );
     let qcap = stats.get(Opcode::QUERY_HCA_CAP).unwrap();
-    assert_eq!((qcap.count, qcap.failures), (3, 0));
+    // Maximum and current general caps before INIT_HCA, current after it,
+    // and the RoCE page for the loopback choice.
+    assert_eq!((qcap.count, qcap.failures), (4, 0));
     assert!(qcap.max_ns <= qcap.total_ns);
     {
         let seen = rec.seen.lock().unwrap();
