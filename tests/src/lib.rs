@@ -1,8 +1,10 @@
 //! Shared helpers for the driver-against-model integration tests in `tests/tests/`.
 
+use mlx5_driver::cq::{Cq, Cqe};
 use mlx5_driver::{Hca, HcaConfig};
 
 pub mod fuzz;
+pub mod seeds;
 use mlx5_sim::{Device, ExecMode, Profile, SimConfig, SimHal};
 
 /// Every capability profile of the model.
@@ -87,5 +89,30 @@ impl Rng {
     /// A number below `n` (0 when `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
+    }
+}
+
+/// Inject `n` send completions on `cq`, numbered from `*seq` on: the
+/// number's low 16 bits are the `wqe_counter` and the whole number is the
+/// byte count, so [`drain_byte_lens`] returns the sequence.
+pub fn inject_sends(dev: &Device, cq: &Cq<SimHal>, seq: &mut u32, n: u32) {
+    for _ in 0..n {
+        dev.traffic()
+            .complete_send(cq.cqn(), 0x77, *seq as u16, *seq)
+            .expect("inject");
+        *seq += 1;
+    }
+}
+
+/// Poll everything waiting on `cq` and return the byte counts.
+pub fn drain_byte_lens(cq: &mut Cq<SimHal>) -> Vec<u32> {
+    let mut out = [Cqe::EMPTY; 16];
+    let mut got = Vec::new();
+    loop {
+        let n = cq.poll(&mut out);
+        if n == 0 {
+            return got;
+        }
+        got.extend(out[..n].iter().map(|c| c.byte_len));
     }
 }

@@ -3,13 +3,18 @@
 //! (`mlx5_tests::fuzz`), bounded case counts so the file stays quick; the
 //! seed corpus of every target is replayed first.
 //!
-//! More cases: `PROPTEST_CASES=10000 cargo test -p mlx5-tests --test fuzz_props`.
+//! Each property runs its fixed seed and a fresh one per run, printed; a
+//! failing seed is printed with the command that replays it
+//! (`mlx5_tests::seeds`). More cases per seed:
+//! `PROPTEST_CASES=10000 cargo test -p mlx5-tests --test fuzz_props`.
 
 use std::path::PathBuf;
 
 use mlx5_tests::fuzz;
+use mlx5_tests::seeds::Seeded;
 use proptest::collection::vec;
 use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestRunner};
 
 /// Every file of `fuzz/corpus/<target>/` through `f`; the corpus must exist
 /// and not be empty (it is kept in the repository).
@@ -36,53 +41,64 @@ fn seed_corpora_replay_cleanly() {
     replay("sim_cmd", fuzz::sim_cmd);
 }
 
-fn cases(n: u32) -> ProptestConfig {
-    ProptestConfig {
-        // PROPTEST_CASES overrides (the default config reads it).
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(n),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+/// Fixed regression seeds of every property; each run adds a fresh one
+/// (`mlx5_tests::seeds`). A seed replays exactly with this proptest version;
+/// the lasting regression for an input a seed found is its minimal input,
+/// added to `fuzz/corpus/<target>/` and so replayed above.
+const FIXED_SEEDS: [u64; 1] = [1];
+
+/// Property `test`: for each seed, `cases` byte strings shorter than
+/// `max_len` from a proptest runner seeded with it, through `f`. A failure
+/// is shrunk by proptest and its minimal input printed.
+fn property(test: &'static str, max_len: usize, cases: u32, f: fn(&[u8])) {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    Seeded::new(env!("CARGO_CRATE_NAME"), test, &FIXED_SEEDS).run(|seed| {
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            rng_seed: RngSeed::Fixed(seed),
+            ..Config::default()
+        });
+        let r = runner.run(&vec(any::<u8>(), 0..max_len), |data| {
+            f(&data);
+            Ok(())
+        });
+        if let Err(e) = r {
+            panic!("{test} seed {seed}: {e}");
+        }
+    });
 }
 
-proptest! {
-    #![proptest_config(cases(256))]
-
-    #[test]
-    fn cqe_ring(data in vec(any::<u8>(), 0..2048)) {
-        fuzz::cqe_ring(&data);
-    }
-
-    #[test]
-    fn srq_ring(data in vec(any::<u8>(), 0..1024)) {
-        fuzz::srq_ring(&data);
-    }
-
-    #[test]
-    fn eqe(data in vec(any::<u8>(), 0..1024)) {
-        fuzz::eqe(&data);
-    }
-
-    #[test]
-    fn cmd_output(data in vec(any::<u8>(), 0..4200)) {
-        fuzz::cmd_output(&data);
-    }
-
-    #[test]
-    fn mailbox(data in vec(any::<u8>(), 0..4800)) {
-        fuzz::mailbox(&data);
-    }
+#[test]
+fn cqe_ring() {
+    property("cqe_ring", 2048, 256, fuzz::cqe_ring);
 }
 
-proptest! {
-    // A model bring-up per case: fewer cases.
-    #![proptest_config(cases(48))]
+#[test]
+fn srq_ring() {
+    property("srq_ring", 1024, 256, fuzz::srq_ring);
+}
 
-    #[test]
-    fn sim_cmd(data in vec(any::<u8>(), 0..3000)) {
-        fuzz::sim_cmd(&data);
-    }
+#[test]
+fn eqe() {
+    property("eqe", 1024, 256, fuzz::eqe);
+}
+
+#[test]
+fn cmd_output() {
+    property("cmd_output", 4200, 256, fuzz::cmd_output);
+}
+
+#[test]
+fn mailbox() {
+    property("mailbox", 4800, 256, fuzz::mailbox);
+}
+
+/// A model bring-up per case: fewer cases.
+#[test]
+fn sim_cmd() {
+    property("sim_cmd", 3000, 48, fuzz::sim_cmd);
 }

@@ -11,8 +11,10 @@
 //! A short run is part of `cargo test`. The long run (a million operations,
 //! model on its own thread) is opt-in:
 //! `cargo test --release -p mlx5-tests --test verbs_random -- --ignored`.
-//! Every failure message names the seed and step; `MLX5_PROP_SEED=n`
-//! replays one seed.
+//! Every failure message names the seed and step. Each test runs its fixed
+//! seeds plus a fresh one per run and prints them; a failing seed is printed
+//! with the command that replays it (`MLX5_PROP_SEED=n`, see
+//! `mlx5_tests::seeds`).
 
 use std::collections::VecDeque;
 
@@ -23,6 +25,7 @@ use mlx5_driver::verbs::{
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Delivery, Device, ExecMode, Profile, SimConfig, SimHal};
+use mlx5_tests::seeds::Seeded;
 use mlx5_tests::{assert_clean, bring_up, Rng};
 
 const QPN: u32 = 0x51;
@@ -706,24 +709,29 @@ fn run(seed: u64, issi: u16, mode: ExecMode, steps: usize) -> [u64; 16] {
     r.finish()
 }
 
-fn seeds() -> Vec<u64> {
-    match std::env::var("MLX5_PROP_SEED") {
-        Ok(s) => vec![s.parse().expect("MLX5_PROP_SEED is a number")],
-        Err(_) => vec![11, 22, 33],
-    }
-}
+/// The fixed regression seeds; each run adds a fresh one (`mlx5_tests::seeds`).
+const FIXED_SEEDS: [u64; 3] = [11, 22, 33];
 
 #[test]
 fn random_verbs_sequences_match_the_reference_model() {
-    let mut total = 0;
-    let mut counts = [0u64; 16];
-    for seed in seeds() {
+    let seeded = Seeded::new(
+        env!("CARGO_CRATE_NAME"),
+        "random_verbs_sequences_match_the_reference_model",
+        &FIXED_SEEDS,
+    );
+    let runs = seeded.run(|seed| {
+        let mut counts = [0u64; 16];
         for issi in [0, 1] {
             let c = run(seed, issi, ExecMode::Synchronous, 4000);
             counts.iter_mut().zip(c).for_each(|(a, b)| *a += b);
-            total += 4000;
         }
+        counts
+    });
+    let mut counts = [0u64; 16];
+    for (_, c) in &runs {
+        counts.iter_mut().zip(c).for_each(|(a, b)| *a += b);
     }
+    let total = runs.len() * 2 * 4000;
     // The mix really exercised every kind of operation and some faults.
     assert!(
         counts[..15].iter().all(|&c| c > 50),
@@ -738,26 +746,34 @@ fn random_verbs_sequences_match_the_reference_model() {
 
 #[test]
 fn random_verbs_sequences_with_the_device_on_its_own_thread() {
-    for seed in seeds() {
-        run(seed ^ 0x7777, 1, ExecMode::Threaded, 2000);
-    }
+    Seeded::new(
+        env!("CARGO_CRATE_NAME"),
+        "random_verbs_sequences_with_the_device_on_its_own_thread",
+        &FIXED_SEEDS,
+    )
+    .run(|seed| run(seed ^ 0x7777, 1, ExecMode::Threaded, 2000));
 }
 
 #[test]
-#[ignore = "long run (a million operations, threaded model): cargo test --release -p mlx5-tests --test verbs_random -- --ignored"]
+#[ignore = "long run (a million operations per seed, threaded model): cargo test --release -p mlx5-tests --test verbs_random -- --ignored"]
 fn a_million_random_verbs_operations_with_the_device_on_its_own_thread() {
-    let seed: u64 = std::env::var("MLX5_PROP_SEED")
-        .map(|s| s.parse().expect("number"))
-        .unwrap_or(0x5eed);
-    println!("long run seed {seed}");
-    let mut done = 0usize;
-    let mut round = 0u64;
-    while done < 1_000_000 {
-        for issi in [0, 1] {
-            run(seed.wrapping_add(round), issi, ExecMode::Threaded, 50_000);
-            done += 50_000;
+    // 0x5eed (24301) found the exactly-full resize rule (docs/reliability.md §6).
+    Seeded::new(
+        env!("CARGO_CRATE_NAME"),
+        "a_million_random_verbs_operations_with_the_device_on_its_own_thread",
+        &[0x5eed],
+    )
+    .ignored()
+    .run(|seed| {
+        let mut done = 0usize;
+        let mut round = 0u64;
+        while done < 1_000_000 {
+            for issi in [0, 1] {
+                run(seed.wrapping_add(round), issi, ExecMode::Threaded, 50_000);
+                done += 50_000;
+            }
+            round += 1;
         }
-        round += 1;
-    }
-    println!("{done} operations");
+        println!("seed {seed}: {done} operations");
+    });
 }
