@@ -104,7 +104,7 @@ impl RawSrq {
     }
 }
 
-/// Offsets inside a 64-byte EQE (facts §6.2): event type, the completion
+/// Offsets inside a 64-byte EQE (docs/firmware.md §6.2): event type, the completion
 /// event's CQ number word (24 bits) and the owner byte.
 pub mod eqe_off {
     /// `event_type`.

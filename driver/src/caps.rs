@@ -1,5 +1,5 @@
 //! Typed general device capabilities, parsed from `cmd_hca_cap`
-//! (QUERY_HCA_CAP op_mod general/current, facts §3, §4.1).
+//! (QUERY_HCA_CAP op_mod general/current, docs/firmware.md §3, §4.1).
 
 use mlx5_regs::layouts::cmd_hca_cap as c;
 use mlx5_regs::Opcode;
@@ -52,7 +52,7 @@ pub struct Caps {
     pub log_max_rmp: u8,
     /// Largest receive WQE in bytes.
     pub max_wqe_sz_rq: u16,
-    /// Scatter entries an SRQ WQE can hold: `max_wqe_sz_rq / 16` (facts §9.5;
+    /// Scatter entries an SRQ WQE can hold: `max_wqe_sz_rq / 16` (docs/firmware.md §9.5;
     /// the verbs attribute is one less, the next segment takes 16 bytes).
     pub max_srq_sge: u32,
     /// log2 of the number of QPs.
@@ -244,12 +244,12 @@ impl Caps {
             || self.fl_rc_qp_when_roce_disabled
     }
 
-    /// Largest CQ a verbs caller may ask for: `2^log_max_cq_sz − 1` (facts §10).
+    /// Largest CQ a verbs caller may ask for: `2^log_max_cq_sz − 1` (docs/firmware.md §10).
     pub fn max_cqe(&self) -> u32 {
         (1u32 << self.log_max_cq_sz.min(31)) - 1
     }
 
-    /// Largest SRQ: `2^log_max_srq_sz − 1` work requests (facts §9.5).
+    /// Largest SRQ: `2^log_max_srq_sz − 1` work requests (docs/firmware.md §9.5).
     pub fn max_srq_wr(&self) -> u32 {
         (1u32 << self.log_max_srq_sz.min(31)) - 1
     }

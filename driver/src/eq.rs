@@ -1,9 +1,9 @@
-//! Event queues, polled (facts §5, §6).
+//! Event queues, polled (docs/firmware.md §5, §6).
 //!
 //! An [`EventQueue`] owns its ring in DMA memory (every EQE's owner byte set
 //! to 1 before CREATE_EQ), is created with a 4 KiB page list, and is polled by
 //! the ownership rule: the entry at consumer index `ci` belongs to software
-//! iff `owner == (ci >> log_size) & 1` (facts §6.2). A read barrier follows
+//! iff `owner == (ci >> log_size) & 1` (docs/firmware.md §6.2). A read barrier follows
 //! the owner check. The consumer index is reported through the UAR doorbell
 //! without arming (+0x48) every [`CI_UPDATE_INTERVAL`] entries — well inside
 //! the 128 spare entries firmware allows — and with arming (+0x40) at the end
@@ -34,10 +34,10 @@ pub const EQE_SIZE: usize = 64;
 const OWNER_BYTE: usize = eqe::owner.bit_off as usize / 8;
 /// The consumer index is reported (no arm) at least this often while
 /// polling; firmware treats the EQ as overrun after 128 unreported entries
-/// (`MLX5_NUM_SPARE_EQE`, facts §6.2).
+/// (`MLX5_NUM_SPARE_EQE`, docs/firmware.md §6.2).
 pub const CI_UPDATE_INTERVAL: u32 = 64;
 
-/// A decoded event (facts §6.3).
+/// A decoded event (docs/firmware.md §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
     /// Type 0x00: a CQ has a new completion.
@@ -415,7 +415,7 @@ impl<H: Hal> EventQueue<H> {
         ))
     }
 
-    /// Record the EQ number and arm the EQ once with ci = 0 (facts §6.2,
+    /// Record the EQ number and arm the EQ once with ci = 0 (docs/firmware.md §6.2,
     /// Linux `mlx5_eq_enable`).
     pub fn created(&mut self, hal: &H, eqn: u8) {
         self.eqn = eqn;
@@ -455,7 +455,7 @@ impl<H: Hal> EventQueue<H> {
             doorbell::UAR_EQ_DOORBELL_NO_ARM
         };
         // The ring reads above must complete before firmware may reuse the
-        // entries: order them before the MMIO write (facts §5).
+        // entries: order them before the MMIO write (docs/firmware.md §5).
         barrier::mmio_wmb();
         hal.mmio_write32(self.uar_off + off, doorbell::eq_doorbell(self.eqn, self.ci));
     }

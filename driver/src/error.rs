@@ -8,7 +8,7 @@ use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode, RegError};
 
 use crate::qp::{QpState, SqSizeError};
 
-/// Why the driver considers the device dead (facts §1.3, Linux
+/// Why the driver considers the device dead (docs/firmware.md §1.3, Linux
 /// `mlx5_health_check_fatal_sensors` order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FatalReason {
@@ -27,7 +27,7 @@ pub enum FatalReason {
 /// Every failure the driver core reports.
 ///
 /// Each variant maps to a positive errno with [`Error::errno`], using the
-/// mapping of Linux `mlx5_core` (facts §2.5, §2.6).
+/// mapping of Linux `mlx5_core` (docs/firmware.md §2.5, §2.6).
 ///
 /// ```
 /// use mlx5_driver::Error;
@@ -94,7 +94,7 @@ pub enum Error {
         /// The revision read.
         rev: u16,
     },
-    /// The command queue geometry is one Linux refuses (facts §2.1).
+    /// The command queue geometry is one Linux refuses (docs/firmware.md §2.1).
     BadCmdQueue {
         /// `log_cmdq_size`.
         log_size: u8,
@@ -124,7 +124,7 @@ pub enum Error {
         /// `EOPNOTSUPP` for moderation).
         errno: i32,
     },
-    /// Firmware did not leave the old CQ ring as facts §8 describes after a
+    /// Firmware did not leave the old CQ ring as docs/firmware.md §8 describes after a
     /// resize (no RESIZE_CQ CQE, or an entry still hardware-owned on the
     /// way): the CQ uses the new ring, completions before it may be lost.
     ResizeCopy {
@@ -178,7 +178,7 @@ impl Error {
             Error::Timeout { .. } | Error::FirmwareInitTimeout { .. } => errno::ETIMEDOUT,
             Error::ReclaimStalled { .. } => errno::ETIMEDOUT,
             // Linux fails creates/queries with -ENOLINK once the device is in
-            // internal-error state (facts §4.3).
+            // internal-error state (docs/firmware.md §4.3).
             Error::Fatal { .. } => errno::ENOLINK,
             Error::Dma(HalError::OutOfDmaMemory { .. }) => errno::ENOMEM,
             Error::Dma(HalError::InvalidRequest) => errno::EINVAL,

@@ -1,11 +1,11 @@
-//! The health buffer and the init segment's liveness signals (facts §1.2, §1.3).
+//! The health buffer and the init segment's liveness signals (docs/firmware.md §1.2, §1.3).
 //!
 //! Checked in every bounded wait of the driver. Checks, in Linux's order
 //! (`mlx5_health_check_fatal_sensors`): `fw_ver == 0xffffffff` (PCI dead),
 //! `nic_interface` DISABLED or SW_RESET, then the syndrome. Linux treats a
 //! syndrome as fatal only together with the RFR bit and otherwise runs a
 //! recovery (a device reset); this driver has no recovery, so any non-zero
-//! `synd` is fatal. The heartbeat (`health_counter`, facts §1.3) must keep
+//! `synd` is fatal. The heartbeat (`health_counter`, docs/firmware.md §1.3) must keep
 //! changing; it is declared stopped after
 //! [`crate::HcaConfig::heartbeat_timeout_ns`] without a change.
 
@@ -42,7 +42,7 @@ pub struct HealthSnapshot {
 /// Read the health signals.
 pub fn snapshot<H: Hal>(hal: &H) -> HealthSnapshot {
     // nic_interface: ifc declares 2 bits at 0x014 bits 9:8; Linux reads 3 bits
-    // 10:8 so that SW_RESET (7) is visible (facts §1.2).
+    // 10:8 so that SW_RESET (7) is visible (docs/firmware.md §1.2).
     let addr_lo = hal.mmio_read32(initial_seg::cmdq_phy_addr_31_12.byte_offset());
     HealthSnapshot {
         fw_version: mmio_field(hal, HEALTH_BUFFER, &health_buffer::fw_version),

@@ -1,5 +1,5 @@
 //! How a contiguous DMA buffer is described to firmware: a page size and the
-//! device address of each page (`pas[]`, facts §3, §7.1, §9).
+//! device address of each page (`pas[]`, docs/firmware.md §3, §7.1, §9).
 
 use mlx5_hal::{DmaRegion, Hal, HalError, PAGE_SIZE};
 
@@ -28,7 +28,7 @@ impl PageList {
 }
 
 /// Page-list entries a context command (CREATE_CQ, MODIFY_CQ, CREATE_SRQ,
-/// CREATE_RMP: the list starts at byte 0x110, facts §3) can carry in the
+/// CREATE_RMP: the list starts at byte 0x110, docs/firmware.md §3) can carry in the
 /// largest command the command queue sends.
 pub const MAX_CONTEXT_PAGES: usize = (crate::cmd::MAX_CMD_LEN - 0x110) / 8;
 

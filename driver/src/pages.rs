@@ -1,4 +1,4 @@
-//! Firmware pages (facts §4.2): 4 KiB pages of DMA memory given to firmware
+//! Firmware pages (docs/firmware.md §4.2): 4 KiB pages of DMA memory given to firmware
 //! with MANAGE_PAGES and taken back, without a heap.
 //!
 //! Pages come from *chunks*: DMA regions of up to [`CHUNK_MAX_PAGES`] pages

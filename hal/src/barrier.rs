@@ -1,7 +1,7 @@
 //! Named memory barriers between the CPU and the device.
 //!
 //! Each barrier is named after what it orders, following the rules both Linux
-//! `mlx5_core` and rdma-core obey (facts §5, "Ordering rules"):
+//! `mlx5_core` and rdma-core obey (docs/firmware.md §5, "Ordering rules"):
 //!
 //! | step | barrier |
 //! |---|---|

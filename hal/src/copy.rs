@@ -2,7 +2,7 @@
 //!
 //! One job: move `count` equal-sized entries (CQEs, 64 or 128 bytes) from one
 //! DMA region to another, XOR-ing each entry with a constant mask on the way
-//! (the CQ resize copy rewrites one owner bit per entry, facts §8). Every load
+//! (the CQ resize copy rewrites one owner bit per entry, docs/firmware.md §8). Every load
 //! and store is volatile, like every other DMA access in this crate; the only
 //! freedom taken is the access width.
 //!

@@ -34,7 +34,7 @@ pub mod host;
 pub use dma::{DmaRegion, DmaWindow, DmaWindows, RawDma};
 
 /// Size of a page as the device sees it (`MLX5_ADAPTER_PAGE_SHIFT = 12`,
-/// facts §4.2). Every DMA region is aligned to at least this.
+/// docs/firmware.md §4.2). Every DMA region is aligned to at least this.
 pub const PAGE_SIZE: usize = 4096;
 
 /// Errors a platform can report.

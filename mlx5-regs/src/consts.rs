@@ -1,5 +1,5 @@
 //! Opcodes, status codes, event types, CQE opcodes and other firmware
-//! constants, with names (facts §2.5, §2.6, §3, §6.3, §7.2). Queue-pair,
+//! constants, with names (docs/firmware.md §2.5, §2.6, §3, §6.3, §7.2). Queue-pair,
 //! send-WQE, memory-key and port constants are in the `qp` submodule,
 //! re-exported here ([`qp_state`], [`wqe`], [`mkey`], [`OptParam`], ...).
 
@@ -53,7 +53,7 @@ macro_rules! opcode_name {
 
 macro_rules! opcodes {
     ($( $name:ident = $val:literal $(as $str:literal)? $(=> ($inl:ident, $outl:ident))? ),* $(,)?) => {
-        /// A firmware command opcode (facts §3). Unknown values are allowed:
+        /// A firmware command opcode (docs/firmware.md §3). Unknown values are allowed:
         /// a firmware engineer may send anything.
         #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct Opcode(pub u16);
@@ -185,7 +185,7 @@ impl core::fmt::Display for Opcode {
     }
 }
 
-/// Command status in byte 0 of a command's output (facts §2.6).
+/// Command status in byte 0 of a command's output (docs/firmware.md §2.6).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CmdStatus(pub u8);
 
@@ -288,7 +288,7 @@ impl core::fmt::Display for CmdStatus {
     }
 }
 
-/// Delivery status in the command queue entry (`status_own >> 1`, facts §2.5):
+/// Delivery status in the command queue entry (`status_own >> 1`, docs/firmware.md §2.5):
 /// a transport failure, the command did not run.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeliveryStatus(pub u8);
@@ -344,7 +344,7 @@ impl core::fmt::Debug for DeliveryStatus {
     }
 }
 
-/// Event type in byte 1 of an EQE (facts §6.3).
+/// Event type in byte 1 of an EQE (docs/firmware.md §6.3).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventType(pub u8);
 
@@ -393,7 +393,7 @@ impl core::fmt::Debug for EventType {
 
 bitflags::bitflags! {
     /// Word 0 of the `CREATE_EQ` event bitmask: which event types an EQ
-    /// receives (facts §6.1, §6.3).
+    /// receives (docs/firmware.md §6.1, §6.3).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub struct EventMask: u64 {
         #[allow(missing_docs)] const PATH_MIG = 1 << 0x01;
@@ -416,11 +416,11 @@ bitflags::bitflags! {
 
 impl EventMask {
     /// Linux `MLX5_ASYNC_EVENT_MASK` without the capability-dependent bits
-    /// (= 0x1f02be, facts §6.3).
+    /// (= 0x1f02be, docs/firmware.md §6.3).
     pub const LINUX_ASYNC: EventMask = EventMask::from_bits_truncate(0x1f_02be);
 }
 
-/// CQE opcodes (`op_own` bits 7:4, facts §7.2).
+/// CQE opcodes (`op_own` bits 7:4, docs/firmware.md §7.2).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CqeOpcode(pub u8);
 
@@ -466,7 +466,7 @@ impl core::fmt::Debug for CqeOpcode {
     }
 }
 
-/// Error CQE syndromes (facts §7.2).
+/// Error CQE syndromes (docs/firmware.md §7.2).
 #[allow(missing_docs)]
 pub mod cqe_syndrome {
     pub const LOCAL_LENGTH_ERR: u8 = 0x01;
@@ -484,14 +484,14 @@ pub mod cqe_syndrome {
     pub const REMOTE_ABORTED_ERR: u8 = 0x22;
 }
 
-/// CQ error event syndromes (EQE type 0x04, facts §6.3).
+/// CQ error event syndromes (EQE type 0x04, docs/firmware.md §6.3).
 #[allow(missing_docs)]
 pub mod cq_error_syndrome {
     pub const CQ_OVERRUN: u8 = 1;
     pub const CQ_ACCESS_VIOLATION: u8 = 2;
 }
 
-/// `op_mod` values and other per-command selectors (facts §3).
+/// `op_mod` values and other per-command selectors (docs/firmware.md §3).
 #[allow(missing_docs)]
 pub mod op_mod {
     /// QUERY_HCA_CAP: `op_mod = (cap_type << 1) | mode`.
@@ -528,7 +528,7 @@ pub mod op_mod {
     pub const TEARDOWN_PREPARE_FAST: u16 = 2;
 }
 
-/// Register ids for ACCESS_REG (facts §3).
+/// Register ids for ACCESS_REG (docs/firmware.md §3).
 pub mod reg_id {
     /// HOST_ENDIANNESS register.
     pub const HOST_ENDIANNESS: u16 = 0x7004;
@@ -548,7 +548,7 @@ bitflags::bitflags! {
 }
 
 bitflags::bitflags! {
-    /// MODIFY_CQ op_mod 1 `resize_field_select` (facts §8).
+    /// MODIFY_CQ op_mod 1 `resize_field_select` (docs/firmware.md §8).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct ResizeCqFields: u32 {
         #[allow(missing_docs)] const LOG_CQ_SIZE = 1 << 0;
@@ -557,7 +557,7 @@ bitflags::bitflags! {
     }
 }
 
-/// Values of context fields (facts §6.1, §7.1, §9).
+/// Values of context fields (docs/firmware.md §6.1, §7.1, §9).
 #[allow(missing_docs)]
 pub mod ctx {
     /// `cqc.cqe_sz`.
@@ -602,7 +602,7 @@ pub mod ctx {
     pub const EVENT_QUEUE_TYPE_DCT: u8 = 6;
 }
 
-/// Health syndromes (`health_buffer.synd`, facts §1.3).
+/// Health syndromes (`health_buffer.synd`, docs/firmware.md §1.3).
 pub fn health_syndrome_name(synd: u8) -> Option<&'static str> {
     Some(match synd {
         0x01 => "FW_INTERNAL_ERR",

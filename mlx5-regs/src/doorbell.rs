@@ -1,5 +1,5 @@
 //! UAR doorbells and doorbell records: offsets and how values are composed
-//! (facts §5).
+//! (docs/firmware.md §5).
 //!
 //! A UAR page `i` sits at BAR0 + `i` × 4 KiB (with `log_uar_page_sz = 0`).
 //! EQ doorbells are 32-bit MMIO writes; the CQ arm doorbell is one 64-bit

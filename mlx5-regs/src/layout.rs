@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! layouts! {
-//!     /// Completion queue context (facts §7.1).
+//!     /// Completion queue context (docs/firmware.md §7.1).
 //!     cqc (64) {
 //!         status: u8 @ 0 : 4,
 //!         oi: bool @ 14 : 1,

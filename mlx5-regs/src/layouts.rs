@@ -8,7 +8,7 @@
 //! truth now. Structures that `mlx5_ifc.h` does not describe as bit layouts
 //! (the CQE, the SRQ WQE segments, doorbell records: C structs in
 //! `include/linux/mlx5/device.h` and rdma-core `mlx5dv.h`) are at the end,
-//! with byte offsets from facts §5, §7.2 and §9.4.
+//! with byte offsets from docs/firmware.md §5, §7.2 and §9.4.
 //!
 //! Queue pairs and send WQEs, memory keys, and the port/vport/RoCE structures
 //! live in the submodules `qp`, `mkey` and `vport` (checked against
@@ -26,7 +26,7 @@ pub use qp::*;
 pub use vport::*;
 
 layouts! {
-    /// Command queue entry (64 bytes), facts §2.2.
+    /// Command queue entry (64 bytes), docs/firmware.md §2.2.
     cmd_queue_entry (64) {
         r#type: u8 @ 0 : 8,
         input_length: u32 @ 32 : 32,
@@ -42,7 +42,7 @@ layouts! {
         status: u8 @ 504 : 7,
         ownership: bool @ 511 : 1,
     }
-    /// Command mailbox block (576 bytes: 512 data + next pointer, block number, token, signatures), facts §2.3.
+    /// Command mailbox block (576 bytes: 512 data + next pointer, block number, token, signatures), docs/firmware.md §2.3.
     cmd_if_box (576) {
         mailbox_data: bytes @ 0 : 4096,
         next_pointer_63_32: u32 @ 4480 : 32,
@@ -52,19 +52,19 @@ layouts! {
         ctrl_signature: u8 @ 4592 : 8,
         signature: u8 @ 4600 : 8,
     }
-    /// Common command input header: opcode, uid, op_mod (facts §2.6).
+    /// Common command input header: opcode, uid, op_mod (docs/firmware.md §2.6).
     cmd_in (8) {
         opcode: u16 @ 0 : 16,
         op_mod: u16 @ 48 : 16,
         command: [u32] @ 64 : 32,
     }
-    /// Common command output header: status and syndrome (facts §2.6).
+    /// Common command output header: status and syndrome (docs/firmware.md §2.6).
     cmd_out (12) {
         status: u8 @ 0 : 8,
         syndrome: u32 @ 32 : 32,
         command_output: u32 @ 64 : 32,
     }
-    /// Initialization segment at BAR0 offset 0 (facts §1.2).
+    /// Initialization segment at BAR0 offset 0 (docs/firmware.md §1.2).
     initial_seg (16396) {
         fw_rev_minor: u16 @ 0 : 16,
         fw_rev_major: u16 @ 16 : 16,
@@ -85,7 +85,7 @@ layouts! {
         health_syndrome: u8 @ 32896 : 8,
         health_counter: u32 @ 32904 : 24,
     }
-    /// Health buffer at BAR0 0x200 (facts §1.3).
+    /// Health buffer at BAR0 0x200 (docs/firmware.md §1.3).
     health_buffer (64) {
         assert_existptr: u32 @ 256 : 32,
         assert_callra: u32 @ 288 : 32,
@@ -207,7 +207,7 @@ layouts! {
         status: u8 @ 0 : 8,
         syndrome: u32 @ 32 : 32,
     }
-    /// General device capabilities (`QUERY_HCA_CAP` op_mod cap_type 0), facts §4.1.
+    /// General device capabilities (`QUERY_HCA_CAP` op_mod cap_type 0), docs/firmware.md §4.1.
     cmd_hca_cap (256) {
         page_request_disable: bool @ 6 : 1,
         abs_native_port_num: bool @ 7 : 1,
@@ -694,7 +694,7 @@ layouts! {
     register_host_endianness (16) {
         he: bool @ 0 : 1,
     }
-    /// Event queue context (facts §6.1).
+    /// Event queue context (docs/firmware.md §6.1).
     eqc (64) {
         status: u8 @ 0 : 4,
         ec: bool @ 13 : 1,
@@ -755,7 +755,7 @@ layouts! {
         eq_number: u8 @ 88 : 8,
         eqe: {eqe} @ 128 : 512,
     }
-    /// Event queue entry (64 bytes, facts §6.2).
+    /// Event queue entry (64 bytes, docs/firmware.md §6.2).
     eqe (64) {
         event_type: u8 @ 8 : 8,
         event_sub_type: u8 @ 24 : 8,
@@ -790,7 +790,7 @@ layouts! {
     port_state_change_event (28) {
         port_num: u8 @ 64 : 4,
     }
-    /// Completion queue context (facts §7.1).
+    /// Completion queue context (docs/firmware.md §7.1).
     cqc (64) {
         status: u8 @ 0 : 4,
         dbr_umem_valid: bool @ 6 : 1,
@@ -888,7 +888,7 @@ layouts! {
         vendor_error_syndrome: u8 @ 16 : 8,
         syndrome: u8 @ 24 : 8,
     }
-    /// SRQ context used at ISSI 0 (facts §9.2).
+    /// SRQ context used at ISSI 0 (docs/firmware.md §9.2).
     srqc (64) {
         state: u8 @ 0 : 4,
         log_srq_size: u8 @ 4 : 4,
@@ -957,7 +957,7 @@ layouts! {
         status: u8 @ 0 : 8,
         syndrome: u32 @ 32 : 32,
     }
-    /// Work queue description embedded in `rmpc` (facts §9.3).
+    /// Work queue description embedded in `rmpc` (docs/firmware.md §9.3).
     wq (192) {
         wq_type: u8 @ 0 : 4,
         wq_signature: bool @ 4 : 1,
@@ -994,7 +994,7 @@ layouts! {
         log_headers_buffer_entry_num: u8 @ 508 : 4,
         pas: [u64] @ 1536 : 64,
     }
-    /// Receive memory pool context: the SRQ at ISSI 1 (facts §9.3).
+    /// Receive memory pool context: the SRQ at ISSI 1 (docs/firmware.md §9.3).
     rmpc (240) {
         state: u8 @ 8 : 4,
         basic_cyclic_rcv_wqe: bool @ 32 : 1,
@@ -1057,7 +1057,7 @@ layouts! {
         rmp_context: {rmpc} @ 256 : 1920,
     }
 
-    /// 64-byte completion queue entry (`struct mlx5_cqe64`, facts §7.2).
+    /// 64-byte completion queue entry (`struct mlx5_cqe64`, docs/firmware.md §7.2).
     /// Not in `mlx5_ifc.h`; offsets from the C struct.
     cqe64 (64) {
         tls_outer_l3_tunneled: u8 @ 0 : 8,
@@ -1091,7 +1091,7 @@ layouts! {
         owner: bool @ 511 : 1,
     }
 
-    /// Error CQE overlay (`struct mlx5_err_cqe`, facts §7.2).
+    /// Error CQE overlay (`struct mlx5_err_cqe`, docs/firmware.md §7.2).
     err_cqe (64) {
         srqn: u32 @ 264 : 24,
         hw_error_syndrome: u8 @ 416 : 8,
@@ -1114,20 +1114,20 @@ layouts! {
         syndrome: u32 @ 32 : 32,
     }
 
-    /// SRQ WQE next segment (`struct mlx5_wqe_srq_next_seg`, facts §9.4).
+    /// SRQ WQE next segment (`struct mlx5_wqe_srq_next_seg`, docs/firmware.md §9.4).
     srq_next_seg (16) {
         next_wqe_index: u16 @ 16 : 16,
         signature: u8 @ 32 : 8,
     }
 
-    /// Scatter entry of a receive WQE (`struct mlx5_wqe_data_seg`, facts §9.4).
+    /// Scatter entry of a receive WQE (`struct mlx5_wqe_data_seg`, docs/firmware.md §9.4).
     wqe_data_seg (16) {
         byte_count: u32 @ 0 : 32,
         lkey: u32 @ 32 : 32,
         addr: u64 @ 64 : 64,
     }
 
-    /// CQ doorbell record in host memory (facts §5): word 0 = consumer index,
+    /// CQ doorbell record in host memory (docs/firmware.md §5): word 0 = consumer index,
     /// word 1 = last arm command.
     cq_doorbell_record (8) {
         set_ci: u32 @ 8 : 24,
@@ -1136,7 +1136,7 @@ layouts! {
         arm_ci: u32 @ 40 : 24,
     }
 
-    /// SRQ/RMP doorbell record (facts §5): the 16-bit count of posted WQEs.
+    /// SRQ/RMP doorbell record (docs/firmware.md §5): the 16-bit count of posted WQEs.
     srq_doorbell_record (4) {
         wqe_counter: u16 @ 16 : 16,
     }

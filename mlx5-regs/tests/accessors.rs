@@ -118,7 +118,7 @@ fn flexible_page_arrays_follow_the_fixed_part() {
         create_cq_in::pas.set(&mut cmd, 5, 1),
         Err(RegError::BufferTooShort { .. })
     ));
-    // manage_pages_in.pas[] starts at byte 0x10 (facts §3).
+    // manage_pages_in.pas[] starts at byte 0x10 (docs/firmware.md §3).
     assert_eq!(manage_pages_in::pas.byte_offset(0), 0x10);
     // create_rmp_in: the page list of ctx.wq starts at 0x110 too.
     assert_eq!(
@@ -134,7 +134,11 @@ fn fixed_arrays_refuse_indices_past_their_end() {
     assert_eq!(mask.count, 4);
     mask.set(&mut cmd, 0, 1 << 0x14).unwrap();
     mask.set(&mut cmd, 3, u64::MAX).unwrap();
-    assert_eq!(mask.byte_offset(0), 0x58, "facts §3: event_bitmask at 0x58");
+    assert_eq!(
+        mask.byte_offset(0),
+        0x58,
+        "docs/firmware.md §3: event_bitmask at 0x58"
+    );
     assert_eq!(
         mask.set(&mut cmd, 4, 0),
         Err(RegError::IndexOutOfRange {
@@ -154,12 +158,12 @@ fn embedded_structures_are_views_at_the_right_place() {
         .get_mut(&mut cmd)
         .copy_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1]);
     assert!(rmp_bitmask::lwm.get(modify_rmp_in::bitmask.get(&cmd)));
-    // facts §9.3: bitmask.lwm is bit 191 of the command = byte 0x17 bit 0.
+    // docs/firmware.md §9.3: bitmask.lwm is bit 191 of the command = byte 0x17 bit 0.
     assert_eq!(cmd[0x17], 1);
     let ctx = modify_rmp_in::ctx.get_mut(&mut cmd);
     rmpc::state.set(ctx, 1).unwrap();
     wq::lwm.set(rmpc::wq.get_mut(ctx), 0xbeef).unwrap();
-    // ctx.wq.lwm at bit 688 (facts §12.3).
+    // ctx.wq.lwm at bit 688 (docs/firmware.md §12.3).
     assert_eq!(cmd[688 / 8..688 / 8 + 2], [0xbe, 0xef]);
 }
 

@@ -261,7 +261,7 @@ fn allow_list_entries_are_real_csv_rows() {
 
 #[test]
 fn structure_sizes_match_mlx5_ifc() {
-    // Sizes from facts §12.1 (summed `mlx5_ifc.h` member widths).
+    // Sizes from docs/firmware.md §12.1 (summed `mlx5_ifc.h` member widths).
     let expected: &[(&str, usize)] = &[
         ("cmd_queue_entry", 64),
         ("cmd_if_box", 576),
@@ -355,7 +355,7 @@ fn structure_sizes_match_mlx5_ifc() {
 #[test]
 fn c_struct_layouts_have_the_compiled_byte_offsets() {
     use mlx5_regs::layouts::*;
-    // facts §7.2 (offsets compiled from struct mlx5_cqe64 / mlx5_err_cqe).
+    // docs/firmware.md §7.2 (offsets compiled from struct mlx5_cqe64 / mlx5_err_cqe).
     assert_eq!(cqe64::srqn.byte_offset(), 0x20);
     assert_eq!(cqe64::byte_cnt.byte_offset(), 0x2c);
     assert_eq!(cqe64::timestamp.byte_offset(), 0x30);
@@ -370,12 +370,12 @@ fn c_struct_layouts_have_the_compiled_byte_offsets() {
         err_cqe::hw_syndrome_type.bit_off - err_cqe::hw_error_syndrome.bit_off,
         cqe_error_syndrome::hw_syndrome_type.bit_off
     );
-    // facts §9.4.
+    // docs/firmware.md §9.4.
     assert_eq!(srq_next_seg::next_wqe_index.bit_off, 2 * 8);
     assert_eq!(srq_next_seg::signature.bit_off, 4 * 8);
     assert_eq!(wqe_data_seg::lkey.byte_offset(), 4);
     assert_eq!(wqe_data_seg::addr.byte_offset(), 8);
-    // facts §5: CQ doorbell record word 0 = ci, word 1 = arm word.
+    // docs/firmware.md §5: CQ doorbell record word 0 = ci, word 1 = arm word.
     let mut dbr = [0u8; 8];
     cq_doorbell_record::set_ci.set(&mut dbr, 0xabcdef).unwrap();
     cq_doorbell_record::arm_sn.set(&mut dbr, 2).unwrap();

@@ -1,10 +1,10 @@
-//! Capability profiles (facts §4.1 step 10, §7.2, §9.5) and the current
+//! Capability profiles (docs/firmware.md §4.1 step 10, §7.2, §9.5) and the current
 //! (settable) capability values.
 //!
 //! The numbers are the ones Linux and rdma-core report for these adapters
 //! (`ibv_devinfo -v`: `max_cqe = 2^log_max_cq_sz - 1`, `max_cq = 2^log_max_cq`,
 //! `max_srq_wr = 2^log_max_srq_sz - 1`, `max_srq_sge = max_wqe_sz_rq/16 - 1`,
-//! facts §7.2/§9.5), see `docs/fidelity.md` for where each value comes from.
+//! docs/firmware.md §7.2/§9.5), see `docs/fidelity.md` for where each value comes from.
 
 use mlx5_regs::layouts::cmd_hca_cap as c;
 
@@ -30,7 +30,7 @@ pub enum Profile {
 pub struct Caps {
     /// Profile the values were taken from.
     pub profile: Profile,
-    /// PCI device id (facts §1.1).
+    /// PCI device id (docs/firmware.md §1.1).
     pub pci_device_id: u16,
     /// Firmware version (major, minor, sub-minor) shown in the init segment.
     pub fw_rev: (u16, u16, u16),
@@ -110,7 +110,7 @@ pub struct Caps {
     /// WQEs currently available raises the limit event at once (default;
     /// what the verbs documentation promises). `false` models a firmware that
     /// raises it only when a consumption crosses the limit (whether mlx5
-    /// firmware fires on arm is UNCONFIRMED, facts §11.9), so a driver's own
+    /// firmware fires on arm is UNCONFIRMED, docs/firmware.md §11.9), so a driver's own
     /// fallback can be tested.
     pub limit_event_on_arm: bool,
 }
@@ -367,7 +367,7 @@ impl RoceCaps {
     }
 }
 
-/// The capability fields SET_HCA_CAP may change (facts §4.1 step 10), with
+/// The capability fields SET_HCA_CAP may change (docs/firmware.md §4.1 step 10), with
 /// their current values. Everything else must be sent back unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CurCaps {

@@ -1,4 +1,4 @@
-//! Command queue delivery (facts §2): doorbell vector, ownership, entry and
+//! Command queue delivery (docs/firmware.md §2): doorbell vector, ownership, entry and
 //! mailbox checks (type, reserved bytes, lengths, pointer alignment, block
 //! numbers, tokens, signatures), output write-back, delivery status and the
 //! command-completion EQE.
@@ -25,7 +25,7 @@ fn xor(b: &[u8]) -> u8 {
 }
 
 /// Signature byte making the XOR of `b` (with the byte at `sig` zeroed)
-/// equal 0xff (facts §2.4).
+/// equal 0xff (docs/firmware.md §2.4).
 pub(crate) fn signature(b: &[u8], sig: usize) -> u8 {
     let mut v = b.to_vec();
     v[sig] = 0;

@@ -23,7 +23,7 @@ const IDLE_SKIP_SHIFT: u32 = 8;
 /// driver never mistakes a skip for a stopped heartbeat.
 const MAX_IDLE_SKIP_NS: u64 = 1_000_000_000;
 
-/// BAR0 offset of the command doorbell vector (facts §1.2).
+/// BAR0 offset of the command doorbell vector (docs/firmware.md §1.2).
 const CMD_DOORBELL: usize = 0x18;
 
 /// Instrumentation: wall-clock time the model spent inside command-doorbell

@@ -22,7 +22,7 @@ use crate::state::State;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HostileKind {
     // ---------------------------------------------------------------- CQEs
-    /// The next CQE carries opcode 0x7, which facts §7.2 does not define.
+    /// The next CQE carries opcode 0x7, which docs/firmware.md §7.2 does not define.
     CqeUnknownOpcode,
     /// The next CQE's `wqe_counter` is 0xffff: beyond every ring (an SRQ
     /// has at most 2^15 WQEs).
@@ -49,7 +49,7 @@ pub enum HostileKind {
     /// slots (a completion reported twice).
     SendCqeDuplicated,
     // ---------------------------------------------------------------- EQEs
-    /// The next EQE (any type) is written with event type 0x3f, which facts
+    /// The next EQE (any type) is written with event type 0x3f, which docs/firmware.md
     /// §6.3 does not define; its data is unchanged (the real event is lost).
     EqeUnknownType,
     /// The next completion (0x00) or CQ error (0x04) EQE names a CQ number

@@ -3,7 +3,7 @@
 //! The model is the other side of the wire for the `mlx5-driver`: it exposes
 //! BAR0 (initialization segment, health buffer, UAR pages) and a DMA address
 //! space through [`SimHal`], an implementation of [`mlx5_hal::Hal`], and
-//! behaves like the firmware described in `shared/ref/mlx5-facts.md`:
+//! behaves like the firmware described in `docs/firmware.md` (PRM, `mlx5_ifc.h`, Linux and rdma-core):
 //! command queue with mailboxes, tokens and signatures (§2), the HCA state
 //! machine and page management (§4), UAR doorbells (§5), EQs (§6), CQs with
 //! arming, overrun and resize (§7, §8), SRQs at ISSI 0 and RMPs at ISSI 1
@@ -181,7 +181,7 @@ pub struct QpInfo {
     pub cqe_version: u8,
 }
 
-/// Firmware state machine (facts §4).
+/// Firmware state machine (docs/firmware.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HcaState {
     /// Before ENABLE_HCA (or after DISABLE_HCA).

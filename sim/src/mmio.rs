@@ -76,7 +76,7 @@ impl State {
         }
         let now = self.now_ns();
         match offset {
-            // internal timer (facts §1.2): free-running, ns resolution here.
+            // internal timer (docs/firmware.md §1.2): free-running, ns resolution here.
             0x1000 => (now >> 32) as u32,
             0x1004 => now as u32,
             _ => 0,
@@ -205,7 +205,7 @@ impl State {
         let sn = a.arm_sn as u8;
         if cq.arm.is_none() && cq.last_fired_sn == Some(sn) {
             // A completion event was generated for this sequence number; the
-            // driver must bump arm_sn after consuming it (facts §5).
+            // driver must bump arm_sn after consuming it (docs/firmware.md §5).
             self.violations.push(Violation::UarDoorbell(format!(
                 "stale CQ arm for cqn {cqn:#x}: arm_sn {sn} already fired"
             )));

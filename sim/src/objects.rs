@@ -1,7 +1,7 @@
 //! Firmware objects: EQ, CQ, SRQ/RMP, and the queue-buffer address helper.
 
 /// A queue buffer described by a page list (`pas[]`), a page size and a page
-/// offset (facts §6.1, §7.1, §9.2).
+/// offset (docs/firmware.md §6.1, §7.1, §9.2).
 #[derive(Debug, Clone)]
 pub(crate) struct QBuf {
     pub pas: Vec<u64>,
@@ -59,7 +59,7 @@ impl Eq {
     }
 }
 
-/// Arm request of a CQ (facts §5 CQ arm).
+/// Arm request of a CQ (docs/firmware.md §5 CQ arm).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Arm {
     pub sn: u8,
@@ -135,6 +135,6 @@ pub(crate) struct Srq {
     pub consumed: u16,
     /// Index of the WQE the device consumes next: 0 at creation, then the
     /// `next_wqe_index` read from each WQE at the moment it is consumed
-    /// (facts §9.4; see docs/fidelity.md "SRQ free-list walk").
+    /// (docs/firmware.md §9.4; see docs/fidelity.md "SRQ free-list walk").
     pub next: u16,
 }

@@ -23,7 +23,7 @@ use crate::{HcaState, ObjectCounts, SimConfig, Violation};
 
 /// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
 pub(crate) const FIRST_UAR: u32 = 16;
-/// Command queue geometry reported in BAR0 0x14 (facts §2.1).
+/// Command queue geometry reported in BAR0 0x14 (docs/firmware.md §2.1).
 pub(crate) const LOG_CMDQ_SIZE: u8 = 5;
 pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
 /// Device-side processing latency of a doorbell in threaded mode.
@@ -41,7 +41,7 @@ pub(crate) enum Slot {
     WaitingPages,
 }
 
-/// Page accounting (facts §4.2).
+/// Page accounting (docs/firmware.md §4.2).
 #[derive(Debug, Default)]
 pub(crate) struct Pages {
     pub held: BTreeSet<u64>,
@@ -380,7 +380,7 @@ impl State {
     }
 
     /// Write an EQE at the EQ's producer index with the ownership rule
-    /// (facts §6.2). More than `nent` unreported EQEs is an overrun.
+    /// (docs/firmware.md §6.2). More than `nent` unreported EQEs is an overrun.
     pub fn eq_write(&mut self, eqn: u8, mut img: [u8; 64]) {
         if self.fatal.is_some() {
             return;
@@ -451,7 +451,7 @@ impl State {
         self.raise(e);
     }
 
-    /// SRQ limit event (type 0x14, facts §9.6).
+    /// SRQ limit event (type 0x14, docs/firmware.md §9.6).
     pub fn srq_limit_event(&mut self, srqn: u32) {
         let mut e = Self::make_eqe(EventType::SRQ_RQ_LIMIT, 0);
         let d = eqe::event_data.get_mut(&mut e);
@@ -462,7 +462,7 @@ impl State {
         self.raise(e);
     }
 
-    /// Write a CQE at the producer index (facts §7.2). `cqe` carries the
+    /// Write a CQE at the producer index (docs/firmware.md §7.2). `cqe` carries the
     /// opcode in `op_own`; the owner bit is set here. Returns false if the
     /// CQE was lost (CQ in error, overrun, write failure).
     pub fn cq_push(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
@@ -513,7 +513,7 @@ impl State {
             .set(&mut cqe, owner)
             .expect("flag");
         let r = if stride == 128 {
-            // 128-byte CQEs: the 64-byte CQE is the second half (facts §7.2).
+            // 128-byte CQEs: the 64-byte CQE is the second half (docs/firmware.md §7.2).
             let mut big = [0u8; 128];
             big[64..].copy_from_slice(&cqe);
             self.write_entry(&buf, slot as u64 * 128, &big, &|| {

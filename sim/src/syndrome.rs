@@ -1,6 +1,6 @@
 //! The model's syndrome table: every check that refuses a command has its own
 //! non-zero 32-bit syndrome, returned in `cmd_out.syndrome` together with the
-//! firmware status (facts §2.6). Real firmware syndromes are opaque
+//! firmware status (docs/firmware.md §2.6). Real firmware syndromes are opaque
 //! diagnostics; these values are the model's own and are listed in
 //! `docs/fidelity.md`.
 //!

@@ -225,7 +225,7 @@ fn rmp_traffic_scatter_free_list_and_cqes() {
 
 #[test]
 fn next_pointer_is_read_when_a_wqe_is_consumed() {
-    // facts §9.4 free list: a consumed WQE may be completed out of order,
+    // docs/firmware.md §9.4 free list: a consumed WQE may be completed out of order,
     // become the tail and get its next pointer rewritten; the device must
     // already have read where to go next.
     let (mut f, _eq, cq) = setup(1);

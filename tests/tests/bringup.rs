@@ -65,7 +65,7 @@ fn bring_up_and_teardown_on_every_profile_in_both_modes() {
 }
 
 #[test]
-fn bring_up_follows_the_facts_order() {
+fn bring_up_follows_the_linux_order() {
     let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
     let hca = bring_up(&dev);
     let ops = traced_opcodes(&dev);
@@ -103,7 +103,7 @@ fn bring_up_follows_the_facts_order() {
         Opcode::QUERY_NIC_VPORT_CONTEXT,
     ]
     .map(|o| o.0);
-    assert_eq!(no_pages, expect, "bring-up order (facts §4.1)");
+    assert_eq!(no_pages, expect, "bring-up order (docs/firmware.md §4.1)");
     let first_pages = ops.iter().position(|&o| o == Opcode::MANAGE_PAGES.0);
     let first_query = ops.iter().position(|&o| o == Opcode::QUERY_PAGES.0);
     assert!(
@@ -131,7 +131,7 @@ fn bring_up_follows_the_facts_order() {
         Opcode::DISABLE_HCA,
     ]
     .map(|o| o.0);
-    assert_eq!(no_pages, expect, "teardown order (facts §4.3)");
+    assert_eq!(no_pages, expect, "teardown order (docs/firmware.md §4.3)");
     let last = ops.len() - 1;
     assert!(
         ops[..last]

@@ -181,7 +181,7 @@ fn device(issi: u16) -> Device {
 /// Commands whose failure the driver survives by design, as Linux does,
 /// with the reason. The run must then succeed completely (and clean).
 const TOLERATED: &[(Opcode, &str)] = &[
-    // facts §4.1 step 6: QUERY_ISSI failing with a firmware status means the
+    // docs/firmware.md §4.1 step 6: QUERY_ISSI failing with a firmware status means the
     // device predates ISSI: the driver continues at ISSI 0.
     (Opcode::QUERY_ISSI, "ISSI 0 fallback"),
 ];

@@ -480,7 +480,7 @@ impl Run {
         let r = self.ctx.resize_cq(self.cqs[i].h, n);
         // Firmware refuses when the new ring cannot take what waits, and
         // when the old ring has no free slot for the RESIZE_CQ CQE (a CQ
-        // shrunk to exactly full earlier) (facts §8).
+        // shrunk to exactly full earlier) (docs/firmware.md §8).
         let old_full = pending > self.cqs[i].cap;
         if same {
             assert_eq!(r, Ok(new_cap), "{at}: same-size resize");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The mlx5-vfio platform against the real Linux VFIO stack, in a throw-away QEMU guest.
 #
-# What it does (recipe: ../shared/ref/vfio-qemu-notes.md):
+# What it does (background: docs/hardware.md; the guest side: tests/vfio-qemu/init):
 #   1. installs QEMU (qemu-system-x86 + qemu-utils from bookworm-backports) and cpio with apt;
 #   2. downloads and unpacks (never installs) the Debian guest kernel and busybox-static;
 #   3. builds the static in-guest program `vfio-host/examples/edu_probe.rs` (musl; static glibc

@@ -13,7 +13,7 @@ use crate::Error;
 /// PCI vendor id of Mellanox / NVIDIA networking.
 pub const MELLANOX_VENDOR_ID: u16 = 0x15b3;
 
-/// Device ids of the functions this driver is for (facts sheet §1.1):
+/// Device ids of the functions this driver is for (docs/firmware.md §1.1):
 /// ConnectX-4..8 (and -9/-10 ids) PFs, their VFs, BlueField 1..4, Connect-IB.
 pub const CONNECTX_DEVICE_IDS: &[u16] = &[
     // Physical functions: ConnectX-4, -4 Lx, -5, -5 Ex, -6, -6 Dx, -6 Lx, -7, -8, -9, -10.

@@ -34,7 +34,7 @@ pub fn header_op_mod(input: &[u8]) -> u16 {
     cmd_in::op_mod.get(input)
 }
 
-/// Status and syndrome of an output buffer (facts §2.6).
+/// Status and syndrome of an output buffer (docs/firmware.md §2.6).
 pub fn out_status(output: &[u8]) -> (CmdStatus, u32) {
     if output.len() < 8 {
         return (CmdStatus(0), 0);
@@ -80,7 +80,7 @@ pub(crate) fn command_prefix(
 
 /// Output length of ENABLE_HCA.
 pub const ENABLE_HCA_OUT: usize = enable_hca_out::SIZE;
-/// ENABLE_HCA for function 0 (facts §4.1 step 5).
+/// ENABLE_HCA for function 0 (docs/firmware.md §4.1 step 5).
 pub fn enable_hca(embedded_cpu: bool) -> [u8; enable_hca_in::SIZE] {
     let mut b = header(Opcode::ENABLE_HCA, 0);
     let _ = enable_hca_in::embedded_cpu_function.set(&mut b, embedded_cpu);
@@ -89,7 +89,7 @@ pub fn enable_hca(embedded_cpu: bool) -> [u8; enable_hca_in::SIZE] {
 
 /// Output length of DISABLE_HCA.
 pub const DISABLE_HCA_OUT: usize = disable_hca_out::SIZE;
-/// DISABLE_HCA for function 0 (facts §4.3 step 4).
+/// DISABLE_HCA for function 0 (docs/firmware.md §4.3 step 4).
 pub fn disable_hca(embedded_cpu: bool) -> [u8; disable_hca_in::SIZE] {
     let mut b = header(Opcode::DISABLE_HCA, 0);
     let _ = disable_hca_in::embedded_cpu_function.set(&mut b, embedded_cpu);
@@ -145,7 +145,7 @@ pub const fn manage_pages_take_out_len(n: usize) -> usize {
 pub const MANAGE_PAGES_OUT: usize = manage_pages_out::SIZE;
 
 /// MANAGE_PAGES op_mod 1 (give) with the 4 KiB page addresses `pages` into
-/// `buf`; returns the input length (facts §4.2).
+/// `buf`; returns the input length (docs/firmware.md §4.2).
 pub fn manage_pages_give(
     buf: &mut [u8],
     function_id: u16,
@@ -191,7 +191,7 @@ pub fn parse_manage_pages_pa(out: &[u8], i: usize) -> Option<u64> {
 pub const ACCESS_REG_HOST_ENDIANNESS_LEN: usize =
     access_register_in::SIZE + register_host_endianness::SIZE;
 /// ACCESS_REG write of HOST_ENDIANNESS (0x7004): `he` = 0 on little-endian
-/// hosts, 1 (byte 0x80) on big-endian ones (facts §4.1 step 9).
+/// hosts, 1 (byte 0x80) on big-endian ones (docs/firmware.md §4.1 step 9).
 pub fn access_reg_host_endianness(big_endian: bool) -> [u8; ACCESS_REG_HOST_ENDIANNESS_LEN] {
     let mut b = header(Opcode::ACCESS_REG, op_mod::ACCESS_REG_WRITE);
     let _ = access_register_in::register_id.set(&mut b, mlx5_regs::consts::reg_id::HOST_ENDIANNESS);
@@ -229,7 +229,7 @@ pub fn set_hca_cap(buf: &mut [u8; set_hca_cap_in::SIZE], cap_type: u16, cap: &[u
 
 /// Output length of INIT_HCA.
 pub const INIT_HCA_OUT: usize = init_hca_out::SIZE;
-/// INIT_HCA (all-zero input unless the device has `sw_owner_id`; facts §4.1
+/// INIT_HCA (all-zero input unless the device has `sw_owner_id`; docs/firmware.md §4.1
 /// step 12).
 pub fn init_hca(sw_owner_id: Option<[u8; 16]>) -> [u8; init_hca_in::SIZE] {
     let mut b = header(Opcode::INIT_HCA, 0);
@@ -325,7 +325,7 @@ pub fn parse_query_special_contexts(out: &[u8]) -> (u32, u32) {
     )
 }
 
-/// Parameters of CREATE_EQ (facts §6.1).
+/// Parameters of CREATE_EQ (docs/firmware.md §6.1).
 #[derive(Debug, Clone, Copy)]
 pub struct EqParams {
     /// log2 of the number of EQEs.
@@ -381,7 +381,7 @@ pub fn destroy_eq(eqn: u8) -> [u8; destroy_eq_in::SIZE] {
 
 /// Output length of GEN_EQE.
 pub const GEN_EQE_OUT: usize = gen_eqe_out::SIZE;
-/// GEN_EQE: ask firmware to write `eqe` into EQ `eqn` (facts §6.3).
+/// GEN_EQE: ask firmware to write `eqe` into EQ `eqn` (docs/firmware.md §6.3).
 pub fn gen_eqe(eqn: u8, eqe: &[u8; 64]) -> [u8; gen_eqe_in::SIZE] {
     let mut b = header(Opcode::GEN_EQE, 0);
     let _ = gen_eqe_in::eq_number.set(&mut b, eqn);

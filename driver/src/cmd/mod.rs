@@ -1,4 +1,4 @@
-//! The command queue transport (facts §2): queue page, slots, ownership,
+//! The command queue transport (docs/firmware.md §2): queue page, slots, ownership,
 //! tokens, mailbox chains and the doorbell.
 //!
 //! This module only moves bytes: it posts an input of any length (16 bytes
@@ -8,7 +8,7 @@
 //! other's internals, so a different transport can reuse the encoders.
 //!
 //! Slots: `0 ..= n−2` carry ordinary commands, slot `n−1` is reserved for
-//! MANAGE_PAGES so page traffic is never starved (facts §2.1, Linux
+//! MANAGE_PAGES so page traffic is never starved (docs/firmware.md §2.1, Linux
 //! `cmd_work_handler`). A slot whose command timed out is *abandoned*: it is
 //! not reused until firmware clears its ownership bit.
 
@@ -27,7 +27,7 @@ pub const INLINE_LEN: usize = 16;
 /// Data bytes per mailbox block.
 pub const BLOCK_DATA: usize = 512;
 /// Distance between mailbox blocks: the 576-byte block rounded up to the
-/// 1 KiB alignment its next pointer requires (facts §2.3).
+/// 1 KiB alignment its next pointer requires (docs/firmware.md §2.3).
 pub const BLOCK_STRIDE: usize = 1024;
 /// Mailbox blocks preallocated per slot and direction.
 pub const MAILBOX_BLOCKS: usize = 8;
@@ -37,7 +37,7 @@ pub const MAX_CMD_LEN: usize = INLINE_LEN + MAILBOX_BLOCKS * BLOCK_DATA;
 /// Most slots a queue can have (`MLX5_MAX_COMMANDS`).
 pub const MAX_SLOTS: usize = 32;
 
-/// BAR0 offset of the command doorbell (facts §1.2).
+/// BAR0 offset of the command doorbell (docs/firmware.md §1.2).
 pub const CMD_DOORBELL: usize = initial_seg::command_doorbell_vector.byte_offset();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +93,7 @@ fn xor(bytes: &[u8]) -> u8 {
 impl<H: Hal> CmdQueue<H> {
     /// Read the queue geometry from the init segment, check it, allocate the
     /// queue page and mailboxes, and program the queue address (high word,
-    /// then low word, then a write barrier; facts §1.2, §2.1).
+    /// then low word, then a write barrier; docs/firmware.md §1.2, §2.1).
     pub fn new(hal: &H) -> Result<Self, Error> {
         let rev = mmio_field(hal, 0, &initial_seg::cmd_interface_rev);
         if rev != ctx::CMD_IF_REV {
@@ -202,7 +202,7 @@ impl<H: Hal> CmdQueue<H> {
     }
 
     fn token(&mut self) -> u8 {
-        // Per command, never 0 (Linux `alloc_token`, facts §2.4).
+        // Per command, never 0 (Linux `alloc_token`, docs/firmware.md §2.4).
         self.next_token = self.next_token.wrapping_add(1);
         if self.next_token == 0 {
             self.next_token = 1;
@@ -237,7 +237,7 @@ impl<H: Hal> CmdQueue<H> {
             let _ = mbox::next_pointer_31_10.set(&mut block, (next as u32) >> 10);
             let _ = mbox::block_number.set(&mut block, k as u32);
             let _ = mbox::token.set(&mut block, token);
-            // Signatures (facts §2.4): firmware checks them only with
+            // Signatures (docs/firmware.md §2.4): firmware checks them only with
             // cmdif_checksum enabled; filled anyway, like Linux with
             // checksums on, so either setting works.
             let ctrl = !xor(&block[0x200..0x23e]);
@@ -249,7 +249,7 @@ impl<H: Hal> CmdQueue<H> {
     }
 
     /// Post `input` on `slot` expecting `out_len` output bytes, and ring the
-    /// doorbell (facts §2.5 steps 1–2). The slot must be free.
+    /// doorbell (docs/firmware.md §2.5 steps 1–2). The slot must be free.
     pub fn post(&mut self, slot: usize, input: &[u8], out_len: usize) -> Result<Posted, Error> {
         let opcode = Opcode(encode::header_opcode(input));
         let op_mod = encode::header_op_mod(input);
@@ -294,13 +294,13 @@ impl<H: Hal> CmdQueue<H> {
         let _ = ent::output_length.set(&mut e, out_len as u32);
         let _ = ent::token.set(&mut e, token);
         let _ = ent::ownership.set(&mut e, true);
-        // Entry signature: XOR of all 64 bytes = 0xff (facts §2.4), computed
+        // Entry signature: XOR of all 64 bytes = 0xff (docs/firmware.md §2.4), computed
         // with ownership already set, as Linux `set_signature` does.
         let sig = !xor(&e);
         let _ = ent::signature.set(&mut e, sig);
         self.queue.write_bytes(self.entry_off(slot), &e);
 
-        // Entry and mailboxes visible before the doorbell (facts §2.5 step 2).
+        // Entry and mailboxes visible before the doorbell (docs/firmware.md §2.5 step 2).
         barrier::dma_wmb();
         barrier::mmio_wmb();
         let posted_ns = self.hal.now_ns();
@@ -326,7 +326,7 @@ impl<H: Hal> CmdQueue<H> {
     }
 
     /// Collect a completed command's output and free the slot. Returns the
-    /// delivery status (facts §2.5 step 4); `output` is filled only when it
+    /// delivery status (docs/firmware.md §2.5 step 4); `output` is filled only when it
     /// is OK. Call only after [`CmdQueue::is_done`].
     pub fn finish(&mut self, slot: usize, output: &mut [u8]) -> DeliveryStatus {
         // Ownership was seen clear: read the body only after a read barrier.

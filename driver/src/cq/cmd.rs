@@ -1,5 +1,5 @@
 //! CQ commands: CREATE_CQ, DESTROY_CQ, QUERY_CQ, MODIFY_CQ (moderation and
-//! resize), built with `mlx5-regs` into plain buffers (facts §7.1, §8).
+//! resize), built with `mlx5-regs` into plain buffers (docs/firmware.md §7.1, §8).
 
 use mlx5_regs::consts::{op_mod, ModifyCqFields, ResizeCqFields};
 use mlx5_regs::layouts::*;
@@ -119,7 +119,7 @@ pub const fn resize_cq_len(n: usize) -> usize {
     modify_cq_in::pas.len_with(n)
 }
 
-/// MODIFY_CQ op_mod 1 (resize, facts §8): new size, page size and page
+/// MODIFY_CQ op_mod 1 (resize, docs/firmware.md §8): new size, page size and page
 /// list; the CQE size stays; `resize_field_select` = LOG_CQ_SIZE |
 /// PAGE_OFFSET | LOG_PAGE_SIZE. Returns the input length.
 pub fn resize_cq(

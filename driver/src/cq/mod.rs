@@ -1,4 +1,4 @@
-//! Completion queues (facts §7, §8).
+//! Completion queues (docs/firmware.md §7, §8).
 
 pub mod cmd;
 mod queue;

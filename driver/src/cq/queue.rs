@@ -1,4 +1,4 @@
-//! The CQ object: create, poll, arm, resize, query, destroy (facts §7, §8).
+//! The CQ object: create, poll, arm, resize, query, destroy (docs/firmware.md §7, §8).
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::errno;
@@ -54,7 +54,19 @@ impl<H: Hal> Cq<H> {
         self.cqn
     }
 
-    /// Usable entries: `2^log_size − 1` (one entry is kept free, like mlx5).
+    /// The completions this CQ is sized for: `2^log_size − 1`.
+    ///
+    /// The ring has `2^log_size` entries and, as in mlx5, one is kept free
+    /// (Linux `mlx5_ib_create_cq` reports `entries − 1`): with at most
+    /// `capacity()` completions unpolled the device never overruns the CQ.
+    ///
+    /// One exception: firmware accepts a resize (`Hca::resize_cq`) into a
+    /// ring exactly as large as the number of completions waiting, and then
+    /// `capacity() + 1` completions wait, all kept and in order. Until one is
+    /// polled the ring has no free entry: a further completion overruns the
+    /// CQ (CQ error event) and a further resize is refused with
+    /// `BAD_SIZE_OUTS_CQES` (no slot for the RESIZE_CQ CQE). Poll before
+    /// expecting more completions.
     pub fn capacity(&self) -> u32 {
         self.ring.nent() as u32 - 1
     }
@@ -99,7 +111,7 @@ impl<H: Hal> Cq<H> {
         self.ring.pending()
     }
 
-    /// Request one completion event (facts §5): for the next CQE, or for the
+    /// Request one completion event (docs/firmware.md §5): for the next CQE, or for the
     /// next solicited CQE only. Exactly one event follows each arm.
     pub fn arm(&mut self, solicited_only: bool) {
         self.ring.arm(
@@ -113,7 +125,7 @@ impl<H: Hal> Cq<H> {
     }
 
     /// Account for a completion event of this CQ taken from the EQ: the next
-    /// arm carries the next command sequence number (facts §5, `arm_sn`).
+    /// arm carries the next command sequence number (docs/firmware.md §5, `arm_sn`).
     pub fn event_received(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
     }
@@ -155,7 +167,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Create a CQ of at least `entries` entries on the completion EQ
-    /// (facts §7.1): ring initialised to invalid CQEs, doorbell record,
+    /// (docs/firmware.md §7.1): ring initialised to invalid CQEs, doorbell record,
     /// CREATE_CQ. The CQ gets `2^k − 1` usable entries, `2^k ≥ entries + 1`.
     pub fn create_cq(&self, entries: u32, opts: CqOptions) -> Result<Cq<H>, Error> {
         let log = self.cq_log_size(entries)?;
@@ -245,7 +257,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Resize a CQ to at least `entries` entries with MODIFY_CQ op_mod 1,
-    /// keeping every unpolled completion, in order (facts §8):
+    /// keeping every unpolled completion, in order (docs/firmware.md §8):
     ///
     /// 1. a size that rounds to the current one changes nothing;
     /// 2. the new ring is allocated and initialised (invalid CQEs);

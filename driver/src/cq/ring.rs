@@ -1,5 +1,5 @@
 //! The CQ ring: CQE ownership, the hot poll loop, the doorbell record and
-//! the resize copy (facts §5, §7.2, §8).
+//! the resize copy (docs/firmware.md §5, §7.2, §8).
 //!
 //! This is pure data path: it touches only DMA memory (the ring and the
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
@@ -12,7 +12,7 @@ use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
 use mlx5_regs::doorbell::{cq_arm_doorbell, cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
 use mlx5_regs::CqeOpcode;
 
-/// Byte offsets inside a 64-byte CQE (facts §7.2, `struct mlx5_cqe64`).
+/// Byte offsets inside a 64-byte CQE (docs/firmware.md §7.2, `struct mlx5_cqe64`).
 mod off {
     pub const FLAGS_RQPN: usize = 0x18;
     pub const SRQN: usize = 0x20;
@@ -28,14 +28,14 @@ mod off {
 const GROUP: usize = 8;
 
 /// Is a CQE with owner byte `op_own` software-owned in a pass whose owner
-/// bit is `pass` (facts §5)? Not if firmware has not written it (opcode
+/// bit is `pass` (docs/firmware.md §5)? Not if firmware has not written it (opcode
 /// INVALID, the initial 0xf0) or it belongs to the other pass.
 #[inline(always)]
 const fn sw_owned_byte(op_own: u8, pass: u8) -> bool {
     (op_own >> 4) != CqeOpcode::INVALID.0 && (op_own & 1) == pass
 }
 
-/// Where the resize walk (facts §8) stops at the entry of running index
+/// Where the resize walk (docs/firmware.md §8) stops at the entry of running index
 /// `index` with owner byte `op_own`, expecting owner bit `pass`: `None` to
 /// copy it and go on, `Some(Ok(()))` at the RESIZE_CQ CQE, `Some(Err(..))`
 /// at an entry still hardware-owned.
@@ -99,7 +99,7 @@ pub enum CqeStatus {
     Success,
     /// An error CQE (opcode REQ_ERR or RESP_ERR).
     Error {
-        /// `syndrome` (facts §7.2 error syndromes, e.g. 0x01 local length).
+        /// `syndrome` (docs/firmware.md §7.2 error syndromes, e.g. 0x01 local length).
         syndrome: u8,
         /// Vendor syndrome.
         vendor_syndrome: u8,
@@ -164,7 +164,7 @@ impl Cqe {
 ///
 /// `consumer_index` is a free-running counter; slot = `ci & (nent - 1)`, and a
 /// CQE in that slot belongs to software when its opcode is not INVALID and its
-/// owner bit equals `(ci >> log_nent) & 1` (facts §7.2).
+/// owner bit equals `(ci >> log_nent) & 1` (docs/firmware.md §7.2).
 pub struct CqRing<H: Hal> {
     buf: DmaRegion<H>,
     /// Offset of entry 0 in `buf` (aligned to the firmware page size).
@@ -314,7 +314,7 @@ impl<H: Hal> CqRing<H> {
         if !self.sw_owned(ci, op_own) {
             return None;
         }
-        // The body must not be read before the ownership byte (facts §5).
+        // The body must not be read before the ownership byte (docs/firmware.md §5).
         barrier::dma_rmb();
         let cqe = Self::decode(&w, op_own);
         self.consumer_index = ci.wrapping_add(1);
@@ -339,7 +339,7 @@ impl<H: Hal> CqRing<H> {
             if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
                 break;
             }
-            // The body must not be read before the ownership byte (facts §5).
+            // The body must not be read before the ownership byte (docs/firmware.md §5).
             barrier::dma_rmb();
             *slot = Self::decode(&w, op_own);
             ci = ci.wrapping_add(1);
@@ -375,7 +375,7 @@ impl<H: Hal> CqRing<H> {
     }
 
     /// Copy the unpolled CQEs of `self` (the old ring, after MODIFY_CQ
-    /// resize completed) into `new`, as rdma-core does (facts §8): walk from
+    /// resize completed) into `new`, as rdma-core does (docs/firmware.md §8): walk from
     /// the consumer index up to the RESIZE_CQ CQE firmware wrote into the old
     /// ring; the CQE at running index `i` goes to index `i + 1` of the new ring
     /// with the owner bit of that index for the new size. Afterwards `new`'s
@@ -426,7 +426,7 @@ impl<H: Hal> CqRing<H> {
     /// so it cannot lap either ring.
     ///
     /// Nothing reads the copied slots concurrently: the device only writes
-    /// the new ring from the resize CQE's index + 1 on (facts §8) and never
+    /// the new ring from the resize CQE's index + 1 on (docs/firmware.md §8) and never
     /// reads CQEs, and the only consumer is the caller, who holds `new`
     /// mutably. So the copy needs no body-before-owner store order.
     ///
@@ -488,7 +488,7 @@ impl<H: Hal> CqRing<H> {
                 ok += 1;
             }
             // One read barrier for the chunk: every body read below is at
-            // least as new as the owner bytes read above (facts §5).
+            // least as new as the owner bytes read above (docs/firmware.md §5).
             barrier::dma_rmb();
             let mut mask = [0u8; S];
             mask[OWN] = old_pass ^ new_pass;
@@ -501,7 +501,7 @@ impl<H: Hal> CqRing<H> {
         }
     }
 
-    /// Compose and ring the arm doorbell (facts §5): store the arm word in
+    /// Compose and ring the arm doorbell (docs/firmware.md §5): store the arm word in
     /// doorbell-record word 1, order it before the MMIO write, then one
     /// 64-bit write of (arm word, cqn) to the UAR's CQ doorbell.
     pub fn arm(
@@ -529,7 +529,7 @@ impl<H: Hal> CqRing<H> {
 }
 
 /// Why copying CQEs into a resized ring failed (firmware did not behave as
-/// facts §8 describes; rdma-core only logs this).
+/// docs/firmware.md §8 describes; rdma-core only logs this).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResizeCopyError {
     /// An entry on the way to the resize CQE is still hardware-owned.
@@ -544,7 +544,7 @@ pub enum ResizeCopyError {
     CqeSizeMismatch,
 }
 
-/// A CQ doorbell record (facts §5): 8 bytes of DMA memory, word 0 = consumer
+/// A CQ doorbell record (docs/firmware.md §5): 8 bytes of DMA memory, word 0 = consumer
 /// index (24 bits), word 1 = last arm word. It owns its own small DMA region
 /// because it outlives the ring across a resize (MODIFY_CQ keeps `dbr_addr`).
 pub struct DoorbellRecord<H: Hal> {

@@ -199,7 +199,7 @@ fn regions_are_freed_with_the_ring() {
     assert_eq!(hal.live_regions(), 0);
 }
 
-/// The resize copy against a byte-for-byte reference of facts §8 (rdma-core's
+/// The resize copy against a byte-for-byte reference of docs/firmware.md §8 (rdma-core's
 /// entry-at-a-time walk), over random geometries: both CQE sizes, old and new
 /// rings from 2 to 256 entries, a consumer index in any pass, and every way
 /// the walk can end (the resize CQE, a hardware-owned entry, no resize CQE

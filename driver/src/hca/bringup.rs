@@ -1,4 +1,4 @@
-//! Bring-up in the order of facts §4.1.
+//! Bring-up in the order of docs/firmware.md §4.1.
 
 use core::sync::atomic::AtomicBool;
 
@@ -17,7 +17,7 @@ use crate::health::{mmio_field, Heartbeat};
 use crate::pages::PageManager;
 use crate::stats::{CmdObserver, CmdStats};
 
-/// Wait until the initializing bit clears (facts §1.2).
+/// Wait until the initializing bit clears (docs/firmware.md §1.2).
 fn wait_fw_init<H: Hal>(hal: &H, cfg: &HcaConfig) -> Result<(), Error> {
     let start = hal.now_ns();
     loop {
@@ -41,7 +41,7 @@ impl<H: Hal> Hca<H> {
 }
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
-    /// Bring the HCA up in the order of facts §4.1: wait for firmware, set
+    /// Bring the HCA up in the order of docs/firmware.md §4.1: wait for firmware, set
     /// up the command queue, ENABLE_HCA, ISSI, boot pages, host endianness,
     /// QUERY/SET_HCA_CAP, init pages, INIT_HCA, capabilities, regular pages,
     /// ALLOC_UAR, the async EQ (page requests + async events) and a
@@ -54,7 +54,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// On failure everything done so far is undone (objects destroyed, pages
     /// taken back, HCA disabled) and the first error is returned.
     pub fn bring_up_with(hal: H, cfg: HcaConfig, observer: O) -> Result<Self, Error> {
-        // 1. Pre-init wait, 2. command queue, 3. wait again (facts §4.1).
+        // 1. Pre-init wait, 2. command queue, 3. wait again (docs/firmware.md §4.1).
         wait_fw_init(&hal, &cfg)?;
         let cmd = CmdQueue::new(&hal)?;
         wait_fw_init(&hal, &cfg)?;
@@ -183,7 +183,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         // 10. QUERY_HCA_CAP max + current, SET_HCA_CAP (general). Changed
         // from current: cmdif_checksum = 0 (Linux and rdma-core: firmware
         // must not require mailbox signatures), log_uar_page_sz = 0 (4 KiB
-        // UAR pages: the doorbell offsets of facts §5 assume them).
+        // UAR pages: the doorbell offsets of docs/firmware.md §5 assume them).
         let max = self.query_caps(false)?;
         self.max_caps = Some(max);
         let cur = self.query_caps(true)?;

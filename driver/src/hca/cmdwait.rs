@@ -1,6 +1,6 @@
 //! The bounded command wait: post on a free slot, wait for ownership to come
 //! back while serving events and page requests, turn the outcome into a
-//! typed error, record it (facts §2).
+//! typed error, record it (docs/firmware.md §2).
 
 use core::sync::atomic::Ordering;
 

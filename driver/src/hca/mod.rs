@@ -1,7 +1,7 @@
 //! The HCA: bring-up (`bringup.rs`, with the RDMA resources in
 //! `rdma.rs`), the command path with its bounded waits (`cmdwait.rs`),
 //! event polling and page service (`service.rs`), and teardown
-//! (`teardown.rs`) (facts §4).
+//! (`teardown.rs`) (docs/firmware.md §4).
 //!
 //! This file holds the [`Hca`] object, its configuration and the read-only
 //! accessors; each concept lives in its own submodule.
@@ -33,7 +33,7 @@ pub(crate) use service::Core;
 pub const PAGES_PER_COMMAND: usize = (MAX_CMD_LEN - 16) / 8;
 
 /// Configuration of [`Hca::bring_up`]. Defaults follow Linux's timeouts
-/// (facts §1.2: CMD 60 s, FW_PRE_INIT 120 s, RECLAIM_PAGES 5 s).
+/// (docs/firmware.md §1.2: CMD 60 s, FW_PRE_INIT 120 s, RECLAIM_PAGES 5 s).
 ///
 /// ```
 /// use mlx5_driver::HcaConfig;
@@ -68,7 +68,7 @@ pub struct HcaConfig {
     pub max_fw_pages: usize,
     /// Declare the device dead when the heartbeat counter stops changing
     /// for this long (default 6 s: Linux's 3 missed polls at its 2 s
-    /// interval, facts §1.2/§1.3). `None` disables the check.
+    /// interval, docs/firmware.md §1.2/§1.3). `None` disables the check.
     pub heartbeat_timeout_ns: Option<u64>,
     /// `sw_owner_id` for INIT_HCA when the device has the capability.
     pub sw_owner_id: Option<[u8; 16]>,

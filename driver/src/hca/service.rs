@@ -1,6 +1,6 @@
 //! The service loop run while commands wait and by [`Hca::poll_events`]:
 //! health checks, EQ polling and dispatch, and the firmware page service
-//! (MANAGE_PAGES on the reserved command slot, facts §2.1, §4.2).
+//! (MANAGE_PAGES on the reserved command slot, docs/firmware.md §2.1, §4.2).
 
 use mlx5_hal::Hal;
 use mlx5_regs::Opcode;
@@ -64,7 +64,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
     }
 
     /// Run the command in `scratch_in[..in_len]` on the reserved slot and
-    /// wait for it with the lock held (MANAGE_PAGES only; facts §2.1).
+    /// wait for it with the lock held (MANAGE_PAGES only; docs/firmware.md §2.1).
     fn exec_reserved<O: CmdObserver>(
         &mut self,
         hal: &H,
@@ -325,7 +325,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         r.map_err(|e| self.note_fatal(e))
     }
 
-    /// Read the health buffer now (fatal sensors and heartbeat, facts
+    /// Read the health buffer now (fatal sensors and heartbeat, docs/firmware.md
     /// §1.3), whatever [`HcaConfig::poll_health_interval`] says. A fatal
     /// finding sticks: every later call fails fast with it.
     pub fn check_health(&self) -> Result<(), Error> {

@@ -1,4 +1,4 @@
-//! Teardown in the reverse order of bring-up (facts §4.3).
+//! Teardown in the reverse order of bring-up (docs/firmware.md §4.3).
 
 use core::sync::atomic::Ordering;
 
@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::stats::CmdObserver;
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
-    /// Tear down in the reverse order of bring-up (facts §4.3): the RDMA
+    /// Tear down in the reverse order of bring-up (docs/firmware.md §4.3): the RDMA
     /// resources (GID entry cleared, `roce_en` restored, DEALLOC_XRCD,
     /// DESTROY_MKEY of the DMA key), DEALLOC_PD,
     /// DESTROY_EQ (completion, async), DEALLOC_UAR, TEARDOWN_HCA profile 0,
@@ -74,7 +74,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                     note(Err(e));
                     // Without a torn-down HCA firmware keeps its pages. Linux
                     // falls back to a forced teardown on its shutdown path
-                    // (facts §4.3); do so when the device has the
+                    // (docs/firmware.md §4.3); do so when the device has the
                     // capability, else retry the graceful one once.
                     if !e.is_fatal() {
                         let force = self.caps.is_some_and(|c| c.force_teardown);

@@ -1,4 +1,4 @@
-//! SRQ commands, in both families the firmware offers (facts §9.1):
+//! SRQ commands, in both families the firmware offers (docs/firmware.md §9.1):
 //! RMP at ISSI 1 (CREATE/MODIFY/QUERY/DESTROY_RMP) and the SRQ commands at
 //! ISSI 0 (CREATE/QUERY/DESTROY_SRQ, ARM_RQ).
 
@@ -33,7 +33,7 @@ pub const fn create_rmp_len(n: usize) -> usize {
 /// Output length of CREATE_RMP.
 pub const CREATE_RMP_OUT: usize = create_rmp_out::SIZE;
 
-/// CREATE_RMP (facts §9.3): state RDY, linked-list WQ with absolute
+/// CREATE_RMP (docs/firmware.md §9.3): state RDY, linked-list WQ with absolute
 /// `log_wq_stride`, limit 0 (not armed). Returns the input length.
 pub fn create_rmp(buf: &mut [u8], p: &SrqParams) -> Result<usize, RegError> {
     let len = create_rmp_len(p.pages.count);
@@ -60,7 +60,7 @@ pub fn parse_create_rmp(out: &[u8]) -> u32 {
 
 /// Output length of MODIFY_RMP.
 pub const MODIFY_RMP_OUT: usize = modify_rmp_out::SIZE;
-/// MODIFY_RMP that sets the limit watermark (facts §9.3): current state RDY,
+/// MODIFY_RMP that sets the limit watermark (docs/firmware.md §9.3): current state RDY,
 /// bitmask selects `lwm` only, `ctx.wq.lwm` = limit (0 disarms).
 pub fn arm_rmp(rmpn: u32, lwm: u16) -> Result<[u8; modify_rmp_in::SIZE], RegError> {
     let mut b = [0u8; modify_rmp_in::SIZE];
@@ -123,7 +123,7 @@ pub const fn create_srq_len(n: usize) -> usize {
 /// Output length of CREATE_SRQ.
 pub const CREATE_SRQ_OUT: usize = create_srq_out::SIZE;
 
-/// CREATE_SRQ (ISSI 0, facts §9.2): `log_rq_stride` is log2(stride) − 4,
+/// CREATE_SRQ (ISSI 0, docs/firmware.md §9.2): `log_rq_stride` is log2(stride) − 4,
 /// limit 0. Returns the input length.
 pub fn create_srq(buf: &mut [u8], p: &SrqParams) -> Result<usize, RegError> {
     let len = create_srq_len(p.pages.count);

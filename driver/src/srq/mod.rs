@@ -1,4 +1,4 @@
-//! Shared receive queues (facts §9).
+//! Shared receive queues (docs/firmware.md §9).
 
 pub mod cmd;
 mod queue;

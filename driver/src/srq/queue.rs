@@ -1,5 +1,5 @@
 //! The SRQ object: create (RMP at ISSI 1, SRQ at ISSI 0), post, complete,
-//! arm the limit, query, destroy (facts §9).
+//! arm the limit, query, destroy (docs/firmware.md §9).
 
 use mlx5_hal::Hal;
 
@@ -86,7 +86,7 @@ pub enum BadRecvCqe {
         /// SRQ number in the CQE.
         srqn: u32,
     },
-    /// Not a receive (responder) opcode, or an opcode facts §7.2 does not
+    /// Not a receive (responder) opcode, or an opcode docs/firmware.md §7.2 does not
     /// define.
     UnexpectedOpcode {
         /// The 4-bit opcode.
@@ -289,11 +289,11 @@ impl<H: Hal> Srq<H> {
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
     /// Create an SRQ for at least `max_wr` receive requests of up to
     /// `max_sge` scatter entries each: an RMP when the device runs ISSI 1, a
-    /// CREATE_SRQ SRQ at ISSI 0 (facts §9.1). At ISSI 0 the context names a
+    /// CREATE_SRQ SRQ at ISSI 0 (docs/firmware.md §9.1). At ISSI 0 the context names a
     /// CQ (`cq`, required there, as Linux always names one); that CQ then
     /// counts the SRQ as a user. The limit starts disarmed.
     ///
-    /// Limits (facts §9.5): `max_wr` below `2^log_max_srq_sz`, `max_sge` up to
+    /// Limits (docs/firmware.md §9.5): `max_wr` below `2^log_max_srq_sz`, `max_sge` up to
     /// `max_wqe_sz_rq / 16 − 1`; otherwise [`Error::InvalidArgument`].
     pub fn create_srq(
         &self,
@@ -378,7 +378,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         }
     }
 
-    /// Arm the SRQ limit (MODIFY_RMP at ISSI 1, ARM_RQ at ISSI 0; facts
+    /// Arm the SRQ limit (MODIFY_RMP at ISSI 1, ARM_RQ at ISSI 0; docs/firmware.md
     /// §9.3, §9.6). `0` disarms; a limit above [`Srq::max_wr`] is refused.
     /// One-shot: after the event the limit reads 0 until armed again.
     ///

@@ -1,5 +1,5 @@
 //! The SRQ receive ring: WQE layout, the linked free list, posting and the
-//! doorbell record (facts §9.4, §5).
+//! doorbell record (docs/firmware.md §9.4, §5).
 //!
 //! A WQE is a 16-byte next segment followed by 16-byte data segments; the
 //! stride is a power of two of at least 32 bytes. The ring is a linked list
@@ -79,7 +79,7 @@ pub struct SrqGeometry {
 }
 
 impl SrqGeometry {
-    /// Round a request the way the Linux driver does (facts §9.4):
+    /// Round a request the way the Linux driver does (docs/firmware.md §9.4):
     /// `n = roundup_pow2(max_wr + 1)`, stride = `roundup_pow2(16 + 16·max_sge)`
     /// (at least 32), usable SGEs recomputed from the stride.
     pub fn for_request(max_wr: usize, max_sge: usize) -> Option<SrqGeometry> {
@@ -254,7 +254,7 @@ impl<H: Hal> SrqRing<H> {
     }
 
     /// Publish the posted count: WQE stores are ordered before the doorbell
-    /// record store (facts §5). The device reads the record; no MMIO.
+    /// record store (docs/firmware.md §5). The device reads the record; no MMIO.
     #[inline(always)]
     pub fn ring_doorbell(&self) {
         barrier::dma_wmb();

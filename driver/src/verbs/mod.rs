@@ -238,7 +238,7 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
     }
 
     /// `ibv_query_device`: the attributes as mlx5 derives them from the
-    /// capabilities (facts §7.2, §9.5).
+    /// capabilities (docs/firmware.md §7.2, §9.5).
     pub fn query_device(&self) -> DeviceAttr {
         let caps = self.hca.caps();
         let fw = self.hca.fw_version();
@@ -293,7 +293,7 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         Ok(self.cq_entry(cq)?.cq.cqn())
     }
 
-    /// `ibv_resize_cq` (facts §8): at least `cqe` entries; returns the
+    /// `ibv_resize_cq` (docs/firmware.md §8): at least `cqe` entries; returns the
     /// actual number. Unpolled completions are kept in order; an armed CQ
     /// stays armed. A size that rounds to the current one succeeds without a
     /// command. `EINVAL`: `cqe` outside 1..=`max_cqe`, or fewer entries than
@@ -494,7 +494,7 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         Ok(&self.srq_entry(srq)?.srq)
     }
 
-    /// `ibv_modify_srq` (facts §9.5, §9.6). [`SrqAttrMask::LIMIT`] arms the
+    /// `ibv_modify_srq` (docs/firmware.md §9.5, §9.6). [`SrqAttrMask::LIMIT`] arms the
     /// limit event with `attr.srq_limit` (0 disarms; a new value replaces
     /// the old; above the SRQ's `max_wr`: `EINVAL`). If the limit is above
     /// the work requests outstanding the event is delivered at once.

@@ -14,7 +14,7 @@ pub struct CqHandle(pub(crate) Key);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SrqHandle(pub(crate) Key);
 
-/// `ibv_device_attr` fields this driver can state (facts §7.2, §9.5).
+/// `ibv_device_attr` fields this driver can state (docs/firmware.md §7.2, §9.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceAttr {
     /// Largest CQ: `2^log_max_cq_sz − 1`.

@@ -315,7 +315,7 @@ impl State {
         }
     }
 
-    /// Raise a PAGE_REQUEST (facts §4.2) or queue it until an EQ subscribes.
+    /// Raise a PAGE_REQUEST (docs/firmware.md §4.2) or queue it until an EQ subscribes.
     pub(crate) fn page_request(&mut self, n: i32) {
         self.pages.regular_needed += n;
         if self.eq_for(EventType::PAGE_REQUEST.0).is_some() {

@@ -194,7 +194,7 @@ impl State {
         Ok(())
     }
 
-    /// MODIFY_CQ op_mod 1 (facts §8).
+    /// MODIFY_CQ op_mod 1 (docs/firmware.md §8).
     pub(super) fn resize_cq(&mut self, inp: &[u8]) -> R {
         ensure(self.caps.cq_resize, bad_op(sy::CQ_RESIZE_CAP))?;
         let cqn = modify_cq_in::cqn.get(inp);

@@ -324,7 +324,7 @@ impl State {
         self.set_limit(n, true, lwm)
     }
 
-    /// Arm (or disarm with 0) the SRQ limit (facts §9.3, §9.6).
+    /// Arm (or disarm with 0) the SRQ limit (docs/firmware.md §9.3, §9.6).
     pub(super) fn set_limit(&mut self, n: u32, rmp: bool, lwm: u16) -> R {
         let s = self
             .srqs
