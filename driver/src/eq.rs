@@ -62,21 +62,26 @@ pub enum Event {
         /// SRQ number.
         srqn: u32,
     },
-    /// Type 0x13: last WQE reached: an SRQ-attached QP entered the error
-    /// state and will consume no more SRQ WQEs. Despite the field's name
-    /// (kept for compatibility) the number is the **QP's**
-    /// (`qp_events.qpn_rqn_sqn`); [`Event::qp_event`] reads it as such.
-    SrqLastWqe {
-        /// QP number from the event.
-        srqn: u32,
+    /// An event of a queue pair (`qp_events.type` 0, QP): path migration,
+    /// communication established, send queue drained, last WQE reached
+    /// (type 0x13, which firmware names `SRQ_LAST_WQE` but which is about
+    /// the QP attached to the SRQ), work-queue errors. Route it to the QP
+    /// with that number ([`crate::qp::Qp::handle_event`]), as Linux
+    /// `rsc_event_notifier` does (`drivers/infiniband/hw/mlx5/qpc.c`).
+    Qp {
+        /// QP number (`qp_events.qpn_rqn_sqn`).
+        qpn: u32,
+        /// What happened.
+        event: QpEvent,
     },
-    /// QP/WQ events (path migration, comm established, SQ drained, WQ
-    /// errors: types 0x01–0x03, 0x05, 0x07, 0x10, 0x11).
+    /// A QP event type (0x01–0x03, 0x05, 0x07, 0x10, 0x11, 0x13) about
+    /// another kind of queue (`qp_events.type` ≠ 0: an RQ, SQ or DCT
+    /// object, which this driver does not create).
     Queue {
         /// The event type.
         event_type: EventType,
-        /// QP/RQ/SQ number.
-        qpn: u32,
+        /// RQ/SQ/DCT number (`qp_events.qpn_rqn_sqn`).
+        number: u32,
         /// `MLX5_EVENT_QUEUE_TYPE_*`.
         queue_type: u8,
     },
@@ -141,6 +146,35 @@ pub enum QpEvent {
 }
 
 impl QpEvent {
+    /// The event of an EQE type, if it is a QP event type.
+    pub const fn from_event_type(t: EventType) -> Option<QpEvent> {
+        Some(match t {
+            EventType::COMM_EST => QpEvent::CommEstablished,
+            EventType::SRQ_LAST_WQE => QpEvent::LastWqeReached,
+            EventType::PATH_MIG => QpEvent::PathMigrated,
+            EventType::PATH_MIG_FAILED => QpEvent::PathMigrationFailed,
+            EventType::SQ_DRAINED => QpEvent::SqDrained,
+            EventType::WQ_CATAS_ERROR => QpEvent::CatastrophicError,
+            EventType::WQ_INVAL_REQ_ERROR => QpEvent::InvalidRequest,
+            EventType::WQ_ACCESS_ERROR => QpEvent::AccessError,
+            _ => return None,
+        })
+    }
+
+    /// The EQE type of the event.
+    pub const fn event_type(self) -> EventType {
+        match self {
+            QpEvent::CommEstablished => EventType::COMM_EST,
+            QpEvent::LastWqeReached => EventType::SRQ_LAST_WQE,
+            QpEvent::PathMigrated => EventType::PATH_MIG,
+            QpEvent::PathMigrationFailed => EventType::PATH_MIG_FAILED,
+            QpEvent::SqDrained => EventType::SQ_DRAINED,
+            QpEvent::CatastrophicError => EventType::WQ_CATAS_ERROR,
+            QpEvent::InvalidRequest => EventType::WQ_INVAL_REQ_ERROR,
+            QpEvent::AccessError => EventType::WQ_ACCESS_ERROR,
+        }
+    }
+
     /// True for the events that leave the QP in the error state.
     pub const fn is_error(self) -> bool {
         matches!(
@@ -152,39 +186,17 @@ impl QpEvent {
 
 impl Event {
     /// The QP number and typed event when this is an event of a queue pair
-    /// (`qp_events.type` 0 for the WQ/path events; last-WQE-reached always
-    /// names a QP). Route it to the QP with that number
-    /// (`crate::qp::Qp::handle_event`).
+    /// ([`Event::Qp`]).
     ///
     /// ```
     /// use mlx5_driver::eq::{Event, QpEvent};
-    /// use mlx5_regs::EventType;
-    /// let e = Event::Queue { event_type: EventType::WQ_CATAS_ERROR, qpn: 9, queue_type: 0 };
-    /// assert_eq!(e.qp_event(), Some((9, QpEvent::CatastrophicError)));
-    /// assert_eq!(Event::SrqLastWqe { srqn: 9 }.qp_event(), Some((9, QpEvent::LastWqeReached)));
-    /// let rq = Event::Queue { event_type: EventType::WQ_CATAS_ERROR, qpn: 9, queue_type: 1 };
-    /// assert_eq!(rq.qp_event(), None, "an RQ object, not a QP");
+    /// let e = Event::Qp { qpn: 9, event: QpEvent::LastWqeReached };
+    /// assert_eq!(e.qp_event(), Some((9, QpEvent::LastWqeReached)));
+    /// assert_eq!(Event::SrqLimit { srqn: 9 }.qp_event(), None);
     /// ```
     pub fn qp_event(&self) -> Option<(u32, QpEvent)> {
         match *self {
-            Event::SrqLastWqe { srqn } => Some((srqn, QpEvent::LastWqeReached)),
-            Event::Queue {
-                event_type,
-                qpn,
-                queue_type: ctx::EVENT_QUEUE_TYPE_QP,
-            } => {
-                let e = match event_type {
-                    EventType::COMM_EST => QpEvent::CommEstablished,
-                    EventType::PATH_MIG => QpEvent::PathMigrated,
-                    EventType::PATH_MIG_FAILED => QpEvent::PathMigrationFailed,
-                    EventType::SQ_DRAINED => QpEvent::SqDrained,
-                    EventType::WQ_CATAS_ERROR => QpEvent::CatastrophicError,
-                    EventType::WQ_INVAL_REQ_ERROR => QpEvent::InvalidRequest,
-                    EventType::WQ_ACCESS_ERROR => QpEvent::AccessError,
-                    _ => return None,
-                };
-                Some((qpn, e))
-            }
+            Event::Qp { qpn, event } => Some((qpn, event)),
             _ => None,
         }
     }
@@ -193,11 +205,19 @@ impl Event {
 /// Decode one EQE.
 ///
 /// ```
-/// use mlx5_driver::eq::{decode, Event};
+/// use mlx5_driver::eq::{decode, Event, QpEvent};
 /// let mut raw = [0u8; 64];
 /// raw[1] = 0x0b;                                   // PAGE_REQUEST
 /// raw[0x24..0x28].copy_from_slice(&(-5i32).to_be_bytes());
 /// assert_eq!(decode(&raw), Event::PageRequest { function_id: 0, num_pages: -5 });
+///
+/// // Type 0x13 (`SRQ_LAST_WQE`) names the QP, queue type 0 at byte 0x34.
+/// let mut raw = [0u8; 64];
+/// raw[1] = 0x13;
+/// raw[0x38..0x3c].copy_from_slice(&0x0123u32.to_be_bytes());
+/// assert_eq!(decode(&raw), Event::Qp { qpn: 0x123, event: QpEvent::LastWqeReached });
+/// raw[0x34] = 1;                                   // an RQ object
+/// assert!(matches!(decode(&raw), Event::Queue { number: 0x123, queue_type: 1, .. }));
 /// ```
 pub fn decode(raw: &[u8; EQE_SIZE]) -> Event {
     let ty = EventType(eqe::event_type.get(raw));
@@ -214,18 +234,25 @@ pub fn decode(raw: &[u8; EQE_SIZE]) -> Event {
         },
         EventType::SRQ_RQ_LIMIT => Event::SrqLimit { srqn: qpn() },
         EventType::SRQ_CATAS_ERROR => Event::SrqCatastrophic { srqn: qpn() },
-        EventType::SRQ_LAST_WQE => Event::SrqLastWqe { srqn: qpn() },
+        // QP event types, routed by queue type then number (Linux
+        // `rsc_event_notifier`); type 0x13 is about the QP too.
         EventType::PATH_MIG
         | EventType::COMM_EST
         | EventType::SQ_DRAINED
+        | EventType::SRQ_LAST_WQE
         | EventType::WQ_CATAS_ERROR
         | EventType::PATH_MIG_FAILED
         | EventType::WQ_INVAL_REQ_ERROR
-        | EventType::WQ_ACCESS_ERROR => Event::Queue {
-            event_type: ty,
-            qpn: qpn(),
-            queue_type: qp_events::r#type.get(data),
-        },
+        | EventType::WQ_ACCESS_ERROR => {
+            match (qp_events::r#type.get(data), QpEvent::from_event_type(ty)) {
+                (ctx::EVENT_QUEUE_TYPE_QP, Some(event)) => Event::Qp { qpn: qpn(), event },
+                (queue_type, _) => Event::Queue {
+                    event_type: ty,
+                    number: qpn(),
+                    queue_type,
+                },
+            }
+        }
         EventType::PAGE_REQUEST => Event::PageRequest {
             function_id: pages_req_event::function_id.get(data),
             num_pages: pages_req_event::num_pages.get(data) as i32,

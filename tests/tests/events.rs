@@ -2,7 +2,7 @@
 //! under bursts larger than the EQ, typed events, overflow accounting
 //! (issue 4).
 
-use mlx5_driver::eq::Event;
+use mlx5_driver::eq::{Event, QpEvent};
 use mlx5_driver::Hca;
 use mlx5_regs::layouts::{eqe, qp_events};
 use mlx5_regs::EventType;
@@ -15,7 +15,8 @@ fn roomy(dev: &Device) -> Hca<SimHal, (), 16, 512> {
     Hca::bring_up_with(dev.hal(), config(), ()).unwrap()
 }
 
-/// An EQE of a QP event type carrying `seq` as the QP number.
+/// An EQE of a QP event type (queue type 0 = QP) carrying `seq` as the QP
+/// number.
 fn seq_eqe(seq: u32) -> [u8; 64] {
     let mut e = [0u8; 64];
     eqe::event_type.set(&mut e, EventType::COMM_EST.0).unwrap();
@@ -30,10 +31,8 @@ fn drain<H: mlx5_hal::Hal, O: mlx5_driver::CmdObserver, const C: usize, const A:
 ) {
     while let Some(ev) = hca.next_event() {
         match ev {
-            Event::Queue {
-                event_type, qpn, ..
-            } => {
-                assert_eq!(event_type, EventType::COMM_EST);
+            Event::Qp { qpn, event } => {
+                assert_eq!(event, QpEvent::CommEstablished);
                 got.push(qpn);
             }
             other => panic!("unexpected {other:?}"),
@@ -131,7 +130,7 @@ fn full_event_queue_reports_lost_events_in_order() {
     assert_eq!(evs.len(), 9, "{evs:?}");
     for (i, e) in evs[..8].iter().enumerate() {
         assert!(
-            matches!(e, Event::Queue { qpn, .. } if *qpn == i as u32),
+            matches!(e, Event::Qp { qpn, .. } if *qpn == i as u32),
             "{e:?}"
         );
     }
@@ -140,10 +139,7 @@ fn full_event_queue_reports_lost_events_in_order() {
     // After draining, new events flow again.
     dev.traffic().raise_event(seq_eqe(99)).unwrap();
     hca.poll_events().unwrap();
-    assert!(matches!(
-        hca.next_event(),
-        Some(Event::Queue { qpn: 99, .. })
-    ));
+    assert!(matches!(hca.next_event(), Some(Event::Qp { qpn: 99, .. })));
     hca.teardown().unwrap();
     assert_clean(&dev, "overflow");
 }
@@ -167,10 +163,17 @@ fn every_event_type_is_decoded() {
     limit[0x39..0x3c].copy_from_slice(&[0, 1, 0x23]);
     let mut catas = mk(EventType::SRQ_CATAS_ERROR, 0);
     catas[0x3b] = 7;
+    // Type 0x13 is a QP event: byte 0x34 = 0 (QP), the QPN at 0x38, as the
+    // model and firmware write it for an SRQ-attached QP entering ERR.
     let mut last = mk(EventType::SRQ_LAST_WQE, 0);
-    last[0x3b] = 8;
+    last[0x39..0x3c].copy_from_slice(&[0, 2, 0x08]);
+    // The same type about an RQ object (queue type 1): not a QP event.
+    let mut last_rq = last;
+    last_rq[0x34] = 1;
+    let mut catas_qp = mk(EventType::WQ_CATAS_ERROR, 0);
+    catas_qp[0x3b] = 9;
     let internal = mk(EventType::INTERNAL_ERROR, 0);
-    for e in [port, cqerr, limit, catas, last, internal] {
+    for e in [port, cqerr, limit, catas, last, last_rq, catas_qp, internal] {
         dev.traffic().raise_event(e).unwrap();
     }
     dev.quiesce();
@@ -189,7 +192,19 @@ fn every_event_type_is_decoded() {
             },
             Event::SrqLimit { srqn: 0x123 },
             Event::SrqCatastrophic { srqn: 7 },
-            Event::SrqLastWqe { srqn: 8 },
+            Event::Qp {
+                qpn: 0x208,
+                event: QpEvent::LastWqeReached
+            },
+            Event::Queue {
+                event_type: EventType::SRQ_LAST_WQE,
+                number: 0x208,
+                queue_type: 1
+            },
+            Event::Qp {
+                qpn: 9,
+                event: QpEvent::CatastrophicError
+            },
             Event::InternalError,
         ]
     );

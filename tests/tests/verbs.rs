@@ -201,6 +201,14 @@ fn eqe_queue(t: EventType, num: u32) -> [u8; 64] {
     })
 }
 
+/// A QP event (`qp_events.type` 0 = QP) about QP `qpn`.
+fn eqe_qp(t: EventType, qpn: u32) -> [u8; 64] {
+    eqe_with(t, 0, |d| {
+        qp_events::r#type.set(d, 0).unwrap();
+        qp_events::qpn_rqn_sqn.set(d, qpn).unwrap();
+    })
+}
+
 fn eqe_port(port: u8, subtype: u8) -> [u8; 64] {
     eqe_with(EventType::PORT_CHANGE, subtype, |d| {
         port_state_change_event::port_num.set(d, port).unwrap();
@@ -1318,12 +1326,16 @@ fn get_async_event_reports_each_kind_and_each_must_be_acknowledged() {
             .unwrap();
         t.raise_event(eqe_cq_error(ctx.cq_num(cq).unwrap()))
             .unwrap();
-        t.raise_event(eqe_queue(EventType::SRQ_LAST_WQE, 0x321))
+        // Last WQE reached names the QP (queue type 0), not the SRQ.
+        t.raise_event(eqe_qp(EventType::SRQ_LAST_WQE, 0x321))
             .unwrap();
         t.raise_event(eqe_port(1, 4)).unwrap();
         t.raise_event(eqe_port(1, 1)).unwrap();
         // About nobody: counted, not reported.
         t.raise_event(eqe_cq_error(0xabcd)).unwrap();
+        // ... and type 0x13 about an RQ object, which the facade never makes.
+        t.raise_event(eqe_queue(EventType::SRQ_LAST_WQE, 0x321))
+            .unwrap();
         let evs = async_events(&mut ctx);
         use AsyncEventType as T;
         assert_eq!(
@@ -1340,7 +1352,7 @@ fn get_async_event_reports_each_kind_and_each_must_be_acknowledged() {
             ],
             "ISSI {issi}"
         );
-        assert_eq!(ctx.stats().unroutable_events, 1);
+        assert_eq!(ctx.stats().unroutable_events, 2);
         assert_eq!(ctx.destroy_srq(srq), Err(Errno::EBUSY));
         assert_eq!(ctx.destroy_cq(cq), Err(Errno::EBUSY));
         ack_all(&mut ctx, &evs);

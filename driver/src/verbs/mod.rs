@@ -53,7 +53,7 @@ use mlx5_hal::Hal;
 use mlx5_regs::CqeOpcode;
 
 use crate::cq::{Cq, CqOptions, Cqe, CqeStatus};
-use crate::eq::Event;
+use crate::eq::{Event, QpEvent};
 use crate::hca::{Hca, TeardownReport};
 use crate::srq::{LimitArm, PostError, Srq};
 use crate::stats::CmdObserver;
@@ -741,7 +741,10 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
             Event::CqError { cqn, .. } => cq(self, cqn).map(|el| (T::CqErr, el)),
             Event::SrqLimit { srqn } => srq(self, srqn, false).map(|el| (T::SrqLimitReached, el)),
             Event::SrqCatastrophic { srqn } => srq(self, srqn, true).map(|el| (T::SrqErr, el)),
-            Event::SrqLastWqe { srqn } => Some((T::QpLastWqeReached, EventElement::Qp(srqn))),
+            Event::Qp {
+                qpn,
+                event: QpEvent::LastWqeReached,
+            } => Some((T::QpLastWqeReached, EventElement::Qp(qpn))),
             Event::PortChange { port, subtype } => {
                 let t = match subtype {
                     1 => Some(T::PortErr),

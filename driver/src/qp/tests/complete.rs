@@ -279,10 +279,9 @@ fn reset_zeroes_counters_table_and_doorbell_record() {
 fn qp_events_are_routed_by_qpn_and_errors_change_the_state() {
     let hal = TestHal::new();
     let mut q = qp(&hal, geometry(4, 1, 0));
-    let ev = |t: EventType, qpn: u32| Event::Queue {
-        event_type: t,
+    let ev = |t: EventType, qpn: u32| Event::Qp {
         qpn,
-        queue_type: 0,
+        event: QpEvent::from_event_type(t).unwrap(),
     };
     assert_eq!(
         q.handle_event(&ev(EventType::COMM_EST, QPN)),
@@ -306,7 +305,7 @@ fn qp_events_are_routed_by_qpn_and_errors_change_the_state() {
     }
     assert!(!q.last_wqe_reached());
     assert_eq!(
-        q.handle_event(&Event::SrqLastWqe { srqn: QPN }),
+        q.handle_event(&ev(EventType::SRQ_LAST_WQE, QPN)),
         Some(QpEvent::LastWqeReached)
     );
     assert!(q.last_wqe_reached());
