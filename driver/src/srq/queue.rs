@@ -175,7 +175,8 @@ impl<H: Hal> Srq<H> {
     ///   responder opcode ([`BadRecvCqe::UnexpectedOpcode`]); nothing changes
     ///   otherwise;
     /// * `wqe_counter` must be a posted WQE ([`BadRecvCqe::Wqe`]);
-    /// * a successful receive must fit the buffers posted with that WQE
+    /// * a successful SEND (with or without immediate or invalidate) must
+    ///   fit the buffers posted with that WQE
     ///   ([`BadRecvCqe::ByteCountBeyondBuffer`]): the device consumed the
     ///   WQE, so it is freed and its `wr_id` is in the error, for the caller
     ///   to complete the request with an error instead of reading past its
@@ -210,7 +211,12 @@ impl<H: Hal> Srq<H> {
         // Capacity first: it is read from the WQE while it is still posted.
         let capacity = self.posted_capacity(idx).map_err(BadRecvCqe::Wqe)?;
         let wr_id = self.ring.complete(idx).map_err(BadRecvCqe::Wqe)?;
-        if cqe.status == CqeStatus::Success && cqe.byte_len as u64 > capacity {
+        // RDMA WRITE with immediate consumes a WQE but scatters nothing into
+        // it: its byte count is the length written at the remote address
+        // (Linux `handle_responder`, IB_WC_RECV_RDMA_WITH_IMM), unrelated to
+        // the WQE's buffers.
+        let scattered = cqe.opcode != CqeOpcode::RESP_WR_IMM;
+        if cqe.status == CqeStatus::Success && scattered && cqe.byte_len as u64 > capacity {
             return Err(BadRecvCqe::ByteCountBeyondBuffer {
                 wr_id,
                 byte_len: cqe.byte_len,
