@@ -106,6 +106,15 @@ impl<H: Hal> Cq<H> {
         Some(c)
     }
 
+    /// Remove the unpolled completions `drop` selects (keeping the others
+    /// in order) and publish the consumer index; returns how many went. The
+    /// driver uses it for a QP's completions when the QP goes to RESET or is
+    /// destroyed ([`crate::Hca::qp_to_reset`], [`crate::Hca::destroy_qp`]),
+    /// as Linux `mlx5_ib_cq_clean` does.
+    pub fn remove_cqes(&mut self, drop: impl FnMut(&Cqe) -> bool) -> usize {
+        self.ring.remove_cqes(&self.dbr, drop)
+    }
+
     /// Completions waiting, counted by ownership from the consumer index.
     pub fn pending(&self) -> usize {
         self.ring.pending()

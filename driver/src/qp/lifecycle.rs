@@ -36,6 +36,49 @@ fn check<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, t: Transition) -> Result<(
     }
 }
 
+/// `links` are the CQs and SRQ the QP was created with.
+fn check_links<H: Hal, T: AsMut<[SendSlot]>>(
+    qp: &Qp<H, T>,
+    links: &QpLinks<'_, H>,
+) -> Result<(), Error> {
+    let recv_separate = qp.cqn_rcv.and_then(|(c, sep)| sep.then_some(c));
+    let matches = links.send_cq.as_ref().map(|c| c.cqn()) == qp.cqn_snd
+        && links.recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
+        && links.srq.as_ref().map(|s| s.srqn()) == qp.srqn;
+    if matches {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(
+            "pass the CQs and SRQ the QP was created with",
+        ))
+    }
+}
+
+/// Remove QP `qpn`'s unpolled completions from its CQs; a receive
+/// completion's SRQ WQE goes back to the SRQ (Linux `mlx5_ib_cq_clean`
+/// with the QP's SRQ). A WQE index the SRQ never posted frees nothing (the
+/// device is not trusted).
+fn remove_completions<H: Hal>(qpn: u32, links: QpLinks<'_, H>) {
+    let QpLinks {
+        send_cq,
+        recv_cq,
+        mut srq,
+    } = links;
+    for cq in [recv_cq, send_cq].into_iter().flatten() {
+        cq.remove_cqes(|c| {
+            if c.qpn != qpn {
+                return false;
+            }
+            if let Some(s) = srq.as_deref_mut() {
+                if !c.is_requester() && c.srqn == s.srqn() {
+                    let _ = s.complete(c.wqe_counter);
+                }
+            }
+            true
+        });
+    }
+}
+
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
     /// The send ring a request would get on this device (rounded as
     /// [`SqGeometry::for_request`] does): the length of the [`SendSlot`]
@@ -285,17 +328,29 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         Ok(())
     }
 
-    /// Any state → RESET (2RST_QP). Afterwards the send counters, the send
-    /// table and both doorbell-record counters are zero, as Linux leaves a
-    /// kernel QP; work requests not yet completed are forgotten (their
-    /// CQEs, if still in a CQ, are refused as not outstanding).
-    pub fn qp_to_reset<T: AsMut<[SendSlot]>>(&self, qp: &mut Qp<H, T>) -> Result<(), Error> {
+    /// Any state → RESET (2RST_QP). `links` must name the CQs and SRQ the
+    /// QP was created with ([`Hca::destroy_qp`] takes the same).
+    ///
+    /// Afterwards, as Linux leaves a kernel QP (`__mlx5_ib_modify_qp`):
+    /// the QP's completions not yet polled are removed from its CQs (a
+    /// receive completion's SRQ WQE goes back to the SRQ's free list), and
+    /// the send counters, the send table and both doorbell-record counters
+    /// are zero; work requests not yet completed are forgotten. Without the
+    /// removal, an old completion read later would name a WQE index the QP
+    /// uses again and be taken for a request posted after the reset.
+    pub fn qp_to_reset<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        links: QpLinks<'_, H>,
+    ) -> Result<(), Error> {
         check(qp, Transition::ToReset)?;
+        check_links(qp, &links)?;
         let input = cmd::qp_2rst(qp.qpn)?;
         let mut out = [0u8; cmd::QP_2RST_OUT];
         self.exec(&input, &mut out)?;
         qp.state = Transition::ToReset.target();
         qp.reset_rings();
+        remove_completions(qp.qpn, links);
         Ok(())
     }
 
@@ -322,11 +377,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// they stop counting it as a user. On failure the QP is handed back
     /// unchanged.
     ///
-    /// Linux first moves the QP to RESET and removes its unpolled CQEs from
-    /// its CQs; this driver sends DESTROY_QP alone (firmware takes it from
-    /// any state) and leaves the CQs to their owner: a send CQE of a
-    /// destroyed QP matches no QP, a receive CQE still returns its SRQ WQE
-    /// through [`crate::srq::Srq::complete_cqe`].
+    /// Like Linux (`destroy_qp_common`), the QP's completions not yet
+    /// polled are then removed from its CQs, a receive completion's SRQ WQE
+    /// going back to the SRQ's free list: firmware may give the QP number
+    /// to a new QP, which must not read them. Linux also moves the QP to
+    /// RESET first; firmware takes DESTROY_QP from any state, so this
+    /// driver sends it alone.
     // No heap to box into: handing the object back on failure is the point.
     #[allow(clippy::result_large_err)]
     pub fn destroy_qp<T: AsMut<[SendSlot]>>(
@@ -334,20 +390,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: Qp<H, T>,
         links: QpLinks<'_, H>,
     ) -> Result<T, (Qp<H, T>, Error)> {
-        let QpLinks {
-            send_cq,
-            recv_cq,
-            srq,
-        } = links;
-        let recv_separate = qp.cqn_rcv.and_then(|(c, sep)| sep.then_some(c));
-        let matches = send_cq.as_ref().map(|c| c.cqn()) == qp.cqn_snd
-            && recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
-            && srq.as_ref().map(|s| s.srqn()) == qp.srqn;
-        if !matches {
-            return Err((
-                qp,
-                Error::InvalidArgument("pass the CQs and SRQ the QP was created with"),
-            ));
+        if let Err(e) = check_links(&qp, &links) {
+            return Err((qp, e));
         }
         let r = cmd::destroy_qp(qp.qpn)
             .map_err(Error::from)
@@ -358,12 +402,28 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if let Err(e) = r {
             return Err((qp, e));
         }
-        for c in [send_cq, recv_cq].into_iter().flatten() {
+        let QpLinks {
+            mut send_cq,
+            mut recv_cq,
+            mut srq,
+        } = links;
+        for c in [send_cq.as_deref_mut(), recv_cq.as_deref_mut()]
+            .into_iter()
+            .flatten()
+        {
             c.remove_user();
         }
-        if let Some(s) = srq {
+        if let Some(s) = srq.as_deref_mut() {
             s.remove_user();
         }
+        remove_completions(
+            qp.qpn,
+            QpLinks {
+                send_cq,
+                recv_cq,
+                srq,
+            },
+        );
         // The ring and doorbell record are freed here, after firmware let
         // go of them.
         let Qp { slots, .. } = qp;
