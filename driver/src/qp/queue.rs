@@ -269,10 +269,19 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// QP in the error state, last-WQE-reached is recorded,
     /// communication-established changes nothing. Returns the typed event,
     /// or `None` when the event is not this QP's.
+    ///
+    /// A QP the driver has put in RESET or INIT since cannot have raised
+    /// it (it neither sends nor receives there): such an event was raised
+    /// before the QP's last reset and read late, so it changes nothing.
+    /// Otherwise it would mark a QP in RESET as in error, and a post would
+    /// then ring the doorbell of a QP firmware holds in RESET.
     pub fn handle_event(&mut self, ev: &Event) -> Option<QpEvent> {
         let (qpn, e) = ev.qp_event()?;
         if qpn != self.qpn {
             return None;
+        }
+        if matches!(self.state, QpState::Reset | QpState::Init) {
+            return Some(e);
         }
         if e.is_error() {
             self.state = QpState::Error;

@@ -312,6 +312,30 @@ fn qp_events_are_routed_by_qpn_and_errors_change_the_state() {
 }
 
 #[test]
+fn an_event_read_after_the_qp_was_reset_changes_nothing() {
+    // Raised while the QP was in error, read after the driver reset it: a
+    // QP in RESET or INIT raises no events, so it is from before.
+    let hal = TestHal::new();
+    let mut q = qp(&hal, geometry(4, 1, 0));
+    for state in [QpState::Reset, QpState::Init] {
+        q.state = state;
+        for event in [QpEvent::AccessError, QpEvent::LastWqeReached] {
+            let ev = Event::Qp { qpn: QPN, event };
+            assert_eq!(q.handle_event(&ev), Some(event), "still this QP's");
+            assert_eq!(q.state(), state);
+            assert!(!q.last_wqe_reached());
+        }
+    }
+    q.state = QpState::Rtr;
+    let ev = Event::Qp {
+        qpn: QPN,
+        event: QpEvent::AccessError,
+    };
+    q.handle_event(&ev);
+    assert_eq!(q.state(), QpState::Error, "a receiving QP takes it");
+}
+
+#[test]
 fn every_send_posts_and_completes_without_heap_growth() {
     // The hot path touches only the ring, the table and the record: the
     // platform sees no allocation after creation.
