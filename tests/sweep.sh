@@ -6,7 +6,7 @@
 #
 # N       seeds per test: FROM .. FROM+N-1, FROM = $MLX5_SWEEP_FROM (default 1000).
 # FILTER  only tests whose "binary::test" name contains it (e.g. cq_prop, verbs_random,
-#         fuzz_props::sim_cmd).
+#         qp_random, fuzz_props::sim_cmd).
 #
 # Each test runs once over the whole range (MLX5_PROP_SEED=FROM..END, see tests/src/seeds.rs):
 # a failing seed is reported and the next one still runs. A seed running longer than
@@ -28,12 +28,15 @@ case $n in '' | *[!0-9]*) usage ;; esac
 from=${MLX5_SWEEP_FROM:-1000}
 export MLX5_SEED_TIMEOUT=${MLX5_SEED_TIMEOUT:-60}
 
-# binary::test of every seeded test. The opt-in million-operation run of verbs_random is left
-# out (a million operations per seed); sweep it by hand with MLX5_PROP_SEED if needed.
+# binary::test of every seeded test. The opt-in million-operation runs of verbs_random and
+# qp_random are left out (a million operations per seed); sweep them by hand with
+# MLX5_PROP_SEED if needed.
 tests=(
     cq_prop::random_inject_poll_resize_arm_sequences_deliver_every_completion_once_in_order
     verbs_random::random_verbs_sequences_match_the_reference_model
     verbs_random::random_verbs_sequences_with_the_device_on_its_own_thread
+    qp_random::random_qp_sequences_match_the_reference
+    qp_random::random_qp_sequences_with_the_device_on_its_own_thread
     fuzz_props::cqe_ring
     fuzz_props::srq_ring
     fuzz_props::eqe
