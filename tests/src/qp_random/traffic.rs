@@ -339,6 +339,9 @@ impl Run {
                     let max = if self.rng.below(4) == 0 { 120 } else { 40 };
                     1 + self.rng.below(max) as u32
                 };
+                // The whole list stays in its slot (a refused one too: its
+                // bytes are written before the driver refuses it).
+                let len = len.min((SLOT as u64 - off) as u32 / 2);
                 let lkey = self.choose_key(Need::Read);
                 sges.push(Sge {
                     addr: base + off,
