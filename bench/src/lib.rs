@@ -4,7 +4,7 @@
 use mlx5_driver::cq::CqRing;
 use mlx5_driver::srq::{Sge, SrqGeometry};
 use mlx5_hal::host::HostHal;
-use mlx5_hal::{barrier, DmaRegion, Hal};
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
 
 /// Fill every slot of `ring` with a receive CQE owned by software for the pass
 /// that starts at running index `first` (which must be a multiple of the ring
@@ -147,5 +147,229 @@ pub fn prefill_resize(old: &CqRing<HostHal>, first: u32, n: usize) {
         r.write_be32(cqe + 0x38, 0x1234);
         r.write_be16(cqe + 0x3c, i as u16);
         r.write_u8(cqe + 0x3f, (opcode << 4) | owner);
+    }
+}
+
+/// The platform of the send-path benchmarks: the device model, with two
+/// additions that change no register or memory behaviour the driver sees.
+///
+/// * **Divert**: while on, 8-byte writes into a UAR page's BlueFlame area
+///   (the send doorbells) go to a scratch array of atomics instead of the
+///   model, so a posting loop measures the driver alone: the store still
+///   happens, the model just does not execute the WQEs (the hot-loop
+///   benchmark retires them itself).
+/// * **Model time**: wall time spent inside the model's MMIO handlers
+///   (in synchronous mode a send doorbell executes the WQEs it publishes,
+///   delivers them and writes the CQEs inside that write), the model's
+///   share of a round trip.
+#[derive(Clone)]
+pub struct BenchHal {
+    inner: mlx5_sim::SimHal,
+    sink: std::sync::Arc<Sink>,
+}
+
+/// Shared state of a [`BenchHal`].
+pub struct Sink {
+    divert: std::sync::atomic::AtomicBool,
+    model_ns: std::sync::atomic::AtomicU64,
+    words: [std::sync::atomic::AtomicU64; SINK_WORDS],
+}
+
+/// 8-byte words of the scratch BlueFlame area: 4 registers of up to 2 KiB.
+const SINK_WORDS: usize = 1024;
+/// BlueFlame area of a UAR page: offset 0x800 up to the page end.
+const BF_LO: usize = 0x800;
+const UAR_PAGE: usize = 0x1000;
+
+impl BenchHal {
+    /// Wrap the model's platform.
+    pub fn new(inner: mlx5_sim::SimHal) -> BenchHal {
+        BenchHal {
+            inner,
+            sink: std::sync::Arc::new(Sink {
+                divert: false.into(),
+                model_ns: 0.into(),
+                words: std::array::from_fn(|_| 0.into()),
+            }),
+        }
+    }
+
+    /// Send doorbells go to the scratch area (`true`) or to the model.
+    pub fn divert_doorbells(&self, on: bool) {
+        self.sink
+            .divert
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Wall time spent inside the model's MMIO handlers so far.
+    pub fn model_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(
+            self.sink
+                .model_ns
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// The last value written to scratch word `i` (to keep the stores
+    /// observable).
+    pub fn scratch(&self, i: usize) -> u64 {
+        self.sink.words[i % SINK_WORDS].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = f();
+        self.sink.model_ns.fetch_add(
+            t.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        r
+    }
+}
+
+use std::time::Instant;
+
+// SAFETY: every method forwards to `SimHal`, which upholds the `Hal`
+// contract, except diverted BlueFlame writes, which store into atomics the
+// wrapper owns (no memory the driver or the model uses); the clock and DMA
+// behave as the model's.
+unsafe impl Hal for BenchHal {
+    fn bar0_size(&self) -> usize {
+        self.inner.bar0_size()
+    }
+    fn mmio_read32(&self, offset: usize) -> u32 {
+        self.timed(|| self.inner.mmio_read32(offset))
+    }
+    fn mmio_write32(&self, offset: usize, value: u32) {
+        self.timed(|| self.inner.mmio_write32(offset, value))
+    }
+    #[inline(always)]
+    fn mmio_write64(&self, offset: usize, value: u64) {
+        let in_page = offset % UAR_PAGE;
+        if in_page >= BF_LO && self.sink.divert.load(std::sync::atomic::Ordering::Relaxed) {
+            self.sink.words[(in_page - BF_LO) / 8 % SINK_WORDS]
+                .store(value, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        self.timed(|| self.inner.mmio_write64(offset, value))
+    }
+    fn dma_alloc(&self, size: usize) -> Result<mlx5_hal::RawDma, HalError> {
+        self.inner.dma_alloc(size)
+    }
+    unsafe fn dma_free(&self, region: mlx5_hal::RawDma) {
+        // SAFETY: forwarded unchanged under the caller's guarantees.
+        unsafe { self.inner.dma_free(region) }
+    }
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn delay_us(&self, us: u32) {
+        self.inner.delay_us(us)
+    }
+}
+
+/// The raw send-posting baseline: the same send WQE bytes as the driver's
+/// `SendRing::write` (control segment, data segments or one inline
+/// segment), a `wr_id` store per WQE, the doorbell record and the 8-byte
+/// doorbell with the same barriers as `SendRing::ring_doorbell`, into the
+/// same ring, with plain volatile stores and no driver around them: no
+/// flow control, no checks, no wrap of a WQE across the ring end (the
+/// benchmark's WQEs never cross it).
+pub struct RawSq {
+    ring: *mut u8,
+    mask: u16,
+    dbr: *mut u8,
+    qpn: u32,
+    cur_post: u16,
+    bf: usize,
+    bf_toggle: usize,
+    wrids: Vec<u64>,
+}
+
+impl RawSq {
+    /// A baseline over `wqebbs` WQEBBs at `ring` (WQEBB 0), the doorbell
+    /// record at `dbr`, for QP `qpn`, ringing BlueFlame offset `bf` of a
+    /// register of `bf_size` bytes.
+    ///
+    /// # Safety
+    ///
+    /// `ring` must point at `wqebbs * 64` bytes and `dbr` at 8 bytes of
+    /// live DMA memory that nothing else touches while the baseline runs.
+    pub unsafe fn new(
+        ring: *mut u8,
+        wqebbs: usize,
+        dbr: *mut u8,
+        qpn: u32,
+        bf: usize,
+        bf_size: usize,
+    ) -> RawSq {
+        RawSq {
+            ring,
+            mask: (wqebbs - 1) as u16,
+            dbr,
+            qpn,
+            cur_post: 0,
+            bf,
+            bf_toggle: bf_size / 2,
+            wrids: vec![0; wqebbs],
+        }
+    }
+
+    /// Write one signaled SEND of `sges` (all non-empty) or of `inline`
+    /// bytes; returns the doorbell value (its first 8 bytes).
+    #[inline(always)]
+    pub fn post(&mut self, wr_id: u64, sges: &[Sge], inline: Option<&[u8]>) -> u64 {
+        let idx = (self.cur_post & self.mask) as usize;
+        let ds = 1 + match inline {
+            Some(d) => (4 + d.len()).div_ceil(16),
+            None => sges.len(),
+        };
+        use mlx5_regs::consts::wqe;
+        let word0 = mlx5_regs::doorbell::qp_send_doorbell(
+            wqe::opmod_idx_opcode(0, self.cur_post, wqe::OPCODE_SEND),
+            wqe::qpn_ds(self.qpn, ds as u8),
+        );
+        // SAFETY: (whole block) the WQE lies inside the ring (`idx` masked,
+        // `ds * 16` bytes never cross the end for the benchmark's WQEs);
+        // aligned volatile stores into live DMA memory.
+        unsafe {
+            let w = self.ring.add(idx * 64);
+            let d = w.add(16);
+            match inline {
+                Some(data) => {
+                    (d as *mut u32).write_volatile((data.len() as u32 | wqe::INLINE_SEG).to_be());
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), d.add(4), data.len());
+                }
+                None => {
+                    for (k, s) in sges.iter().enumerate() {
+                        let e = d.add(16 * k);
+                        (e as *mut u32).write_volatile(s.length.to_be());
+                        (e.add(4) as *mut u32).write_volatile(s.lkey.to_be());
+                        (e.add(8) as *mut u64).write_volatile(s.addr.to_be());
+                    }
+                }
+            }
+            (w as *mut u64).write_volatile(word0.to_be());
+            let fm_ce_se = wqe::CTRL_CQ_UPDATE as u64;
+            (w.add(8) as *mut u64).write_volatile((fm_ce_se << 32).to_be());
+        }
+        self.wrids[idx] = wr_id;
+        self.cur_post = self.cur_post.wrapping_add((ds * 16).div_ceil(64) as u16);
+        word0
+    }
+
+    /// Publish: barrier, doorbell record, barrier, the 8-byte doorbell,
+    /// flush, switch BlueFlame halves.
+    #[inline(always)]
+    pub fn ring<H: Hal>(&mut self, hal: &H, word0: u64) {
+        barrier::dma_wmb();
+        // SAFETY: the record's send counter is 4 live bytes at offset 4.
+        unsafe {
+            (self.dbr.add(4) as *mut u32).write_volatile((self.cur_post as u32).to_be());
+        }
+        barrier::mmio_wmb();
+        hal.mmio_write64(self.bf, word0);
+        barrier::mmio_flush();
+        self.bf ^= self.bf_toggle;
     }
 }
