@@ -348,7 +348,7 @@ fn print_table(results: &[StageResult], res: &Result<(), CliError>) {
     );
     for (i, s) in results.iter().enumerate() {
         let ran = s.outcome != Outcome::NotRun;
-        outln!(
+        let row = format!(
             "  {:>2}  {:<32} {:<8} {:>10} {:>9}",
             i + 1,
             STAGES[i].1,
@@ -364,6 +364,7 @@ fn print_table(results: &[StageResult], res: &Result<(), CliError>) {
                 String::new()
             }
         );
+        outln!("{}", row.trim_end());
     }
     let passed = results
         .iter()
