@@ -450,6 +450,7 @@ fn help_on_everything() {
     for sub in [
         &[][..],
         &["demo"],
+        &["selftest"],
         &["caps"],
         &["cmd"],
         &["trace"],
@@ -467,7 +468,16 @@ fn help_on_everything() {
     }
     assert_has(
         &stdout(&mlx5(&["--help"])),
-        &["Exit codes:", "demo", "caps", "cmd", "trace", "stats"],
+        &[
+            "Exit codes:",
+            "demo",
+            "selftest",
+            "caps",
+            "cmd",
+            "trace",
+            "stats",
+            "11-20",
+        ],
         "help",
     );
     assert_has(
