@@ -320,9 +320,9 @@ pub fn loopback_text<H: Hal>(hca: &TracedHca<'_, H>) -> String {
             gid_text(&gid),
             mac_text(&mac)
         ),
-        Some(LoopbackMode::Ib { lid }) => {
-            format!("InfiniBand to the port's own LID {lid:#x} ({roce})")
-        }
+        Some(LoopbackMode::Ib { lid }) => format!(
+            "InfiniBand to the port's own LID {lid:#x} (from QUERY_HCA_VPORT_CONTEXT; no roce_en, no GID entry on an InfiniBand port)"
+        ),
         None => format!("none: the device offers no force loopback, RoCE or IB port ({roce})"),
     }
 }

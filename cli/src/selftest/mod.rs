@@ -8,6 +8,9 @@ mod bundle;
 mod setup;
 mod traffic;
 
+#[cfg(test)]
+mod tests;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -139,7 +142,7 @@ pub fn run<H: Hal>(
     let mut results = vec![StageResult::NOT_RUN; STAGES.len()];
     let mut failure: Option<CliError> = None;
     let mut caps = Value::Null;
-    let mut health_before = Value::Null;
+    let health_before;
     let mut after_failure = Value::Null;
 
     r.step(STAGES[0].0, STAGES[0].1);
@@ -148,6 +151,7 @@ pub fn run<H: Hal>(
     results[0] = c.stop(t, up.as_ref().map(|_| ()), 0);
     match up {
         Err(e) => {
+            health_before = bundle::health(&clock_hal);
             let td = after_failed_bring_up(&e, env, t, &mut r);
             after_failure =
                 json!({"pages_given": td.pages_given, "pages_returned": td.pages_returned});
