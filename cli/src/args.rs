@@ -13,13 +13,14 @@ on the built-in device model (default) or on real hardware through VFIO";
 
 const LONG_ABOUT: &str = "Drive an NVIDIA/Mellanox ConnectX (mlx5) NIC at register level, \
 with the mlx5-driver crate: bring the HCA up through the firmware command interface, create \
-completion and shared receive queues, poll event queues, tear down.
+completion and shared receive queues and RC queue pairs, send traffic between them, poll event \
+queues, tear down.
 
 Every subcommand runs on --device sim[:PROFILE] (the built-in device model; profiles cx4lx, \
 cx5, cx6dx, cx7; the default, runs on any machine) or --device vfio:DDDD:BB:DD.F (a ConnectX \
 bound to vfio-pci, see docs/hardware.md).
 
-Start with: mlx5 demo";
+Start with: mlx5 demo. First time on a card: mlx5 selftest --device vfio:DDDD:BB:DD.F";
 
 /// Upper bound of `--cmd-timeout-ms`: an hour. Linux waits 60 s for a
 /// command (`MLX5_CMD_TIMEOUT_MSEC`) and 120 s for firmware initialisation;

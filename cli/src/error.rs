@@ -153,9 +153,20 @@ impl CliError {
 
     /// Self-test stage `n` (1-based, named `name`) failed with `err`.
     pub fn stage(n: u8, name: &'static str, err: CliError) -> Self {
+        CliError::Stage {
+            n,
+            name,
+            hint: err.stage_hint(),
+            err: Box::new(err),
+        }
+    }
+
+    /// What to do when this error ended a self-test stage: its own advice
+    /// (the generic "run mlx5 trace" is replaced: the report has the
+    /// trace), then the report.
+    pub fn stage_hint(&self) -> String {
         let report = "the report file has every command with its status, syndrome and hexdump, the capabilities and the health buffer: attach it to a bug report (docs/hardware.md)";
-        let hint = match &err {
-            // The generic "run mlx5 trace" advice: the report has the trace.
+        match self {
             CliError::Driver {
                 err: mlx5_driver::Error::Command { .. },
                 ..
@@ -164,12 +175,6 @@ impl CliError {
                 Some(h) => format!("{h}; {report}"),
                 None => report.to_string(),
             },
-        };
-        CliError::Stage {
-            n,
-            name,
-            err: Box::new(err),
-            hint,
         }
     }
 
@@ -279,6 +284,7 @@ impl CliError {
             v["stage_name"] = json!(name);
         }
         v["message"] = json!(self.message());
+        v["hint"] = json!(self.hint());
         v["exit_code"] = json!(self.exit_code());
         v
     }

@@ -318,6 +318,13 @@ fn each_stage_stops_at_its_failing_command_with_its_exit_code_and_writes_the_bun
         let syndrome = fault[1].split(':').nth(2).unwrap();
         assert_eq!(e["syndrome"], syndrome, "{what}");
         assert_eq!(e["errno"], 22);
+        assert!(
+            e["hint"]
+                .as_str()
+                .unwrap()
+                .contains("attach it to a bug report"),
+            "{e}"
+        );
         let st = b["stages"].as_array().unwrap();
         for (k, s) in st.iter().enumerate() {
             let want = match (k + 1).cmp(&n) {

@@ -119,6 +119,7 @@ fn stage_error_json(n: usize, e: &CliError) -> Value {
     v["stage"] = json!(n + 1);
     v["stage_name"] = json!(STAGES[n].0);
     v["exit_code"] = json!(crate::error::EXIT_STAGE_BASE + n as i32 + 1);
+    v["hint"] = json!(e.stage_hint());
     v
 }
 
