@@ -86,3 +86,42 @@ fn the_selftest_on_an_infiniband_port_passes_every_stage() {
     );
     assert_eq!(b["model"]["traffic"]["side_door_uses"], 0);
 }
+
+/// A message that never completes (no receive posted: the responder
+/// answers RNR forever) ends the wait after the bounded time with the
+/// count that did arrive, and a 2 s wait costs little wall time on the
+/// model's clock.
+#[test]
+fn a_message_that_never_completes_ends_a_bounded_wait() {
+    use crate::scenario::flow::{Flow, Kind};
+    use crate::scenario::objects::{alloc_bufs, create_cq, create_pair, create_srq, Objects};
+    let dev = Device::new(SimConfig::profile(Profile::ConnectX5));
+    let t = Tracer::new(None, false, None);
+    let hca = mlx5_driver::Hca::bring_up_with(dev.hal(), HcaConfig::default(), &t).unwrap();
+    let mut objs = Objects::new();
+    objs.scq = Some(create_cq(&hca, 63, "send CQ").unwrap());
+    let rcq = objs.rcq.insert(create_cq(&hca, 63, "receive CQ").unwrap());
+    objs.srq = Some(create_srq(&hca, 15, rcq).unwrap());
+    objs.sbufs = Some(alloc_bufs(&hca, "send buffers").unwrap());
+    objs.rbufs = Some(alloc_bufs(&hca, "receive buffers").unwrap());
+    create_pair(&hca, &mut objs, 0).unwrap();
+    let mut flow = Flow::new();
+    let mut p = objs.parts().unwrap();
+    flow.post(&hca, &mut p, &[(Kind::Send, 10)]).unwrap();
+    let start = std::time::Instant::now();
+    let e = flow.complete_all(&hca, &mut p).unwrap_err();
+    assert!(
+        e.message()
+            .starts_with("only 0 of 1 receive completions arrived on CQ"),
+        "{}",
+        e.message()
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    let st = dev.traffic().stats();
+    assert_eq!(st.messages, 0);
+    assert!(st.rnr_naks > 0, "{st:?}");
+    let (lines, res) = objs.destroy(&hca);
+    res.unwrap();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert!(hca.teardown().unwrap().pages_left == 0);
+}
