@@ -169,6 +169,22 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
         hexdump: bool,
     },
 
+    /// Run a script of firmware commands and driver steps on one
+    /// brought-up device, with expect checks and variables
+    #[command(after_help = crate::script::parse::HELP)]
+    Run {
+        /// The script file, or - for stdin
+        file: String,
+        /// Print zero output fields too
+        #[arg(long)]
+        all_fields: bool,
+    },
+
+    /// Type the script language one line at a time on one brought-up
+    /// device (history, quit)
+    #[command(after_help = crate::script::parse::HELP)]
+    Shell,
+
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]
     Stats {

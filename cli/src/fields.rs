@@ -296,8 +296,11 @@ impl Input {
         self.set.iter().any(|(s, ..)| s == path)
     }
 
-    pub(crate) fn has_pas(&self) -> bool {
-        self.set.iter().any(|(s, ..)| s.starts_with("pas["))
+    /// The user gave an element of the array `name` (`pas` for `pas[3]`).
+    pub(crate) fn has_array(&self, name: &str) -> bool {
+        self.set
+            .iter()
+            .any(|(s, ..)| s.strip_prefix(name).is_some_and(|r| r.starts_with('[')))
     }
 }
 
