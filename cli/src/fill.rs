@@ -94,7 +94,6 @@ enum Src {
 
 /// The fields the tool fills for `op` (unless given), as (field, what),
 /// for `mlx5 cmd NAME --fields`.
-#[allow(dead_code)] // used by `cmd NAME --fields`
 pub(crate) fn describe(op: Opcode) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = defaults(op)
         .iter()

@@ -19,6 +19,7 @@ macro_rules! outp {
 
 mod args;
 mod caps;
+mod discover;
 mod error;
 mod fields;
 mod fill;
@@ -100,6 +101,32 @@ fn dispatch(cli: &Cli) -> Outcome {
         Ok(f) => f,
         Err(e) => return (Value::Null, Err(e)),
     };
+    // Discovery needs no device.
+    if let Command::Cmd {
+        name,
+        list,
+        show_fields,
+        ..
+    } = &cli.command
+    {
+        if *list {
+            return (discover::list(g.json), Ok(()));
+        }
+        if *show_fields {
+            let name = name.as_deref().unwrap_or_default();
+            return match target::parse_opcode(name) {
+                Ok(op) if op.layouts().is_some() => (discover::fields(op, g.json), Ok(())),
+                Ok(op) => (
+                    Value::Null,
+                    Err(CliError::usage(
+                        format!("{op} has no layout in mlx5-regs"),
+                        "`mlx5 cmd --list` lists the commands with one",
+                    )),
+                ),
+                Err(e) => (Value::Null, Err(e)),
+            };
+        }
+    }
     // A script is read and checked before the device is opened.
     let script = match &cli.command {
         Command::Run { file, .. } => match script::top::load(file) {
@@ -311,7 +338,17 @@ fn subcommand<H: Hal>(
             name,
             fields,
             all_fields,
-        } => cmd_cmd(hal, env, t, g.json, progress, name, fields, *all_fields),
+            ..
+        } => cmd_cmd(
+            hal,
+            env,
+            t,
+            g.json,
+            progress,
+            name.as_deref().unwrap_or_default(),
+            fields,
+            *all_fields,
+        ),
     }
 }
 

@@ -102,7 +102,12 @@ fn build(op: Opcode, in_layout: &'static Layout, fields: &[String]) -> Result<In
                 "drop opcode=...",
             ));
         }
-        inp.put_user(k.trim(), v.trim())?;
+        let v = if k.trim() == "op_mod" {
+            crate::discover::op_mod_value(op, v.trim())?
+        } else {
+            v.trim().to_string()
+        };
+        inp.put_user(k.trim(), &v)?;
     }
     if op == Opcode::ACCESS_REG {
         register_data_len(&inp)?;
