@@ -143,6 +143,8 @@ pub struct RigConfig {
     pub nbufs: usize,
     /// Bytes per buffer.
     pub buf_size: usize,
+    /// Make the port InfiniBand (`port_type` 0) before bring-up.
+    pub ib_port: bool,
 }
 
 impl RigConfig {
@@ -161,7 +163,23 @@ impl RigConfig {
             cq_entries: (255, 255),
             nbufs: 128,
             buf_size: 256,
+            ib_port: false,
         }
+    }
+
+    /// The same rig on an InfiniBand port (addressed by LID).
+    pub fn ib(self) -> RigConfig {
+        RigConfig {
+            ib_port: true,
+            ..self
+        }
+    }
+
+    /// A name for messages: the profile (with "IB" for an IB port) and the
+    /// mode.
+    pub fn name(&self) -> String {
+        let ib = if self.ib_port { " IB" } else { "" };
+        format!("{:?}{ib} {:?}", self.profile, self.mode)
     }
 
     /// The model device this configuration describes.
@@ -170,10 +188,25 @@ impl RigConfig {
             issi_supported: if self.issi == 0 { 0b01 } else { 0b11 },
             ..SimConfig::profile(self.profile)
         };
-        Device::new(match self.mode {
+        let dev = Device::new(match self.mode {
             ExecMode::Synchronous => cfg,
             ExecMode::Threaded => cfg.threaded(),
-        })
+        });
+        if self.ib_port {
+            dev.caps_mut(|c| c.port_type = mlx5_regs::consts::port::TYPE_IB);
+        }
+        dev
+    }
+
+    /// Every port set-up in `mode`: each profile on Ethernet, and a
+    /// ConnectX-5 with an InfiniBand port.
+    pub fn every_port(mode: ExecMode) -> Vec<RigConfig> {
+        let mut v: Vec<RigConfig> = crate::PROFILES
+            .iter()
+            .map(|&p| RigConfig::new(p, mode))
+            .collect();
+        v.push(RigConfig::new(Profile::ConnectX5, mode).ib());
+        v
     }
 }
 
