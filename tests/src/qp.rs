@@ -265,7 +265,7 @@ impl Rig {
         let mut rcq = hca
             .create_cq(cfg.cq_entries.1, CqOptions::default())
             .unwrap();
-        let mut srq = hca.create_srq(cfg.srq_wr, 1, Some(&mut rcq)).unwrap();
+        let mut srq = hca.create_srq(cfg.srq_wr, 2, Some(&mut rcq)).unwrap();
         let g = hca.send_queue_geometry(&cfg.sq).unwrap();
         let tx = hca
             .create_qp(
@@ -423,6 +423,12 @@ impl Rig {
     /// Destroy everything, tear down, and check the model is back to
     /// nothing ([`assert_torn_down`]); the side door was never used.
     pub fn finish(self, what: &str) {
+        self.finish_with_faults(what, 0)
+    }
+
+    /// [`Rig::finish`] for a test that made the device touch memory
+    /// outside DMA space on purpose: exactly `iommu_faults` were recorded.
+    pub fn finish_with_faults(self, what: &str, iommu_faults: usize) {
         let Rig {
             dev,
             hca,
@@ -470,7 +476,9 @@ impl Rig {
             0,
             "{what}: the side door was used"
         );
-        assert_torn_down(&dev, what);
+        let faults = dev.iommu_faults();
+        assert_eq!(faults.len(), iommu_faults, "{what}: {faults:#?}");
+        assert_torn_down_except_faults(&dev, what);
     }
 }
 
@@ -479,6 +487,22 @@ impl Rig {
 /// power-on 0 and no GID entry is programmed.
 pub fn assert_torn_down(dev: &Device, what: &str) {
     assert_clean(dev, what);
+    assert_torn_down_except_faults(dev, what);
+}
+
+/// [`assert_torn_down`] without the IOMMU-fault check.
+pub fn assert_torn_down_except_faults(dev: &Device, what: &str) {
+    assert_eq!(dev.pages_held(), 0, "{what}: model still holds pages");
+    assert_eq!(
+        dev.objects(),
+        ObjectCounts::default(),
+        "{what}: model still holds objects"
+    );
+    assert!(
+        dev.violations().is_empty(),
+        "{what}: protocol violations {:#?}",
+        dev.violations()
+    );
     assert_eq!(
         dev.leaked_at_teardown(),
         Some(ObjectCounts::default()),
