@@ -141,14 +141,18 @@ pub fn narrate_bring_up<H: Hal>(
         if caps.port_type == 1 { "Ethernet" } else { "InfiniBand" }
     ));
     r.say(format!(
-        "{} commands, {} failed; UAR {:#x}, async EQ {}, completion EQ {}, PD {:#x}, reserved lkey {:#x}",
+        "{} commands, {} failed; UAR {:#x}, async EQ {}, completion EQ {}, PD {:#x}, reserved lkey {:#x}, {}",
         stats.total(),
         failed,
         hca.uar(),
         hca.async_eqn(),
         hca.comp_eqn(),
         hca.pd(),
-        hca.reserved_lkey()
+        hca.reserved_lkey(),
+        match hca.dma_lkey() {
+            Some(k) => format!("DMA key {k:#x} (the default lkey)"),
+            None => "no DMA key (the reserved lkey is the default)".to_string(),
+        }
     ));
     r.set("firmware_ready_after_ns", waited_ns);
     r.set("firmware_version", fw.to_string());

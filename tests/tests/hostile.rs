@@ -48,7 +48,7 @@ impl Fixture {
                 [Sge {
                     addr: self.bufs.iova() + (id % 16) * BUF as u64,
                     length: BUF as u32,
-                    lkey: self.hca.reserved_lkey(),
+                    lkey: self.hca.default_lkey(),
                 }]
             })
             .collect();

@@ -469,3 +469,45 @@ fn bring_up_chooses_the_documented_loopback_mode_and_teardown_undoes_it() {
         }
     }
 }
+
+#[test]
+fn the_reserved_lkey_works_as_an_explicit_choice_on_both_sides() {
+    // Not the default (the DMA key is), but still usable: in a receive WQE
+    // of the RMP and in a send SGE (the driver's QPs set `rlky`).
+    let cfg = RigConfig::new(Profile::ConnectX5, ExecMode::Synchronous);
+    let mut rig = Rig::new(cfg);
+    let resd = rig.hca.reserved_lkey();
+    assert_ne!(Some(resd), rig.hca.dma_lkey());
+    assert_eq!(rig.hca.default_lkey(), rig.hca.dma_lkey().unwrap());
+    rig.dst.clear(0, 0);
+    let recv = [mlx5_driver::srq::Sge {
+        addr: rig.dst.iova(0),
+        length: 256,
+        lkey: resd,
+    }];
+    rig.srq
+        .post(&[mlx5_driver::srq::RecvRequest {
+            wr_id: 0,
+            sges: &recv,
+        }])
+        .unwrap();
+    let data = payload(0, 200);
+    rig.src.write(0, &data);
+    let send = [mlx5_driver::srq::Sge {
+        addr: rig.src.iova(0),
+        length: 200,
+        lkey: resd,
+    }];
+    rig.tx
+        .post_send(&[SendRequest {
+            wr_id: 0,
+            op: SendOp::Send,
+            payload: Payload::Sges(&send),
+            signaled: true,
+            solicited: false,
+        }])
+        .unwrap();
+    rig.expect_message(0, 200);
+    assert_eq!(rig.wait_send(1)[0].error(), None);
+    rig.finish("reserved lkey");
+}

@@ -32,8 +32,9 @@ pub(super) fn demo<H: Hal>(
     r.step("post", "Post receives");
     post(hca, srq, bufs, 0..32, &mut next_wr)?;
     r.say(format!(
-        "posted 32 receive requests (wr_id 0..=31), one {BUF}-byte buffer each, lkey {:#x} (reserved lkey); {} outstanding",
-        hca.reserved_lkey(),
+        "posted 32 receive requests (wr_id 0..=31), one {BUF}-byte buffer each, lkey {:#x} ({}); {} outstanding",
+        hca.default_lkey(),
+        if hca.dma_lkey().is_some() { "the DMA key" } else { "reserved lkey: no DMA key on this device" },
         srq.outstanding()
     ));
     r.set("posted", 32);

@@ -136,7 +136,7 @@ pub(super) fn post<H: Hal>(
             [Sge {
                 addr: bufs.iova() + (id as usize % NBUF * BUF) as u64,
                 length: BUF as u32,
-                lkey: hca.reserved_lkey(),
+                lkey: hca.default_lkey(),
             }]
         })
         .collect();
