@@ -176,7 +176,11 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
 
     assert_eq!(hca.query_qp(tx)?.state, QpState::Rts);
     hca.qp_to_error(tx)?;
-    hca.qp_to_reset(tx)?;
+    let links = QpLinks {
+        send_cq: Some(&mut *scq),
+        ..QpLinks::default()
+    };
+    hca.qp_to_reset_and_clean(tx, links)?;
     hca.qp_to_reset(rx)?;
     o.cleanup(dev, hca)
 }

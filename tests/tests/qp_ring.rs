@@ -7,7 +7,9 @@
 //! command reaches the model.
 
 use mlx5_driver::cq::CqeStatus;
-use mlx5_driver::qp::{Payload, PostSendFailure, SendError, SendOp, SendQueueCaps, SendRequest};
+use mlx5_driver::qp::{
+    Payload, PostSendFailure, QpLinks, QpState, SendError, SendOp, SendQueueCaps, SendRequest,
+};
 use mlx5_driver::Error;
 use mlx5_regs::consts::errno;
 use mlx5_sim::{ExecMode, Profile};
@@ -239,6 +241,66 @@ fn cqs_and_srq_in_use_by_a_qp_are_not_destroyed() {
         rig.post_recvs(1);
         rig.send(0, 10);
         rig.expect_message(0, 10);
+        rig.finish(&what);
+    }
+}
+
+#[test]
+fn reset_and_clean_removes_stale_cqes_before_the_ring_restarts_at_index_0() {
+    // Without the clean, a flush CQE left in the send CQ names WQE index 0
+    // and would complete the first request posted after the reset in its
+    // place (Linux and rdma-core clean both CQs at RESET).
+    for mode in MODES {
+        let what = format!("{mode:?}");
+        let mut rig = ring_rig(mode);
+        rig.post_recvs(2);
+        rig.send_batch(0..5, 24, |_| true).unwrap();
+        rig.settle(2_000); // 2 delivered, 3 wait on RNR
+        rig.hca.qp_to_error(&mut rig.tx).unwrap();
+        rig.settle(200);
+        assert_eq!(
+            (rig.scq.pending(), rig.rcq.pending()),
+            (5, 2),
+            "{what}: 2 sends + 3 flushes, 2 receives, none polled"
+        );
+        // Wrong links: refused before any command.
+        rig.dev.clear_trace();
+        let wrong = QpLinks {
+            send_cq: Some(&mut rig.rcq),
+            ..QpLinks::default()
+        };
+        let e = rig.hca.qp_to_reset_and_clean(&mut rig.tx, wrong);
+        assert!(matches!(e, Err(Error::InvalidArgument(_))), "{what}");
+        assert!(rig.dev.trace().is_empty(), "{what}");
+        let links = QpLinks {
+            send_cq: Some(&mut rig.scq),
+            ..QpLinks::default()
+        };
+        assert_eq!(rig.hca.qp_to_reset_and_clean(&mut rig.tx, links), Ok(5));
+        let links = QpLinks {
+            recv_cq: Some(&mut rig.rcq),
+            srq: Some(&mut rig.srq),
+            ..QpLinks::default()
+        };
+        assert_eq!(rig.hca.qp_to_reset_and_clean(&mut rig.rx, links), Ok(2));
+        assert_eq!((rig.scq.pending(), rig.rcq.pending()), (0, 0), "{what}");
+        assert_eq!(rig.srq.outstanding(), 0, "{what}: WQEs given back");
+        assert_eq!(rig.tx.outstanding_sends(), 0, "{what}");
+        rig.hca
+            .connect_loopback_pair(&mut rig.tx, &mut rig.rx)
+            .unwrap();
+        rig.post_recvs(2);
+        rig.send_batch(100..102, 24, |_| true).unwrap();
+        rig.expect_message(100, 24);
+        rig.expect_message(101, 24);
+        let done: Vec<_> = rig
+            .wait_send(2)
+            .iter()
+            .map(|c| (c.wr_id, c.wqe_index, c.error()))
+            .collect();
+        assert_eq!(done, [(100, 0, None), (101, 1, None)], "{what}");
+        assert_eq!(rig.tx.state(), QpState::Rts, "{what}");
+        assert_eq!(rig.tx.rejected_cqes(), 0, "{what}");
         rig.finish(&what);
     }
 }
