@@ -373,9 +373,17 @@ fn link_local(mac: [u8; 6]) -> [u8; 16] {
     g
 }
 
-fn loopback_mode(cfg: RigConfig) {
-    let what = cfg.name();
-    let mut rig = Rig::new(cfg);
+fn loopback_mode(cfg: RigConfig, roce_v1_only: bool) {
+    let what = format!(
+        "{}{}",
+        cfg.name(),
+        if roce_v1_only { " RoCE v1" } else { "" }
+    );
+    let dev = cfg.device();
+    if roce_v1_only {
+        dev.caps_mut(|c| c.roce_caps.roce_version = 0x1);
+    }
+    let mut rig = Rig::on(dev, cfg);
     let dev = rig.dev.clone();
     let mode = rig.hca.loopback_mode();
     let (fl, roce_on) = match (cfg.ib_port, cfg.profile) {
@@ -465,8 +473,10 @@ fn loopback_mode(cfg: RigConfig) {
 fn bring_up_chooses_the_documented_loopback_mode_and_teardown_undoes_it() {
     for mode in MODES {
         for cfg in RigConfig::every_port(mode) {
-            loopback_mode(cfg);
+            loopback_mode(cfg, false);
         }
+        // A RoCE device without v2: a v1 GID entry, no UDP source port.
+        loopback_mode(RigConfig::new(Profile::ConnectX4Lx, mode), true);
     }
 }
 

@@ -304,3 +304,56 @@ fn reset_and_clean_removes_stale_cqes_before_the_ring_restarts_at_index_0() {
         rig.finish(&what);
     }
 }
+
+#[test]
+fn messages_of_many_packets_from_several_gather_entries() {
+    // Up to 20 packets of the 1024-byte path MTU: both PSNs advance by the
+    // packet count and the pair stays in step.
+    for mode in MODES {
+        let what = format!("{mode:?}");
+        let cfg = RigConfig {
+            buf_size: 20_480,
+            nbufs: 8,
+            ..RigConfig::new(Profile::ConnectX7, mode)
+        };
+        let mut rig = Rig::new(cfg);
+        let lens = [1024, 1025, 4096, 9000, 20_480];
+        rig.post_recvs(lens.len() as u64);
+        for (seq, &len) in lens.iter().enumerate() {
+            // Three entries: 1 byte, the middle, and the rest.
+            let d = payload(seq as u64, len);
+            let (a, b) = (1, len / 2);
+            rig.src.write(3 * seq % 8, &d[..a]);
+            rig.src.write((3 * seq + 1) % 8, &d[a..b]);
+            rig.src.write((3 * seq + 2) % 8, &d[b..]);
+            let sges = [
+                rig.hca.sge(rig.src.iova(3 * seq % 8), a as u32),
+                rig.hca.sge(rig.src.iova((3 * seq + 1) % 8), (b - a) as u32),
+                rig.hca
+                    .sge(rig.src.iova((3 * seq + 2) % 8), (len - b) as u32),
+            ];
+            rig.tx
+                .post_send(&[SendRequest {
+                    wr_id: seq as u64,
+                    op: SendOp::Send,
+                    payload: Payload::Sges(&sges),
+                    signaled: true,
+                    solicited: false,
+                }])
+                .unwrap();
+            rig.expect_message(seq as u64, len);
+        }
+        let packets: u32 = lens.iter().map(|&l| (l as u32).div_ceil(1024)).sum();
+        let (t, r) = (
+            rig.dev.qp(rig.tx.qpn()).unwrap(),
+            rig.dev.qp(rig.rx.qpn()).unwrap(),
+        );
+        assert_eq!(
+            (t.next_send_psn, r.next_rcv_psn),
+            (packets, packets),
+            "{what}"
+        );
+        assert_eq!(rig.wait_send(lens.len()).len(), lens.len(), "{what}");
+        rig.finish(&what);
+    }
+}
