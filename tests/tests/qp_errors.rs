@@ -8,7 +8,7 @@
 
 use mlx5_driver::cq::{CqeError, CqeStatus};
 use mlx5_driver::mkey::{cmd as mkcmd, MkeyAccess};
-use mlx5_driver::qp::{Payload, QpEvent, QpState, SendOp, SendOpcode, SendRequest};
+use mlx5_driver::qp::{Payload, QpEvent, QpLinks, QpState, SendOp, SendOpcode, SendRequest};
 use mlx5_driver::srq::{RecvRequest, Sge};
 use mlx5_driver::{cmd::encode, Event};
 use mlx5_regs::consts::mkey;
@@ -398,6 +398,91 @@ fn a_message_longer_than_the_receive_buffer_is_a_length_error_on_both_sides() {
             reconnect(&mut rig);
         }
         drop(small);
+        rig.finish(&what);
+    }
+}
+
+/// A fresh receive-only QP on the rig's SRQ, in RESET.
+fn spare_receiver(rig: &mut Rig) -> mlx5_driver::qp::Qp<mlx5_sim::SimHal> {
+    let links = QpLinks {
+        recv_cq: Some(&mut rig.rcq),
+        srq: Some(&mut rig.srq),
+        ..QpLinks::default()
+    };
+    rig.hca.create_qp(None, links, []).unwrap()
+}
+
+#[test]
+fn a_destroyed_peer_ends_in_transport_retry_exceeded_and_a_destroyed_sender_sends_nothing() {
+    for mode in MODES {
+        let what = format!("{mode:?}");
+        let mut rig = Rig::new(RigConfig::new(Profile::ConnectX5, mode));
+        // The receiver goes away while 5 SENDs wait on its empty SRQ.
+        rig.send_batch(0..5, 32, |_| true).unwrap();
+        rig.settle(3_000);
+        assert!(rig.dev.qp(rig.tx.qpn()).unwrap().waiting, "{what}");
+        let spare = spare_receiver(&mut rig);
+        let gone = std::mem::replace(&mut rig.rx, spare);
+        let links = QpLinks {
+            recv_cq: Some(&mut rig.rcq),
+            srq: Some(&mut rig.srq),
+            ..QpLinks::default()
+        };
+        rig.hca.destroy_qp(gone, links).map_err(|(_, e)| e).unwrap();
+        rig.post_recvs(5);
+        // No ACK any more: 7 retries of the ACK timeout, then 0x15; the
+        // rest are flushed.
+        let c = rig.wait_send(5);
+        assert_eq!(
+            (c[0].wr_id, c[0].error()),
+            (0, Some(CqeError::TransportRetryExceeded)),
+            "{what}"
+        );
+        for (k, c) in c.iter().enumerate().skip(1) {
+            assert_eq!((c.wr_id, c.error()), (k as u64, Some(CqeError::WrFlush)));
+        }
+        let stats = rig.dev.traffic().stats();
+        assert_eq!((stats.ack_timeouts, stats.messages), (8, 0), "{what}");
+        assert!(drain(&mut rig.rcq).is_empty(), "{what}");
+
+        // Now the sender goes away while SENDs wait: nothing is delivered
+        // afterwards and its freed ring is never touched.
+        reconnect(&mut rig);
+        let waiting = rig.srq.outstanding();
+        assert_eq!(waiting, 5, "{what}: the receives are still posted");
+        rig.send_batch(10..15, 32, |_| true).unwrap();
+        for seq in 10..15 {
+            rig.expect_message(seq, 32);
+        }
+        rig.wait_send(5);
+        rig.send_batch(20..23, 32, |_| true).unwrap();
+        rig.settle(3_000);
+        assert!(rig.dev.qp(rig.tx.qpn()).unwrap().waiting, "{what}");
+        let caps = rig.cfg.sq;
+        let g = rig.hca.send_queue_geometry(&caps).unwrap();
+        let links = QpLinks {
+            send_cq: Some(&mut rig.scq),
+            ..QpLinks::default()
+        };
+        let fresh = rig
+            .hca
+            .create_qp(
+                Some(caps),
+                links,
+                vec![mlx5_driver::qp::SendSlot::EMPTY; g.wqebbs()],
+            )
+            .unwrap();
+        let gone = std::mem::replace(&mut rig.tx, fresh);
+        let links = QpLinks {
+            send_cq: Some(&mut rig.scq),
+            ..QpLinks::default()
+        };
+        rig.hca.destroy_qp(gone, links).map_err(|(_, e)| e).unwrap();
+        rig.post_recvs(3);
+        rig.settle(5_000);
+        assert!(drain(&mut rig.rcq).is_empty(), "{what}: nothing arrives");
+        assert!(drain(&mut rig.scq).is_empty(), "{what}: no CQE");
+        assert_eq!(rig.dev.traffic().stats().messages, 5, "{what}");
         rig.finish(&what);
     }
 }
