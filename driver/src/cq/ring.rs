@@ -12,6 +12,8 @@ use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
 use mlx5_regs::doorbell::{cq_arm_doorbell, cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
 use mlx5_regs::CqeOpcode;
 
+mod clean;
+
 /// Byte offsets inside a 64-byte CQE (docs/firmware.md §7.2, `struct mlx5_cqe64`).
 mod off {
     pub const FLAGS_RQPN: usize = 0x18;
