@@ -1,13 +1,9 @@
 //! The CQ verbs: create, resize, destroy, completion events, poll.
 
 use mlx5_hal::Hal;
-use mlx5_regs::CqeOpcode;
 
-use super::table::Table;
-use super::{
-    CqHandle, Errno, EventElement, SrqEntry, Verbs, VerbsStats, WcOpcode, WcStatus, WorkCompletion,
-};
-use crate::cq::{Cq, CqOptions, Cqe, CqeStatus};
+use super::{CqHandle, Errno, EventElement, Verbs};
+use crate::cq::{Cq, CqOptions};
 use crate::stats::CmdObserver;
 
 /// Verbs bookkeeping of a CQ (copyable so a failed destroy can restore it).
@@ -15,6 +11,8 @@ use crate::stats::CmdObserver;
 pub(super) struct CqBook {
     /// SRQs created with this CQ (`usecnt`).
     pub(super) srq_users: u32,
+    /// QPs using this CQ, once per role: send CQ, receive CQ (`usecnt`).
+    pub(super) qp_users: u32,
     /// Completion events taken from the EQ, not yet read.
     pub(super) events_pending: u32,
     /// Order of the oldest pending event among all CQs.
@@ -33,8 +31,15 @@ pub(super) struct CqEntry<H: Hal> {
     pub(super) book: CqBook,
 }
 
-impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: usize>
-    Verbs<H, O, CQS, SRQS, EVENTS>
+impl<
+        H: Hal,
+        O: CmdObserver,
+        const CQS: usize,
+        const SRQS: usize,
+        const EVENTS: usize,
+        const QPS: usize,
+        const SQ_WQEBBS: usize,
+    > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
 {
     // ------------------------------------------------------------ CQs
 
@@ -97,12 +102,14 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
 
     /// `ibv_destroy_cq`. Unpolled completions and a pending arm do not
     /// prevent it. `EBUSY`, nothing changed, the CQ keeps working: an SRQ
-    /// was created with this CQ; or a completion event or async event of it
-    /// was read and not acknowledged (libibverbs would block forever here).
+    /// was created with this CQ or a QP uses it (ib core's `usecnt`); or a
+    /// completion event or async event of it was read and not acknowledged
+    /// (libibverbs would block forever here).
     /// Unread events of the CQ are discarded with it.
     pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), Errno> {
         let b = self.cq_entry(cq)?.book;
         if b.srq_users > 0
+            || b.qp_users > 0
             || b.events_reported != b.events_acked
             || b.async_reported != b.async_acked
         {
@@ -176,92 +183,4 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         e.book.events_acked = e.book.events_acked.wrapping_add(n);
         Ok(())
     }
-
-    /// `ibv_poll_cq`: up to `wc.len()` completions, oldest first; returns
-    /// how many. A receive completion's `wr_id` comes from the SRQ its CQE
-    /// names, and that SRQ slot is free again from here on. A CQE naming an
-    /// unknown SRQ or a WQE that was never posted becomes a `GeneralErr`
-    /// completion with [`WorkCompletion::VENDOR_ERR_UNMATCHED`] and is
-    /// counted in [`VerbsStats::unmatched_cqes`].
-    pub fn poll_cq(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> Result<usize, Errno> {
-        const CHUNK: usize = 16;
-        let e = self.cqs.get_mut(cq.0).ok_or(Errno::EINVAL)?;
-        let mut buf = [Cqe::EMPTY; CHUNK];
-        let mut n = 0;
-        while n < wc.len() {
-            let want = (wc.len() - n).min(CHUNK);
-            let got = e.cq.poll(&mut buf[..want]);
-            for c in &buf[..got] {
-                wc[n] = translate(c, &mut self.srqs, &mut self.stats);
-                n += 1;
-            }
-            if got < want {
-                break;
-            }
-        }
-        Ok(n)
-    }
-}
-
-/// One CQE as a work completion; receives are matched to their SRQ slot,
-/// which is freed.
-fn translate<H: Hal, const SRQS: usize>(
-    c: &Cqe,
-    srqs: &mut Table<SrqEntry<H>, SRQS>,
-    stats: &mut VerbsStats,
-) -> WorkCompletion {
-    let mut wc = WorkCompletion {
-        qp_num: c.qpn,
-        byte_len: c.byte_len,
-        ..WorkCompletion::EMPTY
-    };
-    let (opcode, receive) = match c.opcode {
-        CqeOpcode::REQ | CqeOpcode::REQ_ERR => (WcOpcode::Send, false),
-        CqeOpcode::RESP_SEND | CqeOpcode::RESP_ERR => (WcOpcode::Recv, true),
-        CqeOpcode::RESP_SEND_IMM => {
-            wc.imm_data = Some(c.imm);
-            (WcOpcode::Recv, true)
-        }
-        CqeOpcode::RESP_SEND_INV => {
-            wc.invalidated_rkey = Some(c.imm);
-            (WcOpcode::Recv, true)
-        }
-        CqeOpcode::RESP_WR_IMM => {
-            wc.imm_data = Some(c.imm);
-            (WcOpcode::RecvRdmaWithImm, true)
-        }
-        _ => return unmatched(wc, stats),
-    };
-    wc.opcode = opcode;
-    if let CqeStatus::Error {
-        syndrome,
-        vendor_syndrome,
-    } = c.status
-    {
-        wc.status = WcStatus::from_syndrome(syndrome);
-        wc.vendor_err = vendor_syndrome as u32;
-    }
-    if !receive {
-        wc.wr_id = c.wqe_counter as u64;
-        return wc;
-    }
-    wc.srq_num = Some(c.srqn);
-    let Some((_, e)) = srqs.find_mut(|e| e.srq.srqn() == c.srqn) else {
-        return unmatched(wc, stats);
-    };
-    match e.srq.complete(c.wqe_counter) {
-        Ok(wr_id) => {
-            wc.wr_id = wr_id;
-            wc
-        }
-        Err(_) => unmatched(wc, stats),
-    }
-}
-
-fn unmatched(mut wc: WorkCompletion, stats: &mut VerbsStats) -> WorkCompletion {
-    stats.unmatched_cqes += 1;
-    wc.status = WcStatus::GeneralErr;
-    wc.vendor_err = WorkCompletion::VENDOR_ERR_UNMATCHED;
-    wc.wr_id = 0;
-    wc
 }

@@ -2,12 +2,21 @@
 
 use mlx5_hal::Hal;
 
-use super::{AsyncEvent, AsyncEventType, CqHandle, Errno, EventElement, SrqHandle, Verbs};
-use crate::eq::Event;
+use super::{
+    AsyncEvent, AsyncEventType, CqHandle, Errno, EventElement, QpHandle, SrqHandle, Verbs,
+};
+use crate::eq::{Event, QpEvent};
 use crate::stats::CmdObserver;
 
-impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: usize>
-    Verbs<H, O, CQS, SRQS, EVENTS>
+impl<
+        H: Hal,
+        O: CmdObserver,
+        const CQS: usize,
+        const SRQS: usize,
+        const EVENTS: usize,
+        const QPS: usize,
+        const SQ_WQEBBS: usize,
+    > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
 {
     // ------------------------------------------------------------ async events
 
@@ -37,6 +46,11 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                     e.book.async_reported = e.book.async_reported.wrapping_add(1);
                 }
             }
+            EventElement::Qp(h) => {
+                if let Some(e) = self.qps.get_mut(h.0) {
+                    e.book.async_reported = e.book.async_reported.wrapping_add(1);
+                }
+            }
             _ => self.other_reported += 1,
         }
         Ok(ev)
@@ -61,6 +75,10 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 let e = self.srqs.get_mut(h.0).ok_or(Errno::EINVAL)?;
                 ack(e.book.async_reported, &mut e.book.async_acked)
             }
+            EventElement::Qp(h) => {
+                let e = self.qps.get_mut(h.0).ok_or(Errno::EINVAL)?;
+                ack(e.book.async_reported, &mut e.book.async_acked)
+            }
             _ => {
                 if self.other_acked == self.other_reported {
                     return Err(Errno::EINVAL);
@@ -73,6 +91,10 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
 
     pub(super) fn route_async(&mut self, ev: Event) {
         use AsyncEventType as T;
+        if let Some((qpn, e)) = ev.qp_event() {
+            self.route_qp_event(qpn, e, &ev);
+            return;
+        }
         let cq = |s: &mut Self, cqn: u32| {
             s.cqs
                 .find_mut(|e| e.cq.cqn() == cqn)
@@ -88,7 +110,6 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
             Event::CqError { cqn, .. } => cq(self, cqn).map(|el| (T::CqErr, el)),
             Event::SrqLimit { srqn } => srq(self, srqn, false).map(|el| (T::SrqLimitReached, el)),
             Event::SrqCatastrophic { srqn } => srq(self, srqn, true).map(|el| (T::SrqErr, el)),
-            Event::SrqLastWqe { srqn } => Some((T::QpLastWqeReached, EventElement::Qp(srqn))),
             Event::PortChange { port, subtype } => {
                 let t = match subtype {
                     1 => Some(T::PortErr),
@@ -121,5 +142,33 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
             }),
             None => self.stats.unroutable_events += 1,
         }
+    }
+
+    /// A QP event: applied to the driver's QP (an error event puts it in
+    /// ERR) and queued with the QP's handle (Linux `mlx5_ib_qp_event`,
+    /// `drivers/infiniband/hw/mlx5/qp.c`, maps the types the same way).
+    fn route_qp_event(&mut self, qpn: u32, e: QpEvent, ev: &Event) {
+        use AsyncEventType as T;
+        let Some(k) = self.qpns.get(qpn) else {
+            self.stats.unroutable_events += 1;
+            return;
+        };
+        if let Some(q) = self.qps.get_mut(k) {
+            q.qp.handle_event(ev);
+        }
+        let event_type = match e {
+            QpEvent::CommEstablished => T::CommEst,
+            QpEvent::LastWqeReached => T::QpLastWqeReached,
+            QpEvent::PathMigrated => T::PathMig,
+            QpEvent::PathMigrationFailed => T::PathMigErr,
+            QpEvent::SqDrained => T::SqDrained,
+            QpEvent::CatastrophicError => T::QpFatal,
+            QpEvent::InvalidRequest => T::QpReqErr,
+            QpEvent::AccessError => T::QpAccessErr,
+        };
+        self.push_event(AsyncEvent {
+            event_type,
+            element: EventElement::Qp(QpHandle(k)),
+        });
     }
 }

@@ -35,11 +35,23 @@
 mod cq;
 mod errno;
 mod events;
+mod loopback;
+mod modify;
+mod mr;
+mod numap;
+mod poll;
+mod qp;
+mod qp_types;
 mod srq;
 mod table;
 mod types;
 
 pub use errno::Errno;
+pub use mr::Mr;
+pub use qp_types::{
+    AccessFlags, AhAttr, GlobalRoute, Mtu, PostSendError, QpAttr, QpAttrMask, QpCap, QpHandle,
+    QpInitAttr, QpState, SendFlags, SendWr, WrOpcode,
+};
 pub use types::{
     AsyncEvent, AsyncEventType, CqHandle, DeviceAttr, EventElement, SrqAttr, SrqAttrMask,
     SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
@@ -59,6 +71,8 @@ use crate::eq::Event;
 use crate::hca::{Hca, TeardownReport};
 use crate::stats::CmdObserver;
 use cq::CqEntry;
+use numap::NumMap;
+use qp::QpEntry;
 use srq::SrqEntry;
 use table::Table;
 
@@ -100,18 +114,27 @@ pub struct VerbsStats {
 }
 
 /// A verbs context: the device (an [`Hca`]) with up to `CQS` CQs, `SRQS`
-/// SRQs and `EVENTS` unread async events. Every method takes `&mut self`:
-/// one caller at a time, no locks.
+/// SRQs, `QPS` QPs and `EVENTS` unread async events. Each QP's send ring
+/// may have up to `SQ_WQEBBS` basic blocks of 64 bytes: the context holds
+/// a table of that many entries per QP (16 bytes each) that turns a send
+/// completion back into its `wr_id`. Every method takes `&mut self`: one
+/// caller at a time, no locks.
 pub struct Verbs<
     H: Hal,
     O: CmdObserver = (),
     const CQS: usize = 32,
     const SRQS: usize = 32,
     const EVENTS: usize = 64,
+    const QPS: usize = 16,
+    const SQ_WQEBBS: usize = 256,
 > {
     hca: Hca<H, O>,
     cqs: Table<CqEntry<H>, CQS>,
     srqs: Table<SrqEntry<H>, SRQS>,
+    qps: Table<QpEntry<H, SQ_WQEBBS>, QPS>,
+    /// QPN → QP, SRQN → SRQ: a CQE finds its object in O(1).
+    qpns: NumMap<QPS>,
+    srqns: NumMap<SRQS>,
     /// The CQ an ISSI-0 SRQ context names when the caller gave none
     /// (Linux's `devr->c0`); created on first need, destroyed by `close`.
     internal_cq: Option<Cq<H>>,
@@ -124,8 +147,15 @@ pub struct Verbs<
     stats: VerbsStats,
 }
 
-impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: usize>
-    Verbs<H, O, CQS, SRQS, EVENTS>
+impl<
+        H: Hal,
+        O: CmdObserver,
+        const CQS: usize,
+        const SRQS: usize,
+        const EVENTS: usize,
+        const QPS: usize,
+        const SQ_WQEBBS: usize,
+    > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
 {
     // ------------------------------------------------------------ context
 
@@ -135,6 +165,9 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
             hca,
             cqs: Table::new(),
             srqs: Table::new(),
+            qps: Table::new(),
+            qpns: NumMap::new(),
+            srqns: NumMap::new(),
             internal_cq: None,
             async_q: heapless::Deque::new(),
             next_seq: 0,
@@ -145,11 +178,20 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         }
     }
 
-    /// Destroy every SRQ and CQ left (SRQs first, then CQs, then the
-    /// internal CQ), whatever their events, and tear the device down
-    /// (`ibv_close_device` + device removal). Every step is attempted; the
-    /// first error is returned.
-    pub fn close(self) -> Result<TeardownReport, Errno> {
+    /// Destroy every QP, SRQ and CQ left (QPs first, then SRQs, then CQs,
+    /// then the internal CQ), whatever their events, and tear the device
+    /// down (`ibv_close_device` + device removal). Every step is attempted;
+    /// the first error is returned. Memory regions ([`Mr`]) not
+    /// deregistered go with the device (TEARDOWN_HCA removes their keys).
+    pub fn close(mut self) -> Result<TeardownReport, Errno> {
+        let mut first: Option<Errno> = None;
+        while let Some(k) = self.qps.any_key() {
+            if let Err(e) = self.destroy_qp_now(QpHandle(k)) {
+                first.get_or_insert(e);
+                // Gone from the table either way: go on with the others.
+                self.qps.remove(k);
+            }
+        }
         let Verbs {
             hca,
             mut cqs,
@@ -157,7 +199,6 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
             mut internal_cq,
             ..
         } = self;
-        let mut first: Option<Errno> = None;
         while let Some(k) = srqs.any_key() {
             let Some(e) = srqs.remove(k) else { break };
             let cq = match (e.srq.cqn().is_some(), e.book.cq) {
@@ -216,6 +257,11 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
             device_cap_flags: DeviceAttr::PORT_ACTIVE_EVENT,
             phys_port_cnt: caps.num_ports,
             fw_ver: (fw.major, fw.minor, fw.subminor),
+            max_qp: 1u32 << caps.log_max_qp.min(31),
+            max_qp_wr: 1u32 << caps.log_max_qp_sz.min(15),
+            max_send_sge: qp::max_send_sge(caps.max_wqe_sz_sq),
+            max_qp_rd_atom: 1u32 << caps.log_max_ra_res_qp.min(31),
+            max_qp_init_rd_atom: 1u32 << caps.log_max_ra_req_qp.min(31),
         }
     }
 
@@ -229,15 +275,15 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         self.srqs.get(srq.0).ok_or(Errno::EINVAL)
     }
 
+    fn qp_entry(&self, qp: QpHandle) -> Result<&QpEntry<H, SQ_WQEBBS>, Errno> {
+        self.qps.get(qp.0).ok_or(Errno::EINVAL)
+    }
+
     fn take_seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq
     }
 
-    /// Poll the EQs and route what they hold: completion events to their
-    /// CQ (bumping its arm sequence number at once, as Linux's EQ handler
-    /// does), async events to the async queue. A dead device queues one
-    /// `DeviceFatal` event.
     /// Queue the one `DeviceFatal` event the first time the device is
     /// found dead.
     fn note_fatal_once(&mut self, e: Option<crate::Error>) {
@@ -252,6 +298,10 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         }
     }
 
+    /// Poll the EQs and route what they hold: completion events to their
+    /// CQ (bumping its arm sequence number at once, as Linux's EQ handler
+    /// does), async events to the async queue. A dead device queues one
+    /// `DeviceFatal` event.
     fn pump(&mut self) -> Result<(), Errno> {
         let r = self.hca.poll_events();
         self.note_fatal_once(r.as_ref().err().copied());

@@ -16,6 +16,8 @@ pub(super) struct SrqBook {
     pub(super) cq: Option<CqHandle>,
     /// SRQ_ERR seen: posts fail with EIO.
     pub(super) error: bool,
+    /// QPs attached (`usecnt`).
+    pub(super) qp_users: u32,
     pub(super) async_reported: u32,
     pub(super) async_acked: u32,
 }
@@ -25,8 +27,15 @@ pub(super) struct SrqEntry<H: Hal> {
     pub(super) book: SrqBook,
 }
 
-impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: usize>
-    Verbs<H, O, CQS, SRQS, EVENTS>
+impl<
+        H: Hal,
+        O: CmdObserver,
+        const CQS: usize,
+        const SRQS: usize,
+        const EVENTS: usize,
+        const QPS: usize,
+        const SQ_WQEBBS: usize,
+    > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
 {
     // ------------------------------------------------------------ SRQs
 
@@ -72,8 +81,10 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 ..SrqBook::default()
             },
         };
+        let srqn = entry.srq.srqn();
         match self.srqs.insert(entry) {
             Ok(k) => {
+                self.srqns.insert(srqn, k);
                 if let Some(c) = attr.cq.and_then(|h| self.cqs.get_mut(h.0)) {
                     c.book.srq_users += 1;
                 }
@@ -174,16 +185,18 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         })
     }
 
-    /// `ibv_destroy_srq`. `EBUSY`, nothing changed: an async event of the
-    /// SRQ was read and not acknowledged (libibverbs would block forever).
+    /// `ibv_destroy_srq`. `EBUSY`, nothing changed: a QP is attached (ib
+    /// core's `usecnt`), or an async event of the SRQ was read and not
+    /// acknowledged (libibverbs would block forever).
     /// Unread events of the SRQ are discarded. Completions of this SRQ
     /// still in a CQ are reported as unmatched afterwards.
     pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), Errno> {
         let b = self.srq_entry(srq)?.book;
-        if b.async_reported != b.async_acked {
+        if b.qp_users > 0 || b.async_reported != b.async_acked {
             return Err(Errno::EBUSY);
         }
         let e = self.srqs.take(srq.0).ok_or(Errno::EINVAL)?;
+        let srqn = e.srq.srqn();
         let cq = match (e.srq.cqn().is_some(), b.cq) {
             (false, _) => None,
             (true, Some(h)) => self.cqs.get_mut(h.0).map(|c| &mut c.cq),
@@ -192,6 +205,7 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         match self.hca.destroy_srq(e.srq, cq) {
             Ok(()) => {
                 self.srqs.retire(srq.0);
+                self.srqns.remove(srqn);
                 if let Some(c) = b.cq.and_then(|h| self.cqs.get_mut(h.0)) {
                     c.book.srq_users = c.book.srq_users.saturating_sub(1);
                 }
