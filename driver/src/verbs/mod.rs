@@ -1,13 +1,13 @@
-//! A verbs-compatible facade (issue 6): the libibverbs operations, size
-//! rounding, error values and event rules, in idiomatic Rust, on top of the
-//! driver's CQ and SRQ objects.
+//! A verbs-compatible facade: the libibverbs operations, size rounding,
+//! error values and event rules, in idiomatic Rust, on top of the driver's
+//! CQ, SRQ, QP and memory-key objects.
 //!
 //! Thin: it checks arguments the way libibverbs + mlx5 do, keeps the verbs
-//! bookkeeping (handles, event counts, the SRQ table that turns a CQE's
-//! `srqn` into a `wr_id`) and calls the driver for the work. No heap: a
-//! [`Verbs`] context owns the [`Hca`] and fixed-capacity tables of CQs and
-//! SRQs (const generics). Errors are [`Errno`] values. The table from each
-//! `ibv_*` call to the methods here, with every deviation, is
+//! bookkeeping (handles, event counts, the maps that turn a CQE's QP or SRQ
+//! number into a `wr_id`) and calls the driver for the work. No heap: a
+//! [`Verbs`] context owns the [`Hca`] and fixed-capacity tables of CQs,
+//! SRQs and QPs (const generics). Errors are [`Errno`] values. The table
+//! from each `ibv_*` call to the methods here, with every deviation, is
 //! `docs/verbs.md`.
 //!
 //! Single-threaded and polled: there is no completion channel file
@@ -18,15 +18,30 @@
 //! `EBUSY` and nothing changes, so the caller can acknowledge and retry.
 //!
 //! ```no_run
-//! # fn demo<H: mlx5_hal::Hal>(hca: mlx5_driver::Hca<H>) -> Result<(), mlx5_driver::verbs::Errno> {
-//! use mlx5_driver::verbs::{Verbs, WorkCompletion};
+//! # fn demo<H: mlx5_hal::Hal>(hca: mlx5_driver::Hca<H>, buf: u64) -> Result<(), mlx5_driver::verbs::Errno> {
+//! use mlx5_driver::verbs::*;
 //! let mut ctx: Verbs<H> = Verbs::open(hca);
 //! let (cq, cqe) = ctx.create_cq(100)?;
 //! assert_eq!(cqe, 127);
-//! ctx.req_notify_cq(cq, false)?;
+//! let (srq, _) = ctx.create_srq(&SrqInitAttr { max_wr: 64, max_sge: 1, ..Default::default() })?;
+//! let cap = QpCap { max_send_wr: 64, max_send_sge: 1, ..Default::default() };
+//! let attr = QpInitAttr { send_cq: cq, recv_cq: cq, srq: Some(srq), cap, sq_sig_all: false };
+//! let (a, _) = ctx.create_qp(&attr)?;
+//! let (b, _) = ctx.create_qp(&attr)?;
+//! // Force loopback, RoCE or InfiniBand: whatever the device offers.
+//! ctx.connect_loopback(a, b)?;
+//! let mr = ctx.reg_mr(buf, 4096, AccessFlags::LOCAL_WRITE)?;
+//! let sge = [Sge { addr: buf, length: 64, lkey: mr.lkey() }];
+//! ctx.post_srq_recv(srq, &[RecvWr { wr_id: 1, sges: &sge }]).map_err(|e| e.errno)?;
+//! ctx.post_send(a, &[SendWr { wr_id: 2, sg_list: &sge, ..SendWr::EMPTY }])
+//!     .map_err(|e| e.errno)?;
 //! let mut wc = [WorkCompletion::EMPTY; 16];
-//! let n = ctx.poll_cq(cq, &mut wc)?;
+//! let n = ctx.poll_cq(cq, &mut wc)?; // the send (wr_id 2) and the receive (1)
 //! # let _ = n;
+//! ctx.destroy_qp(a)?;
+//! ctx.destroy_qp(b)?;
+//! ctx.dereg_mr(mr).map_err(|(_, e)| e)?;
+//! ctx.destroy_srq(srq)?;
 //! ctx.destroy_cq(cq)?;
 //! ctx.close()?;
 //! # Ok(()) }
