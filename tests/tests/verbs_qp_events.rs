@@ -335,6 +335,28 @@ fn qp_async_events_name_the_qp_and_block_its_destroy_until_acknowledged() {
         for ev in &evs {
             ctx.ack_async_event(ev).unwrap();
         }
+        // A catastrophic error of a QP (raised by hand: the model raises it
+        // only for a broken send ring) is `QpFatal` with its handle.
+        to_state(&mut ctx, c, QpState::Reset);
+        ctx.connect_loopback(c, c).unwrap();
+        let mut raw = [0u8; 64];
+        eqe::event_type
+            .set(&mut raw, EventType::WQ_CATAS_ERROR.0)
+            .unwrap();
+        qp_events::qpn_rqn_sqn
+            .set(eqe::event_data.get_mut(&mut raw), ctx.qp_num(c).unwrap())
+            .unwrap();
+        dev.traffic().raise_event(raw).unwrap();
+        let evs = async_events(&mut ctx);
+        assert_eq!(
+            evs,
+            [AsyncEvent {
+                event_type: T::QpFatal,
+                element: EventElement::Qp(c)
+            }]
+        );
+        assert_eq!(ctx.qp(c).unwrap().state(), mlx5_driver::qp::QpState::Error);
+        ctx.ack_async_event(&evs[0]).unwrap();
         // Moving an SRQ-attached QP to ERR: last WQE reached, once.
         to_state(&mut ctx, sender, QpState::Reset);
         ctx.connect_loopback(sender, sender).unwrap();

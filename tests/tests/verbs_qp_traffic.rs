@@ -65,6 +65,21 @@ fn connect_loopback_works_in_the_mode_of_every_profile_and_on_infiniband() {
 }
 
 #[test]
+fn qps_receive_through_an_issi_0_srq_too() {
+    // At ISSI 0 the SRQ is a CREATE_SRQ SRQ whose context names a CQ.
+    let dev = Device::new(mlx5_sim::SimConfig {
+        issi_supported: 0b01,
+        ..mlx5_sim::SimConfig::profile(Profile::ConnectX5)
+    });
+    let mut ctx: Ctx = mlx5_driver::verbs::Verbs::open(mlx5_tests::bring_up(&dev));
+    assert_eq!(ctx.hca().issi(), 0);
+    let pair = Pair::new(&dev, &mut ctx, cap(8, 1, 0));
+    ping(&dev, &mut ctx, &pair);
+    pair.destroy(&mut ctx);
+    close(&dev, ctx, "issi 0");
+}
+
+#[test]
 fn post_send_every_opcode_moves_its_bytes_on_every_profile() {
     for prof in PROFILES {
         let (dev, mut ctx) = open(prof);
