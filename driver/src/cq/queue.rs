@@ -112,6 +112,28 @@ impl<H: Hal> Cq<H> {
         self.ring.pending()
     }
 
+    /// Remove the unpolled completions of QP `qpn` from this CQ, keeping
+    /// the others in order, and return how many were removed. A receive
+    /// completion naming `srq` gives its WQE back to it (the message is
+    /// dropped with its QP's state, as Linux `mlx5_ib_cq_clean` does).
+    /// [`crate::Hca::qp_to_reset_and_clean`] runs this on a QP's CQs.
+    pub fn discard_qp(&mut self, qpn: u32, mut srq: Option<&mut Srq<H>>) -> u32 {
+        let qpn = qpn & 0x00ff_ffff;
+        self.ring.remove_where(&self.dbr, |c| {
+            if c.qpn != qpn {
+                return false;
+            }
+            if let Some(s) = srq.as_deref_mut() {
+                if !c.is_requester() && c.srqn == s.srqn() {
+                    // The device is not trusted: a WQE the SRQ never posted
+                    // is refused and nothing is freed.
+                    let _ = s.complete(c.wqe_counter);
+                }
+            }
+            true
+        })
+    }
+
     /// Request one completion event (docs/firmware.md §5): for the next CQE, or for the
     /// next solicited CQE only. Exactly one event follows each arm.
     pub fn arm(&mut self, solicited_only: bool) {
@@ -129,32 +151,6 @@ impl<H: Hal> Cq<H> {
     /// arm carries the next command sequence number (docs/firmware.md §5, `arm_sn`).
     pub fn event_received(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
-    }
-
-    /// Remove the unpolled completions of QP `qpn` from this CQ, the others
-    /// staying in order, after the QP was reset or destroyed (rdma-core
-    /// `__mlx5_cq_clean`): a QP's leftovers must not surface later, possibly
-    /// under a new QP with the same number. A receive completion of that QP
-    /// on `srq` returns its WQE to the SRQ's free list, as if polled.
-    /// Returns how many were removed; the consumer index is published.
-    pub fn clean_qp(&mut self, qpn: u32, mut srq: Option<&mut Srq<H>>) -> u32 {
-        let n = self.ring.remove_where(|c| {
-            if c.qpn != qpn {
-                return false;
-            }
-            if let Some(s) = srq.as_deref_mut() {
-                if !c.is_requester() && c.srqn == s.srqn() {
-                    // A WQE the SRQ does not have outstanding is nothing
-                    // to return: the entry goes all the same.
-                    let _ = s.complete(c.wqe_counter);
-                }
-            }
-            true
-        });
-        if n > 0 {
-            self.ring.update_doorbell(&self.dbr);
-        }
-        n
     }
 
     /// Objects that report to this CQ (SRQs at ISSI 0, queue pairs);

@@ -323,11 +323,11 @@ impl<
             None => None,
         };
         if let Some(c) = self.cqs.get_mut(b.recv_cq.0) {
-            c.cq.clean_qp(qpn, srq);
+            c.cq.discard_qp(qpn, srq);
         }
         if b.send_cq != b.recv_cq {
             if let Some(c) = self.cqs.get_mut(b.send_cq.0) {
-                c.cq.clean_qp(qpn, None);
+                c.cq.discard_qp(qpn, None);
             }
         }
     }

@@ -1,65 +1,67 @@
-//! Removing the unpolled CQEs of one QP from a ring, after that QP was
-//! reset or destroyed, as rdma-core does before it lets a QP go
-//! (`__mlx5_cq_clean`, `providers/mlx5/cq.c`; Linux `__mlx5_ib_cq_clean`,
-//! `drivers/infiniband/hw/mlx5/cq.c`).
-//!
-//! The walk finds the last software-owned entry from the consumer index,
-//! then goes backwards: an entry to remove is counted, an entry to keep is
-//! moved up by the number removed so far (its owner bit becomes that of its
-//! new slot). Finally the consumer index moves past the removed entries, so
-//! the kept ones are polled next, in their order. Entries the device writes
-//! meanwhile lie beyond the walk and are untouched: the QP whose entries
-//! are removed no longer produces any.
+//! Removing some unpolled CQEs from a ring while keeping the others in
+//! order: what a QP going to RESET needs, so that CQEs it left behind are
+//! never matched to work requests posted after the reset (Linux
+//! `__mlx5_ib_cq_clean`, `drivers/infiniband/hw/mlx5/cq.c`; rdma-core
+//! `__mlx5_cq_clean`, `providers/mlx5/cq.c`).
 
 use mlx5_hal::{barrier, Hal};
 
-use super::{off, CqRing, Cqe};
+use super::{off, CqRing, Cqe, DoorbellRecord};
+
+/// Largest CQE stride (128-byte CQEs).
+const MAX_STRIDE: usize = 128;
 
 impl<H: Hal> CqRing<H> {
-    /// Remove every unpolled CQE for which `remove` is true, keeping the
-    /// others in order; returns how many were removed. The consumer index
-    /// moves by that many and is not published (call
-    /// [`CqRing::update_doorbell`]).
-    pub fn remove_where(&mut self, mut remove: impl FnMut(&Cqe) -> bool) -> u32 {
+    /// Remove every software-owned CQE from the consumer index on for which
+    /// `remove` returns true (it sees each one once, newest first), and
+    /// publish the new consumer index in `dbr`. Returns how many were
+    /// removed.
+    ///
+    /// As Linux does: find the software-owned run from the consumer index
+    /// (at most a ring), sweep it backwards moving each kept entry up by
+    /// the number of removed entries above it (the whole entry, the owner
+    /// bit of its new slot kept), then advance the consumer index by that
+    /// number. The kept entries end where they were, in their order; the
+    /// slots freed at the start are the device's again once the consumer
+    /// index is published. The device writes only beyond the run and never
+    /// reads CQEs, and `&mut self` keeps pollers out.
+    pub fn remove_where(
+        &mut self,
+        dbr: &DoorbellRecord<H>,
+        mut remove: impl FnMut(&Cqe) -> bool,
+    ) -> u32 {
         let ci = self.consumer_index;
-        // At most `nent − 1` entries can be waiting (one is kept free).
-        let limit = self.nent() as u32 - 1;
-        let mut end = ci;
-        while end.wrapping_sub(ci) < limit && self.sw_owned(end, self.op_own(end)) {
-            end = end.wrapping_add(1);
-        }
-        if end == ci {
-            return 0;
-        }
-        // The bodies must not be read before the ownership bytes.
+        let run = self.pending() as u32;
+        // Bodies are read only after their owner bytes (docs/firmware.md §5).
         barrier::dma_rmb();
         let stride = self.cqe_size.stride();
         let mut removed = 0u32;
-        let mut i = end;
-        while i != ci {
-            i = i.wrapping_sub(1);
-            let at = self.base_of(i);
-            let cqe = Self::decode(&self.buf.window::<64>(at), self.op_own(i));
+        for k in (0..run).rev() {
+            let index = ci.wrapping_add(k);
+            let at = self.base_of(index);
+            let w = self.buf.window::<64>(at);
+            let cqe = Self::decode(&w, w.read_u8::<{ off::OP_OWN }>());
             if remove(&cqe) {
                 removed += 1;
             } else if removed > 0 {
-                let dest = i.wrapping_add(removed);
-                let owner = self.op_own(dest) & 1;
-                let mut entry = [0u8; 128];
-                let entry = &mut entry[..stride];
-                // The whole entry (a 128-byte CQE's first half too).
-                let src_start = at + 64 - stride;
-                let dst_start = self.base_of(dest) + 64 - stride;
-                self.buf.read_bytes(src_start, entry);
-                self.buf.write_bytes(dst_start, entry);
-                let own_at = self.base_of(dest) + off::OP_OWN;
-                let op_own = self.buf.read_u8(own_at);
-                self.buf.write_u8(own_at, (op_own & !1) | owner);
+                let dst = self.base_of(index.wrapping_add(removed));
+                let owner = self.buf.read_u8(dst + off::OP_OWN) & 1;
+                // Whole entries (both halves of a 128-byte CQE), from the
+                // start of the slot.
+                let (from, to) = (at + 64 - stride, dst + 64 - stride);
+                let mut e = [0u8; MAX_STRIDE];
+                self.buf.read_bytes(from, &mut e[..stride]);
+                e[stride - 1] = (e[stride - 1] & !1) | owner;
+                self.buf.write_bytes(to, &e[..stride]);
             }
         }
-        self.consumer_index = ci.wrapping_add(removed);
-        // The moved entries are written before the index that exposes them.
-        barrier::dma_wmb();
+        if removed > 0 {
+            self.consumer_index = ci.wrapping_add(removed);
+            // The moved entries are in place before the device may reuse
+            // the freed slots.
+            barrier::dma_wmb();
+            dbr.set_ci(self.consumer_index);
+        }
         removed
     }
 }
@@ -68,24 +70,22 @@ impl<H: Hal> CqRing<H> {
 mod tests {
     extern crate std;
 
-    use super::super::{CqeSize, DoorbellRecord};
+    use super::super::CqeSize;
     use super::*;
     use mlx5_hal::host::HostHal;
     use mlx5_regs::CqeOpcode;
     use std::vec::Vec;
 
-    /// Device side: a CQE at producer index `p` for `qpn`, `wqe` in the
-    /// WQE counter.
+    /// Device side: a CQE of QP `qpn` with `wqe` at producer index `p`.
     fn produce(ring: &CqRing<HostHal>, p: u32, qpn: u32, wqe: u16) {
         let stride = ring.cqe_size().stride();
         let slot = (p as usize) & (ring.nent() - 1);
         let at = ring.base_offset() + slot * stride + stride - 64;
-        let mut cqe = [0u8; 64];
-        cqe[0x38..0x3c].copy_from_slice(&qpn.to_be_bytes());
-        cqe[0x3c..0x3e].copy_from_slice(&wqe.to_be_bytes());
         let owner = ((p >> ring.log_nent()) & 1) as u8;
-        cqe[0x3f] = (CqeOpcode::REQ.0 << 4) | owner;
-        ring.region().write_bytes(at, &cqe);
+        let r = ring.region();
+        r.write_be32(at + 0x38, qpn);
+        r.write_be16(at + 0x3c, wqe);
+        r.write_u8(at + 0x3f, (CqeOpcode::REQ.0 << 4) | owner);
     }
 
     fn drain(ring: &mut CqRing<HostHal>, dbr: &DoorbellRecord<HostHal>) -> Vec<(u32, u16)> {
@@ -95,33 +95,38 @@ mod tests {
     }
 
     #[test]
-    fn the_entries_of_one_qp_go_and_the_others_keep_their_order() {
+    fn removes_one_qps_entries_and_keeps_the_rest_in_order_across_the_wrap() {
         for size in [CqeSize::B64, CqeSize::B128] {
-            let hal = HostHal::new(0x20000);
+            let hal = HostHal::new(0x1000);
             let mut ring = CqRing::new(&hal, 3, size).unwrap();
             let dbr = DoorbellRecord::new(&hal).unwrap();
-            // Start mid-ring so the kept entries cross the wrap and the
-            // owner bit changes for some of them.
+            // Advance to running index 5 so the run wraps the ring end.
             for p in 0..5 {
                 produce(&ring, p, 9, p as u16);
             }
             assert_eq!(drain(&mut ring, &dbr).len(), 5);
-            let qpns = [7, 8, 7, 7, 8, 9, 7];
-            for (k, q) in qpns.iter().enumerate() {
-                produce(&ring, 5 + k as u32, *q, 100 + k as u16);
+            // 7 entries: QPs 1 and 2 interleaved.
+            let qps = [1, 2, 2, 1, 2, 1, 2];
+            for (k, &q) in qps.iter().enumerate() {
+                produce(&ring, 5 + k as u32, q, 100 + k as u16);
             }
-            let removed = ring.remove_where(|c| c.qpn == 7);
-            assert_eq!(removed, 4, "{size:?}");
-            assert_eq!(ring.consumer_index(), 9);
-            assert_eq!(
-                drain(&mut ring, &dbr),
-                [(8, 101), (8, 104), (9, 105)],
-                "{size:?}: kept in order"
-            );
-            assert_eq!(ring.remove_where(|_| true), 0, "empty: nothing to do");
-            // The ring goes on: the next entries are read in place.
-            produce(&ring, 12, 8, 1);
-            assert_eq!(drain(&mut ring, &dbr), [(8, 1)]);
+            let mut seen = Vec::new();
+            let n = ring.remove_where(&dbr, |c| {
+                seen.push(c.wqe_counter);
+                c.qpn == 2
+            });
+            assert_eq!(n, 4);
+            assert_eq!(seen, [106, 105, 104, 103, 102, 101, 100], "newest first");
+            assert_eq!((ring.consumer_index(), dbr.ci()), (9, 9));
+            assert_eq!(ring.pending(), 3);
+            assert_eq!(drain(&mut ring, &dbr), [(1, 100), (1, 103), (1, 105)]);
+            // The freed slots are the device's again: the ring keeps working
+            // through the next pass.
+            for p in 12..19 {
+                produce(&ring, p, 3, p as u16);
+            }
+            assert_eq!(drain(&mut ring, &dbr).len(), 7);
+            assert_eq!(ring.remove_where(&dbr, |_| true), 0, "nothing left");
         }
     }
 }
