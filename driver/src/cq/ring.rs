@@ -1,5 +1,6 @@
 //! The CQ ring: CQE ownership, the hot poll loop, the doorbell record and
-//! the resize copy (docs/firmware.md §5, §7.2, §8).
+//! the resize copy (docs/firmware.md §5, §7.2, §8); removing a QP's
+//! unpolled CQEs ([`CqRing::remove_where`], in `clean.rs`).
 //!
 //! This is pure data path: it touches only DMA memory (the ring and the
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
@@ -7,12 +8,12 @@
 
 use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError};
 
+mod clean;
+
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
 use mlx5_regs::doorbell::{cq_arm_doorbell, cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
 use mlx5_regs::CqeOpcode;
-
-mod clean;
 
 /// Byte offsets inside a 64-byte CQE (docs/firmware.md §7.2, `struct mlx5_cqe64`).
 mod off {

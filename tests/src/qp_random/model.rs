@@ -684,13 +684,15 @@ impl Model {
     }
 
     /// The driver removed QP `qpn`'s unpolled completions from its CQs
-    /// (2RST or destroy, as Linux does); a receive completion's WQE went
-    /// back to its SRQ. Returns the receive buffer slots freed.
-    pub fn remove_qp_cqes(&mut self, qpn: u32) -> Vec<usize> {
+    /// (`qp_to_reset_and_clean`, as Linux does at 2RST); a receive
+    /// completion's WQE went back to its SRQ. Returns the receive buffer
+    /// slots freed and how many completions were removed.
+    pub fn remove_qp_cqes(&mut self, qpn: u32) -> (Vec<usize>, u32) {
         let q = &self.qps[&qpn];
         let mut cqs = vec![q.send_cq, q.rcq()];
         cqs.dedup();
         let mut slots = Vec::new();
+        let mut removed = 0;
         for c in cqs.into_iter().flatten() {
             let Some(cq) = self.cqs.get_mut(&c) else {
                 continue;
@@ -698,7 +700,7 @@ impl Model {
             let old = std::mem::take(&mut cq.q);
             for e in old {
                 match e {
-                    Exp::Req { qpn: n, .. } if n == qpn => {}
+                    Exp::Req { qpn: n, .. } if n == qpn => removed += 1,
                     Exp::Resp {
                         qpn: n, srq, recv, ..
                     } if n == qpn => {
@@ -706,12 +708,13 @@ impl Model {
                             s.consumed -= 1;
                         }
                         slots.push(recv.slot);
+                        removed += 1;
                     }
                     e => cq.q.push_back(e),
                 }
             }
         }
-        slots
+        (slots, removed)
     }
 
     /// CQEs this CQ may still receive from work already posted: every

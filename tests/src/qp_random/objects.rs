@@ -79,12 +79,6 @@ impl Run {
         }
     }
 
-    /// The driver removed QP `qpn`'s completions from its CQs.
-    fn removed_cqes(&mut self, qpn: u32) {
-        let slots = self.m.remove_qp_cqes(qpn);
-        self.free_recv.extend(slots);
-    }
-
     pub(super) fn create_cq(&mut self) {
         if self.m.cqs.len() >= MAX_CQS {
             return;
@@ -144,15 +138,16 @@ impl Run {
         match self.hca.destroy_cq(cq) {
             Ok(()) => {
                 assert!(!busy && !fault, "{}: destroy_cq accepted", self.at);
-                // Its completions go with it (of destroyed QPs only, and
-                // those were removed at their destroy: a CQ with users is
-                // busy). An event it fired may still be on the EQ.
+                // Its completions go with it (of destroyed QPs only: a CQ
+                // with users is busy); the receive WQEs they name stay
+                // outstanding in their SRQ, whose driver never saw them.
+                // An event it fired may still be on the EQ.
                 let c = self.m.cqs.remove(&id).unwrap();
-                assert!(
-                    c.q.is_empty(),
-                    "{}: a destroyed CQ had completions",
-                    self.at
-                );
+                for e in &c.q {
+                    if let super::model::Exp::Resp { recv, .. } = e {
+                        self.free_recv.push(recv.slot);
+                    }
+                }
                 *self.dead_cq_events.entry(c.cqn).or_default() += c.events_due;
             }
             Err((cq, e)) => {
@@ -428,7 +423,8 @@ impl Run {
                     "{}: destroy_qp {qpn:#x} accepted",
                     self.at
                 );
-                self.removed_cqes(qpn);
+                // Its CQEs stay in its CQs (destroy_qp leaves them): they
+                // match no QP; a receive one still frees its SRQ WQE.
                 let q = self.m.qps.remove(&qpn).expect("model QP");
                 for c in [q.send_cq, q.recv_cq].into_iter().flatten() {
                     self.m.cqs.get_mut(&c).unwrap().users -= 1;
@@ -672,13 +668,17 @@ impl Run {
             ..InitAttr::default()
         };
         let mut taken = self.take_links(qpn);
+        let mut removed = None;
         let qp: &mut TestQp = self.qps.get_mut(&qpn).expect("driver QP");
         let r = match t {
             Transition::Rst2Init => self.hca.qp_to_init(qp, &init),
             Transition::Init2Rtr => self.hca.qp_to_rtr(qp, &rtr),
             Transition::Rtr2Rts => self.hca.qp_to_rts(qp, &rts),
             Transition::ToError => self.hca.qp_to_error(qp),
-            Transition::ToReset => self.hca.qp_to_reset(qp, taken.links(wrong)),
+            Transition::ToReset => self
+                .hca
+                .qp_to_reset_and_clean(qp, taken.links(wrong))
+                .map(|n| removed = Some(n)),
         };
         self.put_links(taken);
         let at = &self.at;
@@ -746,7 +746,13 @@ impl Run {
             }
             Transition::ToError => m.enter_error(qpn),
             Transition::ToReset => {
-                let slots = m.remove_qp_cqes(qpn);
+                let (slots, n) = m.remove_qp_cqes(qpn);
+                assert_eq!(
+                    removed,
+                    Some(n),
+                    "{}: CQEs removed from the QP's CQs at reset",
+                    self.at
+                );
                 self.free_recv.extend(slots);
                 let q = m.qps.get_mut(&qpn).unwrap();
                 q.fw = Fw::Reset;
