@@ -17,8 +17,9 @@
 //!   send doorbell executes the WQEs, delivers them and writes both CQEs),
 //!   `driver` the rest.
 //!
-//! The verbs facade's `post_send` benchmark (`post_send_verbs/...`) belongs
-//! beside these once the facade has its queue-pair verbs.
+//! Not here yet: the verbs facade's `post_send` (`Verbs::post_send`), whose
+//! place is this file, as `post_send_verbs/<payload>/<batch>` with the same
+//! payloads, batches and raw baseline (docs/perf.md).
 //!
 //! Ratios: `python3 bench/ratios.py` after `cargo bench -p mlx5-bench`.
 
