@@ -20,8 +20,11 @@
 //!
 //! `tests/tests/qp_random.rs` runs it; docs/reliability.md has the numbers.
 
+mod check;
 mod model;
 mod objects;
+mod qps;
+mod queues;
 mod traffic;
 
 use std::collections::BTreeMap;

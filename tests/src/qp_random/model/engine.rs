@@ -1,0 +1,318 @@
+//! The reference's send engine: doorbells, execution of the head WQE
+//! (gather, route, RDMA rights, receive WQE, scatter), RNR and ACK waits,
+//! errors, flushes, last-WQE and limit events (docs/fidelity.md §14.5–§14.8,
+//! §10 for the limit).
+
+use mlx5_driver::eq::QpEvent;
+use mlx5_regs::consts::{cqe_syndrome as syn, wqe};
+use mlx5_regs::CqeOpcode;
+
+use super::{Exp, ExpEvent, Fw, Id, Model, Need, Seg, Wait, WaitKind, Wr};
+
+/// Mask of a PSN.
+const PSN: u32 = 0x00ff_ffff;
+
+impl Model {
+    /// A doorbell of QP `qpn` (every WQE it published is in `pending`).
+    pub fn doorbell(&mut self, qpn: u32) {
+        self.kick(qpn, false);
+    }
+
+    /// Device time passed beyond every retry timer: each waiting QP
+    /// retries once, in QP-number order.
+    pub fn pump(&mut self) {
+        let due: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.wait.is_some())
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in due {
+            self.kick(qpn, true);
+        }
+    }
+
+    /// Run QP `qpn`'s send queue as far as its state and flow control
+    /// allow; `due`: its retry timer expired.
+    fn kick(&mut self, qpn: u32, due: bool) {
+        loop {
+            let Some(q) = self.qps.get(&qpn) else {
+                return;
+            };
+            if q.sq.is_none() {
+                return;
+            }
+            match q.fw {
+                Fw::Rts => {}
+                Fw::Err => {
+                    self.flush(qpn);
+                    return;
+                }
+                _ => return,
+            }
+            if q.wait.is_some() && !due {
+                return;
+            }
+            if q.pending.is_empty() || !self.exec_head(qpn) {
+                return;
+            }
+        }
+    }
+
+    /// Execute the head WQE of RTS QP `s`; true to go on with the next.
+    fn exec_head(&mut self, s: u32) -> bool {
+        let w = self.qps[&s].pending[0].clone();
+        if let Some(g) = &w.gather {
+            if g.iter()
+                .any(|x| x.len > 0 && !self.key_ok(x.lkey, Need::Read))
+            {
+                self.req_error(s, syn::LOCAL_PROT_ERR);
+                return false;
+            }
+        }
+        let Some(t) = self.route(s) else {
+            self.counts.ack_timeouts += 1;
+            self.wait(s, WaitKind::Ack);
+            return false;
+        };
+        if w.rdma() {
+            let (_, rkey) = w.remote.expect("RDMA has a remote address");
+            if !self.qps[&t].rwe || !self.key_ok(rkey, Need::Remote) {
+                self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                return false;
+            }
+        }
+        let mut recv = None;
+        if w.opcode != wqe::OPCODE_RDMA_WRITE {
+            let Some(srq) = self.qps[&t].srq else {
+                self.fail(
+                    s,
+                    syn::REMOTE_INVAL_REQ_ERR,
+                    t,
+                    Some(QpEvent::InvalidRequest),
+                );
+                return false;
+            };
+            let sq = self.srqs.get_mut(&srq).expect("a QP's SRQ exists");
+            let Some(r) = sq.fifo.pop_front() else {
+                self.counts.rnr_naks += 1;
+                self.wait(s, WaitKind::Rnr);
+                return false;
+            };
+            sq.consumed += 1;
+            recv = Some((srq, r));
+        }
+        let len = w.payload.len() as u32;
+        if let (Some((srq, r)), false) = (&recv, w.rdma()) {
+            if let Err(length) = self.scatter_check(&r.segs, len) {
+                let (rs, ss) = if length {
+                    (syn::LOCAL_LENGTH_ERR, syn::REMOTE_INVAL_REQ_ERR)
+                } else {
+                    (syn::LOCAL_PROT_ERR, syn::REMOTE_OP_ERR)
+                };
+                let tq = &self.qps[&t];
+                let e = Exp::Resp {
+                    qpn: t,
+                    gen: tq.gen,
+                    src_qpn: s,
+                    srq: *srq,
+                    srqn: self.srqs[srq].srqn,
+                    recv: r.clone(),
+                    opcode: CqeOpcode::RESP_ERR,
+                    len: 0,
+                    imm: 0,
+                    syndrome: Some(rs),
+                    payload: None,
+                };
+                self.push_cqe(tq.rcq(), e);
+                self.check_limit(*srq);
+                self.fail(s, ss, t, None);
+                return false;
+            }
+        }
+        if let (true, Some((raddr, _))) = (w.rdma(), w.remote) {
+            let at = (raddr - self.rdma_base) as usize;
+            self.rdma[at..at + w.payload.len()].copy_from_slice(&w.payload);
+        }
+        let npkts = len.div_ceil(self.mtu).max(1);
+        if let Some(q) = self.qps.get_mut(&s) {
+            q.send_psn = (q.send_psn + npkts) & PSN;
+        }
+        if let Some(q) = self.qps.get_mut(&t) {
+            q.rcv_psn = (q.rcv_psn + npkts) & PSN;
+        }
+        if let Some((srq, r)) = recv {
+            let tq = &self.qps[&t];
+            let (opcode, payload) = match w.opcode {
+                wqe::OPCODE_SEND => (CqeOpcode::RESP_SEND, Some(w.payload.clone())),
+                wqe::OPCODE_SEND_IMM => (CqeOpcode::RESP_SEND_IMM, Some(w.payload.clone())),
+                _ => (CqeOpcode::RESP_WR_IMM, None),
+            };
+            let e = Exp::Resp {
+                qpn: t,
+                gen: tq.gen,
+                src_qpn: s,
+                srq,
+                srqn: self.srqs[&srq].srqn,
+                recv: r,
+                opcode,
+                len,
+                imm: if opcode == CqeOpcode::RESP_SEND {
+                    0
+                } else {
+                    w.imm
+                },
+                syndrome: None,
+                payload,
+            };
+            self.push_cqe(tq.rcq(), e);
+            self.check_limit(srq);
+        }
+        self.counts.messages += 1;
+        self.req_done(s);
+        true
+    }
+
+    /// The peer of `s` if a packet reaches it and it accepts it: it exists,
+    /// receives (RTR/RTS), is connected back and expects `s`'s PSN.
+    fn route(&self, s: u32) -> Option<u32> {
+        let q = &self.qps[&s];
+        let t = self.qps.get(&q.remote)?;
+        (matches!(t.fw, Fw::Rtr | Fw::Rts) && t.remote == s && t.rcv_psn == q.send_psn)
+            .then_some(q.remote)
+    }
+
+    /// Err(true): longer than the list; Err(false): a key refuses. Every
+    /// entry's key is checked, also those the message does not reach.
+    fn scatter_check(&self, segs: &[Seg], len: u32) -> Result<(), bool> {
+        let mut left = len;
+        for s in segs {
+            if !self.key_ok(s.lkey, Need::Write) {
+                return Err(false);
+            }
+            left -= s.len.min(left);
+        }
+        if left > 0 {
+            return Err(true);
+        }
+        Ok(())
+    }
+
+    fn take_head(&mut self, s: u32) -> (Wr, u32) {
+        let q = self.qps.get_mut(&s).expect("live QP");
+        let w = q.pending.pop_front().expect("a head WQE");
+        q.sq_ci = q.sq_ci.wrapping_add(w.wqebbs);
+        q.wait = None;
+        let retired = 1 + q.uncovered;
+        q.uncovered = 0;
+        if let Some(slot) = w.slot {
+            self.freed_src.push(slot);
+        }
+        (w, retired)
+    }
+
+    fn req_cqe(&mut self, s: u32, w: &Wr, retired: u32, syndrome: Option<u8>) {
+        let q = &self.qps[&s];
+        let e = Exp::Req {
+            qpn: s,
+            gen: q.gen,
+            wr_id: w.wr_id,
+            opcode: w.opcode,
+            index: w.index,
+            syndrome,
+            retired,
+            signaled: w.signaled,
+        };
+        self.push_cqe(q.send_cq, e);
+    }
+
+    fn req_done(&mut self, s: u32) {
+        let (w, retired) = self.take_head(s);
+        if w.signaled {
+            self.req_cqe(s, &w, retired, None);
+        } else if let Some(q) = self.qps.get_mut(&s) {
+            // Executed, no CQE: the next CQE retires it too.
+            q.uncovered = retired;
+        }
+    }
+
+    fn req_error(&mut self, s: u32, syndrome: u8) {
+        let (w, retired) = self.take_head(s);
+        self.req_cqe(s, &w, retired, Some(syndrome));
+        self.enter_error(s);
+    }
+
+    /// The head fails with `syndrome` at the requester; the responder `t`
+    /// raises `event` (if any) and enters ERR too.
+    fn fail(&mut self, s: u32, syndrome: u8, t: u32, event: Option<QpEvent>) {
+        self.req_error(s, syndrome);
+        if let Some(e) = event {
+            self.events.push_back(ExpEvent::Qp(t, e));
+        }
+        self.enter_error(t);
+    }
+
+    fn wait(&mut self, s: u32, kind: WaitKind) {
+        let q = self.qps.get_mut(&s).expect("live QP");
+        let initial = match kind {
+            WaitKind::Rnr if q.rnr_retry == 7 => None,
+            WaitKind::Rnr => Some(q.rnr_retry),
+            WaitKind::Ack => Some(q.retry_cnt),
+        };
+        let left = match q.wait {
+            Some(w) if w.kind == kind => w.left,
+            _ => initial,
+        };
+        if left == Some(0) {
+            let syndrome = match kind {
+                WaitKind::Rnr => syn::RNR_RETRY_EXC_ERR,
+                WaitKind::Ack => syn::TRANSPORT_RETRY_EXC_ERR,
+            };
+            self.req_error(s, syndrome);
+            return;
+        }
+        q.wait = Some(Wait {
+            kind,
+            left: left.map(|l| l - 1),
+        });
+    }
+
+    /// QP `qpn` enters ERR: its send queue is flushed, and an SRQ-attached
+    /// QP newly in error raises last-WQE-reached.
+    pub fn enter_error(&mut self, qpn: u32) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let was = q.fw;
+        q.fw = Fw::Err;
+        q.wait = None;
+        let srq = q.srq.is_some();
+        self.flush(qpn);
+        if was != Fw::Err && srq {
+            self.events
+                .push_back(ExpEvent::Qp(qpn, QpEvent::LastWqeReached));
+        }
+    }
+
+    /// One flush CQE per WQE posted and not executed.
+    fn flush(&mut self, qpn: u32) {
+        while self.qps.get(&qpn).is_some_and(|q| !q.pending.is_empty()) {
+            self.counts.flushed += 1;
+            self.req_error_no_state(qpn);
+        }
+    }
+
+    fn req_error_no_state(&mut self, s: u32) {
+        let (w, retired) = self.take_head(s);
+        self.req_cqe(s, &w, retired, Some(syn::WR_FLUSH_ERR));
+    }
+
+    /// A consumption (or an arm) left fewer WQEs than the armed limit.
+    pub fn check_limit(&mut self, srq: Id) {
+        let s = self.srqs.get_mut(&srq).expect("live SRQ");
+        if s.lwm > 0 && (s.fifo.len() as u32) < s.lwm {
+            s.lwm = 0;
+            self.events.push_back(ExpEvent::Limit(s.srqn));
+        }
+    }
+}
