@@ -196,6 +196,29 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
     #[command(after_help = crate::script::parse::HELP)]
     Shell,
 
+    /// Decode a hexdump (the tool's, Linux's dump_buf or print_hex_dump,
+    /// plain hex) of a command, context, CQE or EQE into named fields,
+    /// without a device
+    #[command(after_help = crate::decodecmd::HELP)]
+    Decode {
+        /// The file holding the hexdump, or - for stdin
+        #[arg(default_value = "-")]
+        file: String,
+        /// What the bytes are [default: what the dump's `dump command
+        /// data` headers say]
+        #[arg(long = "as", value_enum, value_name = "KIND")]
+        kind: Option<crate::decodecmd::Kind>,
+        /// The opcode of an output (name or number)
+        #[arg(long)]
+        opcode: Option<String>,
+        /// The op_mod of an output (query-hca-cap's capability type)
+        #[arg(long)]
+        op_mod: Option<u16>,
+        /// Print zero fields too
+        #[arg(long)]
+        all_fields: bool,
+    },
+
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]
     Stats {

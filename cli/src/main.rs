@@ -3,7 +3,7 @@
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
 //! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
-//! `run`, `shell`, `trace`, `stats`; `--json` on each. See `docs/cli.md`.
+//! `run`, `shell`, `decode`, `trace`, `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
 /// closed (`mlx5 trace | head`).
@@ -19,10 +19,12 @@ macro_rules! outp {
 
 mod args;
 mod caps;
+mod decodecmd;
 mod discover;
 mod error;
 mod fields;
 mod fill;
+mod hexparse;
 mod rawcmd;
 mod report;
 mod scenario;
@@ -101,6 +103,24 @@ fn dispatch(cli: &Cli) -> Outcome {
         Ok(f) => f,
         Err(e) => return (Value::Null, Err(e)),
     };
+    // Decoding needs no device.
+    if let Command::Decode {
+        file,
+        kind,
+        opcode,
+        op_mod,
+        all_fields,
+    } = &cli.command
+    {
+        return decodecmd::run(&decodecmd::Opts {
+            file,
+            kind: *kind,
+            opcode: opcode.as_deref(),
+            op_mod: *op_mod,
+            all_fields: *all_fields,
+            json: g.json,
+        });
+    }
     // Discovery needs no device.
     if let Command::Cmd {
         name,
@@ -333,6 +353,7 @@ fn subcommand<H: Hal>(
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
         Command::Shell => script::shell(hal, env, t, progress),
+        Command::Decode { .. } => unreachable!("decode runs before the device is opened"),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
         Command::Cmd {
             name,
