@@ -92,6 +92,11 @@ pub struct Global {
     #[arg(long, global = true, value_name = "N")]
     pub fatal_after: Option<u64>,
 
+    /// Model only: the model's random seed (object numbers, DMA
+    /// addresses) [default: the profile's]
+    #[arg(long, global = true, value_name = "N")]
+    pub seed: Option<u64>,
+
     /// Command timeout in milliseconds, 1 to 3600000 (one hour)
     /// [default: 60000, as Linux]
     #[arg(long, global = true, value_name = "MS",
@@ -178,6 +183,35 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
         /// Add the Linux mlx5_core-style hexdump of every command
         #[arg(long)]
         hexdump: bool,
+        /// Also write the trace to FILE (JSON lines, for replay and diff)
+        #[arg(long, value_name = "FILE")]
+        save: Option<String>,
+    },
+
+    /// Re-send a saved trace's commands on a fresh bring-up (object
+    /// numbers and addresses remapped) and report where the answers differ
+    #[command(
+        after_help = "Exit codes: 0 the same answers, 1 a command could not be re-sent or
+bring-up/teardown failed, 2 bad command line or trace file, 3 device not
+available, 4 the answers differ (each difference is listed).
+
+Example:
+  mlx5 trace --scenario limit --save limit.trace
+  mlx5 replay limit.trace --device vfio:0000:03:00.0"
+    )]
+    Replay {
+        /// The trace file (from `mlx5 trace --save`)
+        file: String,
+    },
+
+    /// Compare two saved traces field by field (a card against the model),
+    /// ignoring object numbers consistently remapped, addresses and timings
+    #[command(after_help = "Exit codes: 0 no difference, 2 bad trace file, 4 the traces differ.")]
+    Diff {
+        /// The first trace
+        a: String,
+        /// The second trace
+        b: String,
     },
 
     /// Run a script of firmware commands and driver steps on one

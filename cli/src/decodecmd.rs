@@ -52,6 +52,28 @@ pub struct Opts<'a> {
     pub json: bool,
 }
 
+/// `mlx5 decode` when that is the subcommand.
+pub fn from_cli(c: &crate::args::Command, json: bool) -> Option<(Value, Result<(), CliError>)> {
+    let crate::args::Command::Decode {
+        file,
+        kind,
+        opcode,
+        op_mod,
+        all_fields,
+    } = c
+    else {
+        return None;
+    };
+    Some(run(&Opts {
+        file,
+        kind: *kind,
+        opcode: opcode.as_deref(),
+        op_mod: *op_mod,
+        all_fields: *all_fields,
+        json,
+    }))
+}
+
 /// Run `mlx5 decode`.
 pub fn run(o: &Opts<'_>) -> (Value, Result<(), CliError>) {
     match run_inner(o) {

@@ -3,7 +3,8 @@
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
 //! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
-//! `run`, `shell`, `decode`, `trace`, `stats`; `--json` on each. See `docs/cli.md`.
+//! `run`, `shell`, `decode`, `trace` (`--save`), `replay`, `diff`,
+//! `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
 /// closed (`mlx5 trace | head`).
@@ -26,6 +27,8 @@ mod fields;
 mod fill;
 mod hexparse;
 mod rawcmd;
+mod record;
+mod replay;
 mod report;
 mod scenario;
 mod script;
@@ -33,6 +36,7 @@ mod selftest;
 mod session;
 mod target;
 mod trace;
+mod tracecmp;
 
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
@@ -104,22 +108,20 @@ fn dispatch(cli: &Cli) -> Outcome {
         Err(e) => return (Value::Null, Err(e)),
     };
     // Decoding needs no device.
-    if let Command::Decode {
-        file,
-        kind,
-        opcode,
-        op_mod,
-        all_fields,
-    } = &cli.command
-    {
-        return decodecmd::run(&decodecmd::Opts {
-            file,
-            kind: *kind,
-            opcode: opcode.as_deref(),
-            op_mod: *op_mod,
-            all_fields: *all_fields,
-            json: g.json,
-        });
+    if let Some(out) = decodecmd::from_cli(&cli.command, g.json) {
+        return out;
+    }
+    if g.seed.is_some() && !matches!(target, Target::Sim(_)) {
+        return (
+            Value::Null,
+            Err(CliError::usage(
+                "--seed is an option of the model",
+                "real firmware has no seed: leave it out, or use --device sim",
+            )),
+        );
+    }
+    if let Command::Diff { a, b } = &cli.command {
+        return replay::diff(a, b, g.json);
     }
     // Discovery needs no device.
     if let Command::Cmd {
@@ -167,7 +169,7 @@ fn dispatch(cli: &Cli) -> Outcome {
     let progress = !g.quiet;
     match &target {
         Target::Sim(p) => {
-            let dev = target::model(*p);
+            let dev = target::model(*p, g.seed);
             faults.apply(&dev);
             let tracer = Tracer::new(
                 live,
@@ -299,7 +301,11 @@ fn subcommand<H: Hal>(
             let res = scenario::run(Scenario::Demo, hal, env, t, &mut r);
             finish_scenario(res, env, t, &mut r, None)
         }
-        Command::Trace { scenario, hexdump } => {
+        Command::Trace {
+            scenario,
+            hexdump,
+            save,
+        } => {
             let mut r = Report::new(g.json, true, progress);
             if !g.json {
                 outln!(
@@ -310,7 +316,18 @@ fn subcommand<H: Hal>(
                     latency_kind(env)
                 );
             }
-            let res = scenario::run(*scenario, hal, env, t, &mut r);
+            let mut res = scenario::run(*scenario, hal, env, t, &mut r);
+            if let Some(path) = save {
+                let recs = record::from_records(&t.records());
+                let head = record::header(
+                    &env.target.label(),
+                    &env.target.describe(),
+                    scenario.name(),
+                    recs.len(),
+                );
+                let saved = record::save(path, &head, &recs);
+                res.1 = res.1.and(saved);
+            }
             let commands: Vec<Value> = t
                 .records()
                 .iter()
@@ -353,7 +370,10 @@ fn subcommand<H: Hal>(
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
         Command::Shell => script::shell(hal, env, t, progress),
-        Command::Decode { .. } => unreachable!("decode runs before the device is opened"),
+        Command::Decode { .. } | Command::Diff { .. } => {
+            unreachable!("decode and diff run before the device is opened")
+        }
+        Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
         Command::Cmd {
             name,
