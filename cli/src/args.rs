@@ -49,9 +49,22 @@ Examples:
   mlx5 selftest --device sim:cx7 --report cx7.json
   mlx5 selftest --fail-opcode create-qp:bad_param_err:0x1234   (exit 16)";
 
+/// `mlx5 --version`: the crate version and the git commit it was built
+/// from (`unknown commit` outside a git checkout).
+pub fn version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            option_env!("MLX5_GIT_COMMIT").unwrap_or("unknown")
+        )
+    })
+}
+
 /// The command line.
 #[derive(Parser)]
-#[command(name = "mlx5", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
+#[command(name = "mlx5", version = version(), about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Options of every subcommand.
     #[command(flatten)]

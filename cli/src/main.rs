@@ -26,6 +26,7 @@ mod error;
 mod fields;
 mod fill;
 mod hexparse;
+mod linuxstats;
 mod rawcmd;
 mod record;
 mod replay;
@@ -353,7 +354,7 @@ fn subcommand<H: Hal>(
                     latency_kind(env)
                 );
             }
-            let table = stats_table(t, g.json);
+            let table = linuxstats::table(t, g.json);
             let mut out = finish_scenario(res, env, t, &mut r, Some(("opcodes", table)));
             if !g.json {
                 match &out.1 {
@@ -419,51 +420,6 @@ fn finish_scenario(
         v[k] = x;
     }
     (v, result)
-}
-
-fn stats_table(t: &Tracer, json_mode: bool) -> Value {
-    let stats = t.stats();
-    let mut rows = Vec::new();
-    if !json_mode {
-        outln!(
-            "{:<30} {:>6} {:>8}  {:<24} {:>10} {:>10}",
-            "opcode",
-            "count",
-            "failed",
-            "last",
-            "mean",
-            "max"
-        );
-    }
-    for s in stats.iter() {
-        let last = trace::outcome_text(&s.last);
-        if !json_mode {
-            outln!(
-                "{:<30} {:>6} {:>8}  {:<24} {:>10} {:>10}",
-                format!("{:?}", s.opcode),
-                s.count,
-                s.failures,
-                last.split(" syndrome").next().unwrap_or(""),
-                trace::fmt_ns(s.mean_ns()),
-                trace::fmt_ns(s.max_ns)
-            );
-        }
-        rows.push(json!({
-            "opcode": s.opcode.to_string(),
-            "opcode_value": s.opcode.0,
-            "count": s.count,
-            "failures": s.failures,
-            "last": trace::outcome_json(&s.last),
-            "mean_ns": s.mean_ns(),
-            "max_ns": s.max_ns,
-            "total_ns": s.total_ns,
-        }));
-    }
-    let failed: u64 = stats.iter().map(|s| s.failures).sum();
-    if !json_mode {
-        outln!("{:<30} {:>6} {:>8}", "total", stats.total(), failed);
-    }
-    Value::from(rows)
 }
 
 fn caps_cmd<H: Hal>(
