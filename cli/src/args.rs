@@ -266,6 +266,25 @@ Example:
         all_fields: bool,
     },
 
+    /// List the ConnectX functions (PCI vendor 15b3) with their driver,
+    /// IOMMU group and what is missing to open them through vfio-pci,
+    /// without a device
+    #[command(
+        after_help = "Reads sysfs: bus/pci/devices/*/{vendor,device}, the driver and
+iommu_group links, kernel/iommu_groups/N/devices; opens /dev/vfio/N to check
+the permissions. docs/hardware.md explains each step.
+
+Exit codes: 0 listed (also when there is none), 3 sysfs cannot be read."
+    )]
+    Devices {
+        /// The sysfs root (for tests: a fake tree)
+        #[arg(long, value_name = "DIR", default_value = "/sys")]
+        sysfs_root: std::path::PathBuf,
+        /// The /dev root holding vfio/N (for tests: a fake tree)
+        #[arg(long, value_name = "DIR", default_value = "/dev")]
+        dev_root: std::path::PathBuf,
+    },
+
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]
     Stats {

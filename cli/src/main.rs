@@ -3,7 +3,7 @@
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
 //! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
-//! `run`, `shell`, `decode`, `trace` (`--save`), `replay`, `diff`,
+//! `run`, `shell`, `decode`, `devices`, `trace` (`--save`), `replay`, `diff`,
 //! `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
@@ -21,6 +21,7 @@ macro_rules! outp {
 mod args;
 mod caps;
 mod decodecmd;
+mod devices;
 mod discover;
 mod error;
 mod fields;
@@ -108,6 +109,14 @@ fn dispatch(cli: &Cli) -> Outcome {
         Ok(f) => f,
         Err(e) => return (Value::Null, Err(e)),
     };
+    // Listing the functions needs no device.
+    if let Command::Devices {
+        sysfs_root,
+        dev_root,
+    } = &cli.command
+    {
+        return devices::run(sysfs_root, dev_root, g.json);
+    }
     // Decoding needs no device.
     if let Some(out) = decodecmd::from_cli(&cli.command, g.json) {
         return out;
@@ -371,8 +380,8 @@ fn subcommand<H: Hal>(
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
         Command::Shell => script::shell(hal, env, t, progress),
-        Command::Decode { .. } | Command::Diff { .. } => {
-            unreachable!("decode and diff run before the device is opened")
+        Command::Decode { .. } | Command::Diff { .. } | Command::Devices { .. } => {
+            unreachable!("decode, diff and devices run before the device is opened")
         }
         Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
