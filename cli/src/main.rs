@@ -22,6 +22,7 @@ mod args;
 mod caps;
 mod decodecmd;
 mod devices;
+mod devinfo;
 mod discover;
 mod error;
 mod fields;
@@ -449,6 +450,14 @@ fn caps_cmd<H: Hal>(
     let fw = hca.fw_version();
     let issi = hca.issi();
     let pages = hca.pages_held_by_firmware();
+    let info = match devinfo::query(&hca, env) {
+        Ok(i) => i,
+        Err(e) => {
+            // Still give the pages back; the query's error is the one to report.
+            let _ = teardown(hca, env, &mut r);
+            return (Value::Null, Err(e));
+        }
+    };
     if !json_mode {
         outln!(
             "Capabilities of {} ({})",
@@ -457,6 +466,7 @@ fn caps_cmd<H: Hal>(
         );
         outln!("  firmware {fw}, ISSI {issi}, firmware holds {pages} pages after bring-up");
         outln!("  (current values after SET_HCA_CAP; where the maximum differs it is shown)");
+        devinfo::print(&info, &caps);
         caps::print(&caps, max.as_ref());
         if all {
             outln!("\nEvery non-zero cmd_hca_cap field (current)");
@@ -467,6 +477,10 @@ fn caps_cmd<H: Hal>(
     }
     let mut v = json!({
         "firmware_version": fw.to_string(),
+        "psid": info.psid,
+        "pci_device_id": info.pci_device_id.map(|i| format!("{i:#06x}")),
+        "port_state": info.ports.iter().map(|p| devinfo::state_text(p.state)).collect::<Vec<_>>(),
+        "ibv_devinfo": devinfo::ibv_json(&caps, fw, &info),
         "issi": issi,
         "pages_held_by_firmware": pages,
         "capabilities": caps::to_json(&caps),
