@@ -122,14 +122,14 @@ fn dispatch(cli: &Cli) -> Outcome {
     if let Some(out) = decodecmd::from_cli(&cli.command, g.json) {
         return out;
     }
-    if g.seed.is_some() && !matches!(target, Target::Sim(_)) {
-        return (
-            Value::Null,
-            Err(CliError::usage(
-                "--seed is an option of the model",
-                "real firmware has no seed: leave it out, or use --device sim",
-            )),
-        );
+    let model_opts = target::ModelOpts {
+        seed: g.seed,
+        issi0: g.issi0,
+        threaded: g.threaded,
+        dma_limit: g.dma_limit,
+    };
+    if let Err(e) = model_opts.check(&target) {
+        return (Value::Null, Err(e));
     }
     if let Command::Diff { a, b } = &cli.command {
         return replay::diff(a, b, g.json);
@@ -180,7 +180,7 @@ fn dispatch(cli: &Cli) -> Outcome {
     let progress = !g.quiet;
     match &target {
         Target::Sim(p) => {
-            let dev = target::model(*p, g.seed);
+            let dev = target::model(*p, &model_opts);
             faults.apply(&dev);
             let tracer = Tracer::new(
                 live,
@@ -194,6 +194,9 @@ fn dispatch(cli: &Cli) -> Outcome {
             };
             let mut out = subcommand(cli, dev.hal(), &env, &tracer, &faults, script);
             add_device(&mut out.0, &target, Some(&dev), &faults);
+            if !model_opts.given().is_empty() {
+                out.0["model_options"] = model_opts.to_json();
+            }
             // The self-test judges its fault options itself, before it
             // writes its report.
             if !matches!(cli.command, Command::Selftest { .. }) {
