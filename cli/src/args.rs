@@ -320,6 +320,27 @@ Exit codes: 0 listed (also when there is none), 3 sysfs cannot be read."
         dev_root: std::path::PathBuf,
     },
 
+    /// Print the shell completion script for SHELL, generated from these
+    /// options, without a device
+    #[command(after_help = "Install, for example:
+  mlx5 completions bash > ~/.local/share/bash-completion/completions/mlx5
+  mlx5 completions zsh  > ~/.zfunc/_mlx5          (with fpath+=~/.zfunc)
+  mlx5 completions fish > ~/.config/fish/completions/mlx5.fish")]
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page (roff), generated from these options, without a
+    /// device: the tool's page, or a subcommand's
+    #[command(after_help = "Read it with: mlx5 man | man -l -
+Install: mlx5 man > /usr/local/share/man/man1/mlx5.1; mlx5 man caps > mlx5-caps.1")]
+    Man {
+        /// A subcommand whose page to print (mlx5-SUBCOMMAND(1))
+        subcommand: Option<String>,
+    },
+
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]
     Stats {

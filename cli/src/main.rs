@@ -3,7 +3,7 @@
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
 //! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
-//! `run`, `shell`, `decode`, `devices`, `trace` (`--save`), `replay`, `diff`,
+//! `run`, `shell`, `decode`, `devices`, `completions`, `man`, `trace` (`--save`), `replay`, `diff`,
 //! `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
@@ -27,6 +27,7 @@ mod discover;
 mod error;
 mod fields;
 mod fill;
+mod gendoc;
 mod hexparse;
 mod linuxstats;
 mod rawcmd;
@@ -102,6 +103,12 @@ type Outcome = (Value, Result<(), CliError>);
 
 fn dispatch(cli: &Cli) -> Outcome {
     let g = &cli.global;
+    // Generated from the argument definitions, without a device.
+    match &cli.command {
+        Command::Completions { shell } => return gendoc::completions(*shell, g.json),
+        Command::Man { subcommand } => return gendoc::man(subcommand.as_deref(), g.json),
+        _ => {}
+    }
     let target = match Target::parse(&g.device) {
         Ok(t) => t,
         Err(e) => return (Value::Null, Err(e)),
@@ -384,8 +391,14 @@ fn subcommand<H: Hal>(
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
         Command::Shell => script::shell(hal, env, t, progress),
-        Command::Decode { .. } | Command::Diff { .. } | Command::Devices { .. } => {
-            unreachable!("decode, diff and devices run before the device is opened")
+        Command::Decode { .. }
+        | Command::Diff { .. }
+        | Command::Devices { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
+            unreachable!(
+                "decode, diff, devices, completions and man run before the device is opened"
+            )
         }
         Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
