@@ -92,6 +92,12 @@ impl<H: Hal> Cq<H> {
         self.ring.consumer_index()
     }
 
+    /// The ring (geometry and memory, for tools and benchmarks that play
+    /// the device).
+    pub fn ring(&self) -> &CqRing<H> {
+        &self.ring
+    }
+
     /// Poll up to `out.len()` completions; the consumer index is published
     /// once for the batch.
     #[inline]
