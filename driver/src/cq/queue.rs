@@ -105,6 +105,19 @@ impl<H: Hal> Cq<H> {
         self.ring.poll(&self.dbr, out)
     }
 
+    /// True when a completion is waiting (one owner-byte check).
+    #[inline(always)]
+    pub fn has_next(&self) -> bool {
+        self.ring.has_next()
+    }
+
+    /// Poll up to `max` completions, handing each to `f` as it is read (no
+    /// staging buffer); the consumer index is published once for the batch.
+    #[inline(always)]
+    pub fn poll_each(&mut self, max: usize, f: impl FnMut(&Cqe)) -> usize {
+        self.ring.poll_each(&self.dbr, max, f)
+    }
+
     /// Take one completion (the consumer index is published at once).
     #[inline]
     pub fn poll_one(&mut self) -> Option<Cqe> {
