@@ -69,7 +69,8 @@ fn poll_empty(c: &mut Criterion) {
     });
     let p = ring.cq.region().as_ptr();
     g.bench_function("raw", |b| {
-        b.iter(|| black_box(raw_empty(black_box(p), 8, black_box(0))))
+        // SAFETY: `p` is the live ring of 2^8 CQEs of `ring`.
+        b.iter(|| black_box(unsafe { raw_empty(black_box(p), 8, black_box(0)) }))
     });
     g.finish();
 }
@@ -156,14 +157,18 @@ fn poll_batches(c: &mut Criterion) {
                         let t = Instant::now();
                         let mut got = 0;
                         while got < n {
-                            let k = raw_poll_recv(
-                                p,
-                                log_cq as u32,
-                                &mut ci,
-                                dbr.as_ptr() as *mut u32,
-                                &wrids,
-                                &mut out,
-                            );
+                            // SAFETY: the live ring of 2^log_cq CQEs, an
+                            // 8-byte record, a table of 2^k entries.
+                            let k = unsafe {
+                                raw_poll_recv(
+                                    p,
+                                    log_cq as u32,
+                                    &mut ci,
+                                    dbr.as_ptr() as *mut u32,
+                                    &wrids,
+                                    &mut out,
+                                )
+                            };
                             black_box(&out[..k]);
                             got += k;
                         }
@@ -360,14 +365,18 @@ fn recv_loop(c: &mut Criterion) {
                     let t = Instant::now();
                     let mut got = 0;
                     while got < P {
-                        let k = raw_poll_recv(
-                            p,
-                            8,
-                            &mut ci,
-                            dbr.as_ptr() as *mut u32,
-                            &raw.wrids,
-                            &mut out,
-                        );
+                        // SAFETY: the live ring of 2^8 CQEs, an 8-byte
+                        // record, 256 wr_ids.
+                        let k = unsafe {
+                            raw_poll_recv(
+                                p,
+                                8,
+                                &mut ci,
+                                dbr.as_ptr() as *mut u32,
+                                &raw.wrids,
+                                &mut out,
+                            )
+                        };
                         black_box(&out[..k]);
                         for i in 0..k as u64 {
                             raw.post(i, &sge);

@@ -49,7 +49,8 @@ fn ring_one(r: &mut RingRig<SimHal>, out: &mut [Cqe; 1], wr_id: &mut u64) -> usi
 
 #[inline(never)]
 fn raw_empty_probe(ring: *const u8, log: u32, ci: u32) -> bool {
-    raw_empty(ring, log, ci)
+    // SAFETY: the caller passes the live ring of a `RingRig` of 2^log CQEs.
+    unsafe { raw_empty(ring, log, ci) }
 }
 
 #[inline(never)]
@@ -61,7 +62,8 @@ fn raw_one(
     wrids: &[u64],
     out: &mut [RawWc; 1],
 ) -> usize {
-    raw_poll_recv(ring, log, ci, dbr, wrids, out)
+    // SAFETY: a live ring of 2^log CQEs, an 8-byte record, a 2^k table.
+    unsafe { raw_poll_recv(ring, log, ci, dbr, wrids, out) }
 }
 
 fn main() {

@@ -175,10 +175,14 @@ pub struct RawWc {
 
 /// Is the CQE at `ci` of a raw ring of `2^log_nent` 64-byte entries still
 /// hardware-owned? (One owner-byte load and compare.)
+///
+/// # Safety
+///
+/// `ring` points to live memory of `2^log_nent` 64-byte entries.
 #[inline(always)]
-pub fn raw_empty(ring: *const u8, log_nent: u32, ci: u32) -> bool {
+pub unsafe fn raw_empty(ring: *const u8, log_nent: u32, ci: u32) -> bool {
     let cqe = (ci & ((1 << log_nent) - 1)) as usize * 64;
-    // SAFETY: `cqe + 0x3f` lies inside the live ring of `2^log_nent` CQEs.
+    // SAFETY: `cqe + 0x3f` lies inside the live ring (caller's contract).
     let op_own = unsafe { ring.add(cqe + 0x3f).read_volatile() };
     op_own >> 4 == 0xf || (op_own & 1) as u32 != (ci >> log_nent) & 1
 }
@@ -186,8 +190,13 @@ pub fn raw_empty(ring: *const u8, log_nent: u32, ci: u32) -> bool {
 /// The raw receive poll: ownership test, read barrier, the fields, the
 /// `wr_id` from a plain table indexed by the WQE counter, doorbell record
 /// once per call. No check of anything the device wrote.
+///
+/// # Safety
+///
+/// `ring` points to live memory of `2^log_nent` 64-byte entries, `dbr` to
+/// 4 live writable bytes, and `wrids.len()` is a power of two.
 #[inline(always)]
-pub fn raw_poll_recv(
+pub unsafe fn raw_poll_recv(
     ring: *const u8,
     log_nent: u32,
     ci: &mut u32,
@@ -198,7 +207,8 @@ pub fn raw_poll_recv(
     let mask = (1u32 << log_nent) - 1;
     let mut n = 0;
     while n < out.len() {
-        if raw_empty(ring, log_nent, *ci) {
+        // SAFETY: the caller's contract.
+        if unsafe { raw_empty(ring, log_nent, *ci) } {
             break;
         }
         let cqe = (*ci & mask) as usize * 64;
