@@ -88,6 +88,25 @@ impl Fw {
         }
     }
 
+    /// A test driver for a device whose command queue is already
+    /// programmed at `cmdq` (e.g. after a function reset).
+    pub fn adopt(dev: Device, cmdq: Region) -> Fw {
+        Fw {
+            hal: dev.hal(),
+            dev,
+            cmdq,
+            pool: Vec::new(),
+            token: 1,
+            slot: 0,
+            checksums: false,
+            keep: Vec::new(),
+            uar: 0,
+            pd: 0,
+            out_len: 0,
+            out_blocks: (0, 0),
+        }
+    }
+
     pub fn default() -> Fw {
         Fw::new(SimConfig::default())
     }
