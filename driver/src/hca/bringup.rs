@@ -77,6 +77,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             heartbeat: Heartbeat::new(cfg.heartbeat_timeout_ns, now),
             polls_since_health: 0,
             function_id: 0,
+            embedded_cpu,
             scratch_in: [0; MAX_CMD_LEN],
             scratch_out: [0; MAX_CMD_LEN],
         };
@@ -112,7 +113,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     fn startup_pages(&self, kind: u16) -> Result<(), Error> {
-        let out: [u8; encode::QUERY_PAGES_OUT] = self.run(encode::query_pages(kind))?;
+        let ec = self.embedded_cpu;
+        let out: [u8; encode::QUERY_PAGES_OUT] = self.run(encode::query_pages(kind, ec))?;
         let (function_id, n) = encode::parse_query_pages(&out);
         let mut core = self.core.lock();
         core.function_id = function_id;
@@ -122,6 +124,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 &self.observer,
                 &self.cfg,
                 function_id,
+                ec,
                 n as usize,
             );
             drop(core);

@@ -28,8 +28,10 @@ use crate::stats::{CmdObserver, CmdStats};
 
 pub(crate) use service::Core;
 
-/// Pages per MANAGE_PAGES command: what the preallocated mailboxes carry
-/// ((4112 − 16) / 8 = 512).
+/// Pages per MANAGE_PAGES *take* command: what the preallocated output
+/// mailboxes hold ((4112 − 16) / 8 = 512; Linux takes 768 at a time at
+/// teardown, `optimal_reclaimed_pages`). A give carries every page firmware
+/// asked for in one command, whatever the count.
 pub const PAGES_PER_COMMAND: usize = (MAX_CMD_LEN - 16) / 8;
 
 /// Configuration of [`Hca::bring_up`]. Defaults follow Linux's timeouts
