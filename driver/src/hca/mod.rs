@@ -382,17 +382,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
 /// The EQE event types this driver subscribes its async EQ to: Linux's
 /// `MLX5_ASYNC_EVENT_MASK` (0x1f02be, which holds the QP events:
-/// communication established, WQ errors, last WQE reached, SRQ limit),
-/// PAGE_REQUEST (Linux has a separate pages EQ for it) and INTERNAL_ERROR
-/// (so the upper layers see it as an event, not only through the health
-/// buffer).
+/// communication established, WQ errors, last WQE reached, SRQ limit) and
+/// PAGE_REQUEST (Linux has a separate pages EQ for it). Not INTERNAL_ERROR
+/// (0x08): neither Linux (`gather_async_events_mask`) nor rdma-core's VFIO
+/// driver subscribes to it; a dead device is found by the health checks
+/// (`crate::health`).
 pub fn async_event_mask() -> EventMask {
     // QP_EVENTS (COMM_EST, WQ errors, last WQE) are inside Linux's mask
     // already; named here because the QP code relies on them.
-    EventMask::LINUX_ASYNC
-        | EventMask::QP_EVENTS
-        | EventMask::PAGE_REQUEST
-        | EventMask::INTERNAL_ERROR
+    EventMask::LINUX_ASYNC | EventMask::QP_EVENTS | EventMask::PAGE_REQUEST
 }
 
 #[cfg(test)]
@@ -402,11 +400,9 @@ mod tests {
     use mlx5_regs::EventType;
 
     #[test]
-    fn async_mask_is_linux_plus_page_request_and_internal_error() {
-        assert_eq!(
-            async_event_mask().bits(),
-            0x1f02be | (1 << 0x0b) | (1 << 0x08)
-        );
+    fn async_mask_is_linux_plus_page_request() {
+        assert_eq!(async_event_mask().bits(), 0x1f02be | (1 << 0x0b));
+        assert!(!async_event_mask().contains(EventMask::INTERNAL_ERROR));
         assert_eq!(
             EventType::PAGE_REQUEST.mask_bit(),
             EventMask::PAGE_REQUEST.bits()
