@@ -428,10 +428,20 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
     /// Read the health buffer now (fatal sensors and heartbeat, docs/firmware.md
     /// §1.3), whatever [`HcaConfig::poll_health_interval`] says. A fatal
-    /// finding sticks: every later call fails fast with it.
+    /// finding sticks: every later call fails fast with it. A syndrome
+    /// without the reset-requested bit is not fatal: it is kept for
+    /// [`Hca::health_warning`] and the HCA stays usable.
     pub fn check_health(&self) -> Result<(), Error> {
         self.check_alive()?;
         let r = self.core.lock().heartbeat.check(&self.hal);
         r.map_err(|e| self.note_fatal(e))
+    }
+
+    /// The non-fatal health syndrome the last health check saw (`None`
+    /// once firmware cleared it), and how many distinct ones were seen
+    /// since bring-up. Linux reports such a syndrome (its devlink "fw"
+    /// reporter) and keeps the device; so does this driver.
+    pub fn health_warning(&self) -> (Option<crate::health::HealthWarning>, u64) {
+        self.core.lock().heartbeat.warning()
     }
 }
