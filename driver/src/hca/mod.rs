@@ -44,10 +44,23 @@ pub const PAGES_PER_COMMAND: usize = (MAX_CMD_LEN - 16) / 8;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HcaConfig {
-    /// Timeout of every command (default 60 s).
+    /// Timeout of every command (default 60 s, Linux's `MLX5_TO_CMD_MS`).
+    /// Replaced by the device's own (`cmd_exec_to`) when it provides its
+    /// timeouts and [`HcaConfig::device_timeouts`] is set.
     pub cmd_timeout_ns: u64,
-    /// Wait for the initializing bit to clear (default 120 s).
+    /// Wait for the initializing bit to clear (default 120 s). The wait
+    /// after the command queue is programmed uses the device's
+    /// `cmd_q_init_to` instead when it provides one.
     pub fw_init_timeout_ns: u64,
+    /// Use the timeouts the device publishes in its init segment
+    /// (`cmd_exec_to` 0xff8, `cmd_q_init_to` 0xffc) where it provides them,
+    /// as Linux does (`mlx5_tout_query_iseg`, `lib/tout.c`); default true.
+    pub device_timeouts: bool,
+    /// The function is a virtual function (PCI device ids of Linux's
+    /// `mlx5_core_pci_table` marked `MLX5_PCI_DEV_IS_VF`): it skips the
+    /// PF-only HOST_ENDIANNESS write, as Linux does (`mlx5_function_setup`).
+    /// Default false.
+    pub virtual_function: bool,
     /// Polling step while firmware initializes (default 2 ms, as Linux).
     pub fw_init_poll_us: u32,
     /// Page reclaim at teardown gives up after this long without progress
@@ -86,6 +99,8 @@ impl Default for HcaConfig {
         HcaConfig {
             cmd_timeout_ns: 60_000_000_000,
             fw_init_timeout_ns: 120_000_000_000,
+            device_timeouts: true,
+            virtual_function: false,
             fw_init_poll_us: 2_000,
             reclaim_timeout_ns: 5_000_000_000,
             poll_max_delay_us: 1_000,
@@ -193,6 +208,8 @@ pub struct Hca<H: Hal, O: CmdObserver = (), const CE: usize = 256, const AE: usi
     progress: Progress,
     torn_down: bool,
     fw: FwVersion,
+    /// Device-provided (command, fw-init) timeouts in use.
+    device_timeouts: Option<(u64, u64)>,
     embedded_cpu: bool,
     issi: u16,
     caps: Option<Caps>,
@@ -374,6 +391,14 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         &self.observer
     }
 
+    /// The timeouts the device published in its init segment and the
+    /// driver uses: (command, firmware initialisation) in nanoseconds;
+    /// `None` when the device provides none (`cmd_q_init_to` reads 0) or
+    /// [`HcaConfig::device_timeouts`] is off.
+    pub fn device_timeouts(&self) -> Option<(u64, u64)> {
+        self.device_timeouts
+    }
+
     /// Is the device known dead?
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
@@ -407,6 +432,18 @@ mod tests {
             EventType::PAGE_REQUEST.mask_bit(),
             EventMask::PAGE_REQUEST.bits()
         );
+    }
+
+    #[test]
+    fn init_segment_timeouts_convert_as_linux() {
+        use super::bringup::iseg_timeout_ns;
+        assert_eq!(iseg_timeout_ns(0), 0);
+        assert_eq!(iseg_timeout_ns(250), 250_000_000, "milliseconds");
+        assert_eq!(iseg_timeout_ns((1 << 29) | 60), 60_000_000_000, "seconds");
+        assert_eq!(iseg_timeout_ns((2 << 29) | 2), 120_000_000_000, "minutes");
+        assert_eq!(iseg_timeout_ns((3 << 29) | 1), 3_600_000_000_000, "hours");
+        // Bit 31 and bits 28:20 are not part of the value (Linux masks).
+        assert_eq!(iseg_timeout_ns((1 << 31) | (1 << 25) | 7), 7_000_000);
     }
 
     #[test]
