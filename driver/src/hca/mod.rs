@@ -366,6 +366,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         self.terminate_mkey
     }
 
+    /// The lkey that ends a short receive scatter list: the device's
+    /// `terminate_scatter_list_mkey` when the capability of that name is set
+    /// (Linux `mlx5_ib_stage_init_init` reads it; `MLX5_TERMINATE_SCATTER_LIST_LKEY`
+    /// 0x100 otherwise).
+    pub fn srq_terminator(&self) -> u32 {
+        match &self.caps {
+            Some(c) if c.terminate_scatter_list_mkey => self.terminate_mkey,
+            _ => mlx5_regs::consts::ctx::INVALID_LKEY,
+        }
+    }
+
     /// EQ number of the async EQ.
     pub fn async_eqn(&self) -> u8 {
         self.core.lock().async_eq.as_ref().map_or(0, |e| e.eqn())

@@ -252,7 +252,7 @@ impl<H: Hal> Srq<H> {
             let seg = base + 16 * (k + 1);
             let len = region.read_be32(seg);
             let lkey = region.read_be32(seg + 4);
-            if len == 0 && lkey == INVALID_LKEY {
+            if len == 0 && (lkey == INVALID_LKEY || lkey == self.ring.terminator()) {
                 break;
             }
             let len = len & 0x7fff_ffff;
@@ -330,7 +330,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             (false, Some(c)) => Some(c.cqn()),
             (false, None) => return Err(Error::InvalidArgument("an ISSI 0 SRQ names a CQ")),
         };
-        let (ring, pages) = SrqRing::new_paged(self.hal(), geo, MAX_CONTEXT_PAGES)?;
+        let (mut ring, pages) = SrqRing::new_paged(self.hal(), geo, MAX_CONTEXT_PAGES)?;
+        ring.set_terminator(self.srq_terminator());
         let params = SrqParams {
             log_wqe_cnt: geo.log_wqe_cnt,
             log_stride: geo.log_stride,

@@ -119,6 +119,9 @@ pub struct SrqRing<H: Hal> {
     tail: u16,
     counter: u16,
     outstanding: usize,
+    /// lkey of the entry that ends a short scatter list: the device's
+    /// `terminate_scatter_list_mkey` when offered, else 0x100.
+    term_lkey: u32,
 }
 
 impl<H: Hal> SrqRing<H> {
@@ -150,11 +153,25 @@ impl<H: Hal> SrqRing<H> {
             tail: (n - 1) as u16,
             counter: 0,
             outstanding: 0,
+            term_lkey: INVALID_LKEY,
         };
         for i in 0..n {
             ring.set_next(i as u16, ((i + 1) & (n - 1)) as u16);
         }
         Ok((ring, pages))
+    }
+
+    /// End short scatter lists with `lkey` (a zero-length entry): the
+    /// device's `terminate_scatter_list_mkey` when it offers one, as Linux
+    /// does (`mlx5_ib_post_srq_recv`, `dev->mkeys.terminate_scatter_list_mkey`);
+    /// 0x100 (`MLX5_INVALID_LKEY`) otherwise, the default.
+    pub fn set_terminator(&mut self, lkey: u32) {
+        self.term_lkey = lkey;
+    }
+
+    /// The lkey that ends a short scatter list.
+    pub fn terminator(&self) -> u32 {
+        self.term_lkey
     }
 
     /// The geometry.
@@ -240,9 +257,9 @@ impl<H: Hal> SrqRing<H> {
             d.write_be64::<8>(sge.addr);
         }
         if let Some(d) = segs.next() {
-            // Terminator: a zero-length entry with the invalid lkey.
+            // Terminator: a zero-length entry with the terminating lkey.
             d.write_be32::<0>(0);
-            d.write_be32::<4>(INVALID_LKEY);
+            d.write_be32::<4>(self.term_lkey);
             d.write_be64::<8>(0);
         }
         self.book.write_be64(idx as usize * 8, wr_id);
