@@ -505,3 +505,25 @@ fn the_terminator_is_the_device_key_when_offered() {
         }
     }
 }
+
+/// Firmware raising the limit event late — after the driver's query found
+/// the limit still armed, before its disarm — and the driver's own fallback
+/// must not both deliver: exactly one event, firmware's, and the arm says
+/// `Armed` (before the fix: `RaiseNow` plus firmware's event, two).
+#[test]
+fn a_late_firmware_limit_event_is_delivered_exactly_once() {
+    for issi in [0, 1] {
+        let mut f = fixture(issi, 15, 1);
+        f.post(0, 2).unwrap();
+        f.dev.inject().srq_limit_late(1);
+        let arm = f.hca.arm_srq_limit(&mut f.srq, 5).unwrap();
+        assert_eq!(arm, LimitArm::Armed, "ISSI {issi}: firmware's event counts");
+        assert_eq!(f.limit_events(), 1, "ISSI {issi}");
+        assert_eq!(f.hca.query_srq(&f.srq).unwrap().lwm, 0);
+        // And a later on-time arm still behaves as before.
+        let arm = f.hca.arm_srq_limit(&mut f.srq, 6).unwrap();
+        assert_eq!(arm, LimitArm::Armed);
+        assert_eq!(f.limit_events(), 1, "ISSI {issi}: the on-time event");
+        f.finish(&format!("late limit ISSI {issi}"));
+    }
+}

@@ -117,6 +117,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             embedded_cpu,
             scratch_in: [0; MAX_CMD_LEN],
             scratch_out: [0; MAX_CMD_LEN],
+            limit_watch: heapless::Vec::new(),
         };
         let mut hca = Hca {
             hal,

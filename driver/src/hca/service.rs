@@ -42,7 +42,13 @@ pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
     pub(super) embedded_cpu: bool,
     pub(super) scratch_in: [u8; MAX_CMD_LEN],
     pub(super) scratch_out: [u8; MAX_CMD_LEN],
+    /// SRQs whose limit arm is being checked, and whether a limit event of
+    /// theirs was dispatched meanwhile ([`Hca::arm_srq_limit`]).
+    pub(super) limit_watch: heapless::Vec<(u32, bool), LIMIT_WATCHES>,
 }
+
+/// Limit arms checked at the same time, at most.
+pub(super) const LIMIT_WATCHES: usize = 8;
 
 impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
     /// Poll both EQs once and dispatch: page requests to the page manager,
@@ -54,6 +60,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             pages,
             completions,
             events,
+            limit_watch,
             ..
         } = self;
         let mut n = 0;
@@ -70,6 +77,12 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
                         num_pages,
                     }),
                     Event::Completion { .. } => completions.push(ev),
+                    Event::SrqLimit { srqn } => {
+                        for w in limit_watch.iter_mut().filter(|w| w.0 == srqn) {
+                            w.1 = true;
+                        }
+                        events.push(ev)
+                    }
                     _ => events.push(ev),
                 })
                 .eqes;
@@ -435,6 +448,27 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         self.check_alive()?;
         let r = self.core.lock().heartbeat.check(&self.hal);
         r.map_err(|e| self.note_fatal(e))
+    }
+
+    /// Start watching SRQ `srqn`'s limit events: what the EQs hold now is
+    /// dispatched first, so only events raised from here on count.
+    pub(crate) fn watch_srq_limit(&self, srqn: u32) -> Result<(), Error> {
+        let mut core = self.core.lock();
+        core.poll_eqs(&self.hal, u32::MAX);
+        core.limit_watch
+            .push((srqn, false))
+            .map_err(|_| Error::Busy("too many SRQ limit arms at once"))
+    }
+
+    /// Stop watching: dispatch what the EQs hold and tell whether a limit
+    /// event of `srqn` came since [`Hca::watch_srq_limit`].
+    pub(crate) fn unwatch_srq_limit(&self, srqn: u32) -> bool {
+        let mut core = self.core.lock();
+        core.poll_eqs(&self.hal, u32::MAX);
+        match core.limit_watch.iter().position(|w| w.0 == srqn) {
+            Some(i) => core.limit_watch.swap_remove(i).1,
+            None => false,
+        }
     }
 
     /// The non-fatal health syndrome the last health check saw (`None`
