@@ -2,8 +2,8 @@
 //!
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
-//! vfio:0000:03:00.0`). Subcommands: `demo`, `caps`, `cmd`, `trace`,
-//! `stats`; `--json` on each. See `docs/cli.md`.
+//! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
+//! `trace`, `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
 /// closed (`mlx5 trace | head`).
@@ -24,6 +24,7 @@ mod fields;
 mod rawcmd;
 mod report;
 mod scenario;
+mod selftest;
 mod session;
 mod target;
 mod trace;
@@ -120,15 +121,32 @@ fn dispatch(cli: &Cli) -> Outcome {
                 model: Some(&dev),
                 cfg,
             };
-            let mut out = subcommand(cli, dev.hal(), &env, &tracer);
+            let mut out = subcommand(cli, dev.hal(), &env, &tracer, &faults);
             add_device(&mut out.0, &target, Some(&dev), &faults);
-            check_faults_fired(&mut out, &faults, &dev, &tracer);
+            // The self-test judges its fault options itself, before it
+            // writes its report.
+            if !matches!(cli.command, Command::Selftest { .. }) {
+                check_faults_fired(&mut out, &faults, &dev, &tracer);
+            }
             out
         }
         Target::Vfio(addr) => {
             let plat = match target::open_vfio(addr) {
                 Ok(p) => p,
-                Err(e) => return (json!({"device": target.label()}), Err(e)),
+                Err(e) => {
+                    let mut v = json!({"device": target.label()});
+                    if let Command::Selftest { report } = &cli.command {
+                        let opts = selftest::Opts {
+                            json: g.json,
+                            progress,
+                            report: report.clone(),
+                            faults: &faults,
+                        };
+                        v = selftest::unopened(&target, &e, &opts);
+                        v["device"] = json!(target.label());
+                    }
+                    return (v, Err(e));
+                }
             };
             let tracer = Tracer::new(
                 live,
@@ -143,7 +161,7 @@ fn dispatch(cli: &Cli) -> Outcome {
                 model: None,
                 cfg,
             };
-            let mut out = subcommand(cli, plat, &env, &tracer);
+            let mut out = subcommand(cli, plat, &env, &tracer, &faults);
             add_device(&mut out.0, &target, None, &faults);
             out
         }
@@ -182,8 +200,9 @@ fn add_device(v: &mut Value, target: &Target, dev: Option<&Device>, faults: &tar
             m.insert(
                 "injected_faults".into(),
                 json!({
-                    "fail": faults.fail.iter().map(|(o, s, y)| json!({
-                        "opcode": o.to_string(), "status": s.name(), "syndrome": format!("{y:#x}")
+                    "fail": faults.fail.iter().map(|(o, s, y, n)| json!({
+                        "opcode": o.to_string(), "status": s.name(), "syndrome": format!("{y:#x}"),
+                        "nth": n,
                     })).collect::<Vec<_>>(),
                     "stall": faults.stall.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
                     "fatal_after": faults.fatal_after,
@@ -193,10 +212,25 @@ fn add_device(v: &mut Value, target: &Target, dev: Option<&Device>, faults: &tar
     }
 }
 
-fn subcommand<H: Hal>(cli: &Cli, hal: H, env: &Env<'_>, t: &Tracer) -> Outcome {
+fn subcommand<H: Hal>(
+    cli: &Cli,
+    hal: H,
+    env: &Env<'_>,
+    t: &Tracer,
+    faults: &target::Faults,
+) -> Outcome {
     let g = &cli.global;
     let progress = !g.quiet;
     match &cli.command {
+        Command::Selftest { report } => {
+            let opts = selftest::Opts {
+                json: g.json,
+                progress,
+                report: report.clone(),
+                faults,
+            };
+            selftest::run(hal, env, t, &opts)
+        }
         Command::Demo => {
             let mut r = Report::new(g.json, true, progress);
             if !g.json {

@@ -143,8 +143,9 @@ pub fn parse_pci_addr(s: &str) -> Result<String, CliError> {
 /// The model-only fault options.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
-    /// `--fail-opcode NAME:STATUS:SYNDROME`.
-    pub fail: Vec<(Opcode, CmdStatus, u32)>,
+    /// `--fail-opcode NAME:STATUS:SYNDROME[:NTH]`: opcode, status,
+    /// syndrome, and which command of that opcode from now (1 = the next).
+    pub fail: Vec<(Opcode, CmdStatus, u32, u32)>,
     /// `--stall-opcode NAME`.
     pub stall: Vec<Opcode>,
     /// `--fatal-after N`.
@@ -159,8 +160,9 @@ impl Faults {
 
     /// Arm the model (fatal-after is done by the tracer).
     pub fn apply(&self, dev: &Device) {
-        for (op, st, syn) in &self.fail {
-            dev.inject().fail_next(op.0, st.0, *syn);
+        for (op, st, syn, nth) in &self.fail {
+            dev.inject()
+                .fail_nth(op.0, nth.saturating_sub(1) as usize, st.0, *syn);
         }
         for op in &self.stall {
             dev.inject().stall_next(op.0);
@@ -190,14 +192,15 @@ impl Faults {
         };
         let sent = |op: Opcode| trace.iter().filter(|e| e.opcode == op.0).count();
         let mut out = Vec::new();
-        for (op, st, syn) in &self.fail {
+        for (op, st, syn, nth) in &self.fail {
             let fired =
                 take(&|e| e.opcode == op.0 && !e.stalled && e.status == st.0 && e.syndrome == *syn);
             if !fired {
                 out.push(format!(
-                    "--fail-opcode {}:{}:{syn:#x} never fired: {}",
+                    "--fail-opcode {}:{}:{syn:#x}{} never fired: {}",
                     cli_name(*op),
                     st.name().map_or_else(|| format!("{:#x}", st.0), str::to_ascii_lowercase),
+                    if *nth > 1 { format!(":{nth}") } else { String::new() },
                     match sent(*op) {
                         0 => format!("the run sent no {op} command"),
                         n => format!("the run sent {n} {op} command(s), none failed with that status and syndrome"),
@@ -309,12 +312,24 @@ pub fn parse_faults(
     };
     for s in fail {
         let parts: Vec<&str> = s.split(':').collect();
-        if parts.len() != 3 {
+        if !(3..=4).contains(&parts.len()) {
             return Err(CliError::usage(
-                format!("--fail-opcode '{s}' is not NAME:STATUS:SYNDROME"),
-                "e.g. --fail-opcode create-cq:bad_param_err:0x1234",
+                format!("--fail-opcode '{s}' is not NAME:STATUS:SYNDROME[:NTH]"),
+                "e.g. --fail-opcode create-cq:bad_param_err:0x1234, or create-mkey:bad_param_err:0x1:2 for the second CREATE_MKEY",
             ));
         }
+        let nth = match parts.get(3) {
+            None => 1,
+            Some(n) => parse_u64(n)
+                .ok()
+                .filter(|v| (1..=1_000_000).contains(v))
+                .ok_or_else(|| {
+                    CliError::usage(
+                        format!("'{n}' in --fail-opcode '{s}' is not a command count of 1 or more"),
+                        "NTH counts the commands of that opcode from the start: 1 the first (the default), 2 the second",
+                    )
+                })? as u32,
+        };
         let op = parse_opcode(parts[0])?;
         let st = parse_status(parts[1])?;
         if st.0 == 0 {
@@ -332,7 +347,7 @@ pub fn parse_faults(
                     "e.g. 0x1234 or 4660",
                 )
             })?;
-        f.fail.push((op, st, syn as u32));
+        f.fail.push((op, st, syn as u32, nth));
     }
     for s in stall {
         f.stall.push(parse_opcode(s)?);

@@ -114,7 +114,7 @@ impl Bufs {
     fn new(dev: &Device, ctx: &Ctx) -> Bufs {
         Bufs {
             region: dev.hal().alloc_dma(BUF * 256).unwrap(),
-            lkey: ctx.hca().reserved_lkey(),
+            lkey: ctx.hca().default_lkey(),
         }
     }
 

@@ -315,7 +315,7 @@ impl Run {
     fn post(&mut self, at: &str) {
         let Some(j) = self.pick_srq() else { return };
         let k = 1 + self.rng.below(8) as usize;
-        let lkey = self.ctx.hca().reserved_lkey();
+        let lkey = self.ctx.hca().default_lkey();
         let ids: Vec<u64> = (0..k as u64).map(|x| self.next_wr + x).collect();
         let sges: Vec<[Sge; 1]> = ids
             .iter()

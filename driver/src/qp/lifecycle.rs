@@ -36,6 +36,14 @@ fn check<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, t: Transition) -> Result<(
     }
 }
 
+/// `links` name exactly the CQs and SRQ `qp` was created with.
+fn links_match<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, links: &QpLinks<'_, H>) -> bool {
+    let recv_separate = qp.cqn_rcv.and_then(|(c, sep)| sep.then_some(c));
+    links.send_cq.as_ref().map(|c| c.cqn()) == qp.cqn_snd
+        && links.recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
+        && links.srq.as_ref().map(|s| s.srqn()) == qp.srqn
+}
+
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
     /// The send ring a request would get on this device (rounded as
     /// [`SqGeometry::for_request`] does): the length of the [`SendSlot`]
@@ -287,8 +295,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
     /// Any state → RESET (2RST_QP). Afterwards the send counters, the send
     /// table and both doorbell-record counters are zero, as Linux leaves a
-    /// kernel QP; work requests not yet completed are forgotten (their
-    /// CQEs, if still in a CQ, are refused as not outstanding).
+    /// kernel QP, and work requests not yet completed are forgotten.
+    ///
+    /// The QP's CQEs still unpolled in its CQs stay there. Polled before
+    /// any new work request is posted, they are refused as not outstanding;
+    /// polled after, a stale send CQE names a WQE index the restarted ring
+    /// uses again and would complete the new request in its place. A QP
+    /// that will be used again should therefore be reset with
+    /// [`Hca::qp_to_reset_and_clean`], which removes them as Linux and
+    /// rdma-core do.
     pub fn qp_to_reset<T: AsMut<[SendSlot]>>(&self, qp: &mut Qp<H, T>) -> Result<(), Error> {
         check(qp, Transition::ToReset)?;
         let input = cmd::qp_2rst(qp.qpn)?;
@@ -297,6 +312,38 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp.state = Transition::ToReset.target();
         qp.reset_rings();
         Ok(())
+    }
+
+    /// Any state → RESET as Linux (`__mlx5_ib_modify_qp`) and rdma-core
+    /// (`mlx5_modify_qp`) do it: 2RST_QP ([`Hca::qp_to_reset`]), then the
+    /// QP's unpolled CQEs are removed from its CQs ([`crate::cq::Cq::discard_qp`]; a
+    /// receive CQE gives its WQE back to the SRQ), so none of them can be
+    /// matched to a work request posted after the reset. `links` are the
+    /// CQs and SRQ the QP was created with, as for [`Hca::destroy_qp`]
+    /// (checked before any command). Returns how many CQEs were removed.
+    pub fn qp_to_reset_and_clean<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        links: QpLinks<'_, H>,
+    ) -> Result<u32, Error> {
+        if !links_match(qp, &links) {
+            return Err(Error::InvalidArgument(
+                "pass the CQs and SRQ the QP was created with",
+            ));
+        }
+        self.qp_to_reset(qp)?;
+        // Firmware writes no CQE for a QP in RESET: what is in the CQs now
+        // is all there will be.
+        let QpLinks {
+            send_cq,
+            recv_cq,
+            srq,
+        } = links;
+        Ok(match (recv_cq, send_cq) {
+            (Some(r), s) => r.discard_qp(qp.qpn, srq) + s.map_or(0, |s| s.discard_qp(qp.qpn, None)),
+            (None, Some(s)) => s.discard_qp(qp.qpn, srq),
+            (None, None) => 0,
+        })
     }
 
     /// QUERY_QP: the context as firmware has it.
@@ -334,21 +381,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: Qp<H, T>,
         links: QpLinks<'_, H>,
     ) -> Result<T, (Qp<H, T>, Error)> {
-        let QpLinks {
-            send_cq,
-            recv_cq,
-            srq,
-        } = links;
-        let recv_separate = qp.cqn_rcv.and_then(|(c, sep)| sep.then_some(c));
-        let matches = send_cq.as_ref().map(|c| c.cqn()) == qp.cqn_snd
-            && recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
-            && srq.as_ref().map(|s| s.srqn()) == qp.srqn;
-        if !matches {
+        if !links_match(&qp, &links) {
             return Err((
                 qp,
                 Error::InvalidArgument("pass the CQs and SRQ the QP was created with"),
             ));
         }
+        let QpLinks {
+            send_cq,
+            recv_cq,
+            srq,
+        } = links;
         let r = cmd::destroy_qp(qp.qpn)
             .map_err(Error::from)
             .and_then(|input| {
