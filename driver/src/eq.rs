@@ -338,6 +338,25 @@ impl<T: LossMarker, const N: usize> EventSink<T, N> {
         }
     }
 
+    /// Drop the waiting items `keep` refuses, keeping the others in order;
+    /// returns how many were dropped (not counted as lost: they were
+    /// withdrawn, e.g. events of a destroyed object).
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let n = self.q.len();
+        let mut dropped = 0;
+        for _ in 0..n {
+            if let Some(x) = self.q.pop_front() {
+                if keep(&x) {
+                    // Cannot fail: one slot was just freed.
+                    let _ = self.q.push_back(x);
+                } else {
+                    dropped += 1;
+                }
+            }
+        }
+        dropped
+    }
+
     /// Items waiting.
     pub fn len(&self) -> usize {
         self.q.len()

@@ -496,6 +496,12 @@ impl Device {
         })
     }
 
+    /// What the last arm doorbell of CQ `cqn` asked for: `Some(true)` for
+    /// solicited completions only, `Some(false)` for the next completion.
+    pub fn cq_last_arm(&self, cqn: u32) -> Option<bool> {
+        self.lock().cqs.get(&cqn)?.last_arm_solicited
+    }
+
     /// Numbers of the live QPs, ascending.
     pub fn qpns(&self) -> Vec<u32> {
         self.lock().qps.keys().copied().collect()

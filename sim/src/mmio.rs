@@ -233,6 +233,7 @@ impl State {
         // A request for the next completion is not downgraded by a later
         // request for a solicited one while armed (IB "Request Completion
         // Notification"; Linux `mlx5_ib_arm_cq` keeps `IB_CQ_NEXT_COMP`).
+        cq.last_arm_solicited = Some(a.solicited);
         let solicited = a.solicited && cq.arm.is_none_or(|old| old.solicited);
         cq.arm = Some(crate::objects::Arm { sn, solicited });
         // CQEs beyond the arm's consumer index already present: fire now.

@@ -93,6 +93,9 @@ pub(crate) struct Cq {
     pub users: u32,
     /// UMEMs holding the buffer or doorbell record (DevX).
     pub umems: Vec<u32>,
+    /// What the last arm doorbell asked for: `Some(true)` solicited only
+    /// (test API `Device::cq_last_arm`).
+    pub last_arm_solicited: Option<bool>,
 }
 
 impl Cq {

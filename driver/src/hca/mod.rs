@@ -26,7 +26,8 @@ use crate::pages::PageStats;
 use crate::qp::Mtu;
 use crate::stats::{CmdObserver, CmdStats};
 
-pub(crate) use service::Core;
+pub use cmdwait::succeeds_when_dead;
+pub(crate) use service::{Core, Gone};
 
 /// Pages per MANAGE_PAGES *take* command: what the preallocated output
 /// mailboxes hold ((4112 − 16) / 8 = 512; Linux takes 768 at a time at

@@ -425,7 +425,52 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
     }
 }
 
+/// A destroyed object whose events must not reach the object that reuses
+/// its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// A CQ: completion and CQ-error events.
+    Cq(u32),
+    /// An SRQ or RMP: limit and catastrophic-error events.
+    Srq(u32),
+    /// A QP: its QP events (WQ errors, last WQE reached, ...).
+    Qp(u32),
+}
+
+impl Gone {
+    fn names(self, ev: &Event) -> bool {
+        match (self, ev) {
+            (Gone::Cq(n), Event::Completion { cqn } | Event::CqError { cqn, .. }) => *cqn == n,
+            (Gone::Srq(n), Event::SrqLimit { srqn } | Event::SrqCatastrophic { srqn }) => {
+                *srqn == n
+            }
+            (Gone::Qp(n), ev) => ev.qp_event().is_some_and(|(q, _)| q == n),
+            _ => false,
+        }
+    }
+}
+
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
+    /// After a successful destroy: dispatch what the EQs hold (firmware
+    /// raises nothing more for the object once its destroy completed) and
+    /// withdraw every queued event naming it, so none reaches an object that
+    /// gets its number next (firmware reuses numbers). Linux gets the same by
+    /// removing the object from its table and synchronising the EQ's
+    /// interrupt before freeing (`mlx5_core_destroy_cq`: `mlx5_eq_del_cq`,
+    /// `synchronize_irq`). Returns how many events were withdrawn.
+    pub(crate) fn forget_events(&self, gone: Gone) -> usize {
+        let mut core = self.core.lock();
+        if !self.is_dead() {
+            core.poll_eqs(&self.hal, u32::MAX);
+        }
+        let Core {
+            completions,
+            events,
+            ..
+        } = &mut *core;
+        completions.retain(|e| !gone.names(e)) + events.retain(|e| !gone.names(e))
+    }
+
     /// Poll the EQs once: consume EQEs (reporting the consumer index), serve
     /// page requests, queue completion and async events for
     /// [`Hca::next_completion`] / [`Hca::next_event`]. The health buffer is

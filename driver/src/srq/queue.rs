@@ -431,6 +431,25 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         Ok(None)
     }
 
+    /// [`Srq::post`] on a device that may have died: once the HCA is dead
+    /// (fatal health) nothing is posted and the first request fails with
+    /// [`PostError::DeviceDead`] (`EIO`; Linux `mlx5_ib_post_srq_recv`:
+    /// `*bad_wr = wr; return -EIO`). The object-level `Srq::post` cannot
+    /// know the device's state.
+    pub fn post_srq_recv(
+        &self,
+        srq: &mut Srq<H>,
+        reqs: &[RecvRequest<'_>],
+    ) -> Result<(), PostFailure> {
+        if self.is_dead() && !reqs.is_empty() {
+            return Err(PostFailure {
+                index: 0,
+                error: PostError::DeviceDead,
+            });
+        }
+        srq.post(reqs)
+    }
+
     /// Query the SRQ context: state, current limit (0 when disarmed or after
     /// the event), size.
     pub fn query_srq(&self, srq: &Srq<H>) -> Result<SrqState, Error> {
@@ -482,6 +501,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         };
         match r {
             Ok(()) => {
+                self.forget_events(crate::hca::Gone::Srq(srq.srqn));
                 if srq.cqn.is_some() {
                     if let Some(c) = cq {
                         c.remove_user();

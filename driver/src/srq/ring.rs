@@ -43,6 +43,9 @@ pub enum PostError {
         /// Entries a WQE holds.
         max: usize,
     },
+    /// The device is dead (fatal health): nothing is posted (`EIO` in
+    /// verbs, as `mlx5_ib_post_srq_recv` on an internal error).
+    DeviceDead,
 }
 
 /// Why a completion could not be matched to a posted WQE (a device that

@@ -561,6 +561,7 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 match f.error {
                     PostError::Full => Errno::ENOMEM,
                     PostError::TooManySges { .. } => Errno::EINVAL,
+                    PostError::DeviceDead => Errno::EIO,
                 },
             )
         })

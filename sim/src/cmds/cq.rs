@@ -150,6 +150,7 @@ impl State {
                 last_solicit: None,
                 users: 0,
                 umems,
+                last_arm_solicited: None,
             },
         );
         create_cq_out::cqn.set(out, cqn).expect("24-bit");
