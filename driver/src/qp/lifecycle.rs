@@ -14,6 +14,7 @@ use mlx5_regs::Opcode;
 
 use super::attr::{log2_ceil, InitAttr, QpState, RtrAttr, RtsAttr, Transition};
 use super::cmd::{self, CreateQpParams, QpQuery, RtrFields, RtsFields};
+use super::opt::{self, QpOptional};
 use super::queue::{Qp, QpLinks};
 use super::ring::{SendQueueCaps, SendRing, SqGeometry};
 use super::wr::{SendError, SendRequest, SendSlot};
@@ -197,7 +198,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         }
     }
 
-    fn check_port(&self, port: u8) -> Result<(), Error> {
+    pub(super) fn check_port(&self, port: u8) -> Result<(), Error> {
         if port == 0 || port > self.caps().num_ports.max(1) {
             return Err(Error::InvalidArgument("port outside 1..=num_ports"));
         }
@@ -226,6 +227,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: &mut Qp<H, T>,
         attr: &RtrAttr,
     ) -> Result<(), Error> {
+        self.qp_to_rtr_with(qp, attr, &QpOptional::NONE)
+    }
+
+    /// [`Hca::qp_to_rtr`] that also changes the optional fields INIT2RTR
+    /// takes (access rights, partition key index; [`QpOptional`]).
+    pub fn qp_to_rtr_with<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        attr: &RtrAttr,
+        opt: &QpOptional,
+    ) -> Result<(), Error> {
         check(qp, Transition::Init2Rtr)?;
         self.check_port(attr.path.port())?;
         let caps = self.caps();
@@ -235,7 +247,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 "max_dest_rd_atomic above the device's log_max_ra_res_qp",
             ));
         }
-        let input = cmd::init2rtr_qp(
+        let mut input = cmd::init2rtr_qp(
             qp.qpn,
             &RtrFields {
                 path: attr.path,
@@ -247,6 +259,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 log_rra_max,
             },
         )?;
+        opt::apply(&mut input, Opcode::INIT2RTR_QP, opt)?;
         let mut out = [0u8; cmd::MODIFY_QP_OUT];
         self.exec(&input, &mut out)?;
         qp.state = Transition::Init2Rtr.target();
@@ -259,6 +272,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: &mut Qp<H, T>,
         attr: &RtsAttr,
     ) -> Result<(), Error> {
+        self.qp_to_rts_with(qp, attr, &QpOptional::NONE)
+    }
+
+    /// [`Hca::qp_to_rts`] that also changes the optional fields RTR2RTS
+    /// takes (access rights, RNR NAK timer; [`QpOptional`]).
+    pub fn qp_to_rts_with<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        attr: &RtsAttr,
+        opt: &QpOptional,
+    ) -> Result<(), Error> {
         check(qp, Transition::Rtr2Rts)?;
         let log_sra_max = log2_ceil(attr.max_rd_atomic);
         if attr.max_rd_atomic > 0 && log_sra_max > self.caps().log_max_ra_req_qp {
@@ -266,7 +290,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 "max_rd_atomic above the device's log_max_ra_req_qp",
             ));
         }
-        let input = cmd::rtr2rts_qp(
+        let mut input = cmd::rtr2rts_qp(
             qp.qpn,
             &RtsFields {
                 ack_timeout: attr.timeout,
@@ -276,6 +300,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 log_sra_max,
             },
         )?;
+        opt::apply(&mut input, Opcode::RTR2RTS_QP, opt)?;
         let mut out = [0u8; cmd::MODIFY_QP_OUT];
         self.exec(&input, &mut out)?;
         qp.state = Transition::Rtr2Rts.target();
