@@ -138,6 +138,16 @@ impl<H: Hal> Cq<H> {
         })
     }
 
+    /// Remove the unpolled receive completions naming SRQ/RMP `srqn` from
+    /// this CQ, keeping the others in order; returns how many. For an SRQ
+    /// just destroyed: firmware reuses its number, and a completion left
+    /// here would otherwise be matched to the SRQ that gets it next.
+    pub fn discard_srq(&mut self, srqn: u32) -> u32 {
+        let srqn = srqn & 0x00ff_ffff;
+        self.ring
+            .remove_where(&self.dbr, |c| !c.is_requester() && c.srqn == srqn)
+    }
+
     /// Request one completion event (docs/firmware.md §5): for the next CQE, or for the
     /// next solicited CQE only. Exactly one event follows each arm. A
     /// solicited-only request after a request for the next completion, with
