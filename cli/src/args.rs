@@ -135,6 +135,9 @@ pub enum Command {
   mlx5 cmd access-reg register_id=0x7004 register_data=0x00000000  (write it, he=0)
   mlx5 cmd nop
   mlx5 cmd query-eq eq_number=5 --json
+  mlx5 cmd query-hca-cap op_mod=roce.cur      (op_mod names: max, cur, TYPE.max, TYPE.cur)
+  mlx5 cmd --list                             (every command with a layout)
+  mlx5 cmd create-qp --fields                 (fields, widths, what the tool fills)
 
 Field names are the mlx5-regs (mlx5_ifc.h) layout names, dotted for
 sub-structures (cq_context.log_cq_size) and indexed for arrays (pas[0]);
@@ -149,7 +152,15 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
 2 bad command line, 3 device not available.")]
     Cmd {
         /// Command name (query-hca-cap, create-cq, nop, ... or a number)
-        name: String,
+        #[arg(required_unless_present = "list")]
+        name: Option<String>,
+        /// List every command with a layout, without a device
+        #[arg(long)]
+        list: bool,
+        /// Show the command's input and output fields (bit offset, width,
+        /// default, what the tool fills) and op_mod names, without a device
+        #[arg(long = "fields")]
+        show_fields: bool,
         /// field=value pairs
         fields: Vec<String>,
         /// Print zero fields of the output too
@@ -168,6 +179,22 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
         #[arg(long)]
         hexdump: bool,
     },
+
+    /// Run a script of firmware commands and driver steps on one
+    /// brought-up device, with expect checks and variables
+    #[command(after_help = crate::script::parse::HELP)]
+    Run {
+        /// The script file, or - for stdin
+        file: String,
+        /// Print zero output fields too
+        #[arg(long)]
+        all_fields: bool,
+    },
+
+    /// Type the script language one line at a time on one brought-up
+    /// device (history, quit)
+    #[command(after_help = crate::script::parse::HELP)]
+    Shell,
 
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]

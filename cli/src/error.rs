@@ -79,6 +79,11 @@ pub enum CliError {
         /// What is wrong.
         what: String,
     },
+    /// An `expect` line of a script did not hold.
+    Expect {
+        /// The line, and what differed.
+        what: String,
+    },
     /// A model-only fault option never fired: the run never sent the
     /// command it names (or never reached the Nth command).
     FaultNotFired {
@@ -191,7 +196,9 @@ impl CliError {
             CliError::Driver { .. } | CliError::Failed { .. } | CliError::Output { .. } => {
                 EXIT_FAILED
             }
-            CliError::Check { .. } | CliError::FaultNotFired { .. } => EXIT_CHECK,
+            CliError::Check { .. } | CliError::Expect { .. } | CliError::FaultNotFired { .. } => {
+                EXIT_CHECK
+            }
             CliError::Stage { n, .. } => EXIT_STAGE_BASE + *n as i32,
             CliError::Report { .. } => EXIT_REPORT,
         }
@@ -206,6 +213,7 @@ impl CliError {
             CliError::Driver { step, err, .. } => format!("{step}: {err} (errno {})", err.errno()),
             CliError::Check { what } => format!("check failed: {what}"),
             CliError::FaultNotFired { what } => what.clone(),
+            CliError::Expect { what } => format!("expect failed: {what}"),
             CliError::Output { what } => format!("cannot write the results to stdout: {what}"),
             CliError::Stage { n, name, err, .. } => {
                 format!("stage {n} ({name}) failed: {}", err.message())
@@ -223,6 +231,9 @@ impl CliError {
             | CliError::Driver { hint, .. } => Some(hint.as_str()).filter(|h| !h.is_empty()),
             CliError::Check { .. } => Some(
                 "this is a driver or model bug; please report it with the output of `mlx5 trace`",
+            ),
+            CliError::Expect { .. } => Some(
+                "the device answered otherwise than the script expects: the statements before the line show status, syndrome and output (--json: statements[])",
             ),
             CliError::FaultNotFired { .. } => Some(
                 "a fault that never fires tests nothing: name a command this run sends (`mlx5 trace` lists them), or an N within its command count",
@@ -246,6 +257,7 @@ impl CliError {
             CliError::Failed { .. } => "failed",
             CliError::Check { .. } => "check",
             CliError::FaultNotFired { .. } => "fault_not_fired",
+            CliError::Expect { .. } => "expect",
             CliError::Output { .. } => "output",
             CliError::Stage { err, .. } => return self.stage_json(err),
             CliError::Report { .. } => "report",

@@ -247,7 +247,7 @@ pub fn parse_opcode(s: &str) -> Result<Opcode, CliError> {
             return Ok(Opcode(v as u16));
         }
     }
-    let mut close: Vec<String> = Opcode::ALL
+    let close: Vec<String> = Opcode::ALL
         .iter()
         .filter_map(|o| o.name())
         .filter(|n| {
@@ -257,6 +257,20 @@ pub fn parse_opcode(s: &str) -> Result<Opcode, CliError> {
         })
         .map(|n| n.to_ascii_lowercase().replace('_', "-"))
         .collect();
+    // Typos first: the names a few edits away.
+    let names: Vec<String> = Opcode::ALL
+        .iter()
+        .filter_map(|o| o.name())
+        .map(|n| n.to_ascii_lowercase().replace('_', "-"))
+        .collect();
+    let mut near = crate::discover::suggest(s, names.iter().map(String::as_str), 4);
+    near.extend(
+        close
+            .into_iter()
+            .filter(|n| !near.contains(n))
+            .collect::<Vec<_>>(),
+    );
+    let mut close = near;
     close.truncate(8);
     let hint = if close.is_empty() {
         "names are the mlx5_ifc.h command names, e.g. query-hca-cap, create-cq, nop (or a number such as 0x80d)".to_string()

@@ -26,7 +26,7 @@ pub(super) fn carrier(model: Option<&Device>) -> &'static str {
 }
 
 /// Create the send and receive CQs, the SRQ and the buffers (narrated).
-pub(super) fn create_queues<H: Hal>(
+pub(crate) fn create_queues<H: Hal>(
     hca: &TracedHca<'_, H>,
     objs: &mut Objects<H>,
     cq_entries: u32,
@@ -80,7 +80,7 @@ pub(super) fn create_queues<H: Hal>(
 }
 
 /// Create the two QPs and connect them (narrated).
-pub(super) fn create_qps<H: Hal>(
+pub(crate) fn create_qps<H: Hal>(
     hca: &TracedHca<'_, H>,
     objs: &mut Objects<H>,
     inline: u32,

@@ -15,7 +15,7 @@ use crate::report::Report;
 use crate::session::{after_failed_bring_up, bring_up, narrate_bring_up, teardown, Env, TracedHca};
 use crate::trace::Tracer;
 
-mod demo;
+pub(crate) mod demo;
 pub mod flow;
 pub mod objects;
 mod summary;
