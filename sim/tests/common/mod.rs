@@ -10,6 +10,7 @@ use mlx5_regs::layouts::*;
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Device, SimConfig, SimHal};
 
+pub mod devx;
 pub mod qp;
 pub mod wire;
 
@@ -72,20 +73,7 @@ impl Fw {
         let cmdq = hal.alloc_dma(4096).unwrap();
         hal.mmio_write32(0x10, (cmdq.iova() >> 32) as u32);
         hal.mmio_write32(0x14, cmdq.iova() as u32);
-        Fw {
-            dev,
-            hal,
-            cmdq,
-            pool: Vec::new(),
-            token: 1,
-            slot: 0,
-            checksums: false,
-            keep: Vec::new(),
-            uar: 0,
-            pd: 0,
-            out_len: 0,
-            out_blocks: (0, 0),
-        }
+        Fw::adopt(dev, cmdq)
     }
 
     /// A test driver for a device whose command queue is already
