@@ -49,9 +49,22 @@ Examples:
   mlx5 selftest --device sim:cx7 --report cx7.json
   mlx5 selftest --fail-opcode create-qp:bad_param_err:0x1234   (exit 16)";
 
+/// `mlx5 --version`: the crate version and the git commit it was built
+/// from (`unknown commit` outside a git checkout).
+pub fn version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            option_env!("MLX5_GIT_COMMIT").unwrap_or("unknown")
+        )
+    })
+}
+
 /// The command line.
 #[derive(Parser)]
-#[command(name = "mlx5", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
+#[command(name = "mlx5", version = version(), about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Options of every subcommand.
     #[command(flatten)]
@@ -91,6 +104,11 @@ pub struct Global {
     /// the Nth firmware command
     #[arg(long, global = true, value_name = "N")]
     pub fatal_after: Option<u64>,
+
+    /// Model only: the model's random seed (object numbers, DMA
+    /// addresses) [default: the profile's]
+    #[arg(long, global = true, value_name = "N")]
+    pub seed: Option<u64>,
 
     /// Command timeout in milliseconds, 1 to 3600000 (one hour)
     /// [default: 60000, as Linux]
@@ -178,6 +196,35 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
         /// Add the Linux mlx5_core-style hexdump of every command
         #[arg(long)]
         hexdump: bool,
+        /// Also write the trace to FILE (JSON lines, for replay and diff)
+        #[arg(long, value_name = "FILE")]
+        save: Option<String>,
+    },
+
+    /// Re-send a saved trace's commands on a fresh bring-up (object
+    /// numbers and addresses remapped) and report where the answers differ
+    #[command(
+        after_help = "Exit codes: 0 the same answers, 1 a command could not be re-sent or
+bring-up/teardown failed, 2 bad command line or trace file, 3 device not
+available, 4 the answers differ (each difference is listed).
+
+Example:
+  mlx5 trace --scenario limit --save limit.trace
+  mlx5 replay limit.trace --device vfio:0000:03:00.0"
+    )]
+    Replay {
+        /// The trace file (from `mlx5 trace --save`)
+        file: String,
+    },
+
+    /// Compare two saved traces field by field (a card against the model),
+    /// ignoring object numbers consistently remapped, addresses and timings
+    #[command(after_help = "Exit codes: 0 no difference, 2 bad trace file, 4 the traces differ.")]
+    Diff {
+        /// The first trace
+        a: String,
+        /// The second trace
+        b: String,
     },
 
     /// Run a script of firmware commands and driver steps on one
@@ -195,6 +242,29 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
     /// device (history, quit)
     #[command(after_help = crate::script::parse::HELP)]
     Shell,
+
+    /// Decode a hexdump (the tool's, Linux's dump_buf or print_hex_dump,
+    /// plain hex) of a command, context, CQE or EQE into named fields,
+    /// without a device
+    #[command(after_help = crate::decodecmd::HELP)]
+    Decode {
+        /// The file holding the hexdump, or - for stdin
+        #[arg(default_value = "-")]
+        file: String,
+        /// What the bytes are [default: what the dump's `dump command
+        /// data` headers say]
+        #[arg(long = "as", value_enum, value_name = "KIND")]
+        kind: Option<crate::decodecmd::Kind>,
+        /// The opcode of an output (name or number)
+        #[arg(long)]
+        opcode: Option<String>,
+        /// The op_mod of an output (query-hca-cap's capability type)
+        #[arg(long)]
+        op_mod: Option<u16>,
+        /// Print zero fields too
+        #[arg(long)]
+        all_fields: bool,
+    },
 
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]

@@ -3,7 +3,8 @@
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
 //! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
-//! `run`, `shell`, `trace`, `stats`; `--json` on each. See `docs/cli.md`.
+//! `run`, `shell`, `decode`, `trace` (`--save`), `replay`, `diff`,
+//! `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
 /// closed (`mlx5 trace | head`).
@@ -19,11 +20,16 @@ macro_rules! outp {
 
 mod args;
 mod caps;
+mod decodecmd;
 mod discover;
 mod error;
 mod fields;
 mod fill;
+mod hexparse;
+mod linuxstats;
 mod rawcmd;
+mod record;
+mod replay;
 mod report;
 mod scenario;
 mod script;
@@ -31,6 +37,7 @@ mod selftest;
 mod session;
 mod target;
 mod trace;
+mod tracecmp;
 
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
@@ -101,6 +108,22 @@ fn dispatch(cli: &Cli) -> Outcome {
         Ok(f) => f,
         Err(e) => return (Value::Null, Err(e)),
     };
+    // Decoding needs no device.
+    if let Some(out) = decodecmd::from_cli(&cli.command, g.json) {
+        return out;
+    }
+    if g.seed.is_some() && !matches!(target, Target::Sim(_)) {
+        return (
+            Value::Null,
+            Err(CliError::usage(
+                "--seed is an option of the model",
+                "real firmware has no seed: leave it out, or use --device sim",
+            )),
+        );
+    }
+    if let Command::Diff { a, b } = &cli.command {
+        return replay::diff(a, b, g.json);
+    }
     // Discovery needs no device.
     if let Command::Cmd {
         name,
@@ -147,7 +170,7 @@ fn dispatch(cli: &Cli) -> Outcome {
     let progress = !g.quiet;
     match &target {
         Target::Sim(p) => {
-            let dev = target::model(*p);
+            let dev = target::model(*p, g.seed);
             faults.apply(&dev);
             let tracer = Tracer::new(
                 live,
@@ -282,7 +305,11 @@ fn subcommand<H: Hal>(
             let res = scenario::run(Scenario::Demo, hal, env, t, &mut r);
             finish_scenario(res, env, t, &mut r, None)
         }
-        Command::Trace { scenario, hexdump } => {
+        Command::Trace {
+            scenario,
+            hexdump,
+            save,
+        } => {
             let mut r = Report::new(g.json, true, progress);
             if !g.json {
                 outln!(
@@ -293,7 +320,18 @@ fn subcommand<H: Hal>(
                     latency_kind(env)
                 );
             }
-            let res = scenario::run(*scenario, hal, env, t, &mut r);
+            let mut res = scenario::run(*scenario, hal, env, t, &mut r);
+            if let Some(path) = save {
+                let recs = record::from_records(&t.records());
+                let head = record::header(
+                    &env.target.label(),
+                    &env.target.describe(),
+                    scenario.name(),
+                    recs.len(),
+                );
+                let saved = record::save(path, &head, &recs);
+                res.1 = res.1.and(saved);
+            }
             let commands: Vec<Value> = t
                 .records()
                 .iter()
@@ -319,7 +357,7 @@ fn subcommand<H: Hal>(
                     latency_kind(env)
                 );
             }
-            let table = stats_table(t, g.json);
+            let table = linuxstats::table(t, g.json);
             let mut out = finish_scenario(res, env, t, &mut r, Some(("opcodes", table)));
             if !g.json {
                 match &out.1 {
@@ -336,6 +374,10 @@ fn subcommand<H: Hal>(
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
         Command::Shell => script::shell(hal, env, t, progress),
+        Command::Decode { .. } | Command::Diff { .. } => {
+            unreachable!("decode and diff run before the device is opened")
+        }
+        Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
         Command::Cmd {
             name,
@@ -381,51 +423,6 @@ fn finish_scenario(
         v[k] = x;
     }
     (v, result)
-}
-
-fn stats_table(t: &Tracer, json_mode: bool) -> Value {
-    let stats = t.stats();
-    let mut rows = Vec::new();
-    if !json_mode {
-        outln!(
-            "{:<30} {:>6} {:>8}  {:<24} {:>10} {:>10}",
-            "opcode",
-            "count",
-            "failed",
-            "last",
-            "mean",
-            "max"
-        );
-    }
-    for s in stats.iter() {
-        let last = trace::outcome_text(&s.last);
-        if !json_mode {
-            outln!(
-                "{:<30} {:>6} {:>8}  {:<24} {:>10} {:>10}",
-                format!("{:?}", s.opcode),
-                s.count,
-                s.failures,
-                last.split(" syndrome").next().unwrap_or(""),
-                trace::fmt_ns(s.mean_ns()),
-                trace::fmt_ns(s.max_ns)
-            );
-        }
-        rows.push(json!({
-            "opcode": s.opcode.to_string(),
-            "opcode_value": s.opcode.0,
-            "count": s.count,
-            "failures": s.failures,
-            "last": trace::outcome_json(&s.last),
-            "mean_ns": s.mean_ns(),
-            "max_ns": s.max_ns,
-            "total_ns": s.total_ns,
-        }));
-    }
-    let failed: u64 = stats.iter().map(|s| s.failures).sum();
-    if !json_mode {
-        outln!("{:<30} {:>6} {:>8}", "total", stats.total(), failed);
-    }
-    Value::from(rows)
 }
 
 fn caps_cmd<H: Hal>(

@@ -386,8 +386,12 @@ pub fn parse_faults(
 }
 
 /// A model device for a profile.
-pub fn model(profile: Profile) -> Device {
-    Device::new(SimConfig::profile(profile))
+pub fn model(profile: Profile, seed: Option<u64>) -> Device {
+    let mut cfg = SimConfig::profile(profile);
+    if let Some(s) = seed {
+        cfg.seed = s;
+    }
+    Device::new(cfg)
 }
 
 /// Open the VFIO platform, with the platform's own message and what to do.
