@@ -146,8 +146,15 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             Ok(p) => p,
             Err(e) => return (Err(e), Some(chain)),
         };
-        // The trace sees the inline part (opcode, function, count).
-        match self.wait_reserved(hal, obs, cfg, p, 16, out_len) {
+        // The trace sees the header and as many page addresses as a
+        // command record holds (the first 512).
+        let rec_len = in_len.min(MAX_CMD_LEN);
+        for k in 0..(rec_len - 16).div_ceil(BLOCK_DATA) {
+            let start = 16 + k * BLOCK_DATA;
+            let end = (start + BLOCK_DATA).min(rec_len);
+            chain.read_bytes(k * BLOCK_STRIDE, &mut self.scratch_in[start..end]);
+        }
+        match self.wait_reserved(hal, obs, cfg, p, rec_len, out_len) {
             r @ (Ok(()) | Err(Error::Command { .. } | Error::Delivery { .. })) => (r, Some(chain)),
             Err(e) => {
                 self.cmd.retain_chain(slot, chain);
@@ -218,8 +225,10 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
 
     /// Give `n` pages to firmware in one MANAGE_PAGES op_mod 1, as Linux
     /// does (`give_pages`: a real ConnectX-4 takes its 12,868 init pages in
-    /// one command): the page addresses are written straight into a
-    /// mailbox chain allocated from DMA memory for this command. Pages are
+    /// one command). Up to 512 pages fit the slot's own mailboxes; beyond,
+    /// the page addresses are written straight into a mailbox chain
+    /// allocated from DMA memory for this command, and the command record
+    /// the observer sees holds the header and the first 512 addresses. Pages are
     /// accounted as held once the command succeeds, or when its fate is
     /// unknown (timeout, fatal). `ec`: the embedded-CPU function's pages.
     pub(super) fn give_pages<O: CmdObserver>(
@@ -238,6 +247,36 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         // page is given (a hostile or broken device asking for 8 TiB).
         self.pages.check_room(n)?;
         let in_len = encode::manage_pages_give_len(n);
+        let header = encode::manage_pages_give_header(function_id, ec, n as u32);
+        if in_len <= MAX_CMD_LEN {
+            // Fits the slot's own mailboxes: built in place, as any command.
+            for i in 0..n {
+                match self.pages.alloc_page(hal) {
+                    Ok(pa) => {
+                        let at = header.len() + 8 * i;
+                        self.scratch_in[at..at + 8].copy_from_slice(&pa.to_be_bytes());
+                    }
+                    Err(e) => {
+                        self.free_given_inline(i);
+                        return Err(e);
+                    }
+                }
+            }
+            self.scratch_in[..header.len()].copy_from_slice(&header);
+            return match self.exec_reserved(hal, obs, cfg, in_len, encode::MANAGE_PAGES_OUT) {
+                Ok(()) => {
+                    self.pages.note_given(n);
+                    Ok(())
+                }
+                Err(e @ (Error::Command { .. } | Error::Delivery { .. })) => {
+                    // Firmware refused: the pages are ours again.
+                    self.free_given_inline(n);
+                    Err(e)
+                }
+                // Timeout / fatal: firmware may hold them; keep them held.
+                Err(e) => Err(e),
+            };
+        }
         let chain = self
             .cmd
             .alloc_chain(in_len)
@@ -251,7 +290,6 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
                 }
             }
         }
-        let header = encode::manage_pages_give_header(function_id, ec, n as u32);
         self.scratch_in[..header.len()].copy_from_slice(&header);
         match self.exec_reserved_chain(hal, obs, cfg, in_len, chain) {
             (Ok(()), _) => {
@@ -271,6 +309,18 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             // Timeout / fatal: firmware may hold them; keep them held.
             (Err(e), None) => Err(e),
         }
+    }
+
+    /// Take back from the page manager the first `n` pages of a give built
+    /// in `scratch_in`.
+    fn free_given_inline(&mut self, n: usize) {
+        for i in 0..n {
+            let at = 16 + 8 * i;
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&self.scratch_in[at..at + 8]);
+            let _ = self.pages.free(u64::from_be_bytes(b));
+        }
+        self.pages.release_empty();
     }
 
     /// Take back from the page manager the first `n` pages written into a
