@@ -3,7 +3,7 @@
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
 //! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
-//! `run`, `shell`, `decode`, `trace` (`--save`), `replay`, `diff`,
+//! `run`, `shell`, `decode`, `devices`, `completions`, `man`, `trace` (`--save`), `replay`, `diff`,
 //! `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
@@ -21,10 +21,13 @@ macro_rules! outp {
 mod args;
 mod caps;
 mod decodecmd;
+mod devices;
+mod devinfo;
 mod discover;
 mod error;
 mod fields;
 mod fill;
+mod gendoc;
 mod hexparse;
 mod linuxstats;
 mod rawcmd;
@@ -100,6 +103,12 @@ type Outcome = (Value, Result<(), CliError>);
 
 fn dispatch(cli: &Cli) -> Outcome {
     let g = &cli.global;
+    // Generated from the argument definitions, without a device.
+    match &cli.command {
+        Command::Completions { shell } => return gendoc::completions(*shell, g.json),
+        Command::Man { subcommand } => return gendoc::man(subcommand.as_deref(), g.json),
+        _ => {}
+    }
     let target = match Target::parse(&g.device) {
         Ok(t) => t,
         Err(e) => return (Value::Null, Err(e)),
@@ -108,18 +117,26 @@ fn dispatch(cli: &Cli) -> Outcome {
         Ok(f) => f,
         Err(e) => return (Value::Null, Err(e)),
     };
+    // Listing the functions needs no device.
+    if let Command::Devices {
+        sysfs_root,
+        dev_root,
+    } = &cli.command
+    {
+        return devices::run(sysfs_root, dev_root, g.json);
+    }
     // Decoding needs no device.
     if let Some(out) = decodecmd::from_cli(&cli.command, g.json) {
         return out;
     }
-    if g.seed.is_some() && !matches!(target, Target::Sim(_)) {
-        return (
-            Value::Null,
-            Err(CliError::usage(
-                "--seed is an option of the model",
-                "real firmware has no seed: leave it out, or use --device sim",
-            )),
-        );
+    let model_opts = target::ModelOpts {
+        seed: g.seed,
+        issi0: g.issi0,
+        threaded: g.threaded,
+        dma_limit: g.dma_limit,
+    };
+    if let Err(e) = model_opts.check(&target) {
+        return (Value::Null, Err(e));
     }
     if let Command::Diff { a, b } = &cli.command {
         return replay::diff(a, b, g.json);
@@ -170,7 +187,7 @@ fn dispatch(cli: &Cli) -> Outcome {
     let progress = !g.quiet;
     match &target {
         Target::Sim(p) => {
-            let dev = target::model(*p, g.seed);
+            let dev = target::model(*p, &model_opts);
             faults.apply(&dev);
             let tracer = Tracer::new(
                 live,
@@ -184,6 +201,9 @@ fn dispatch(cli: &Cli) -> Outcome {
             };
             let mut out = subcommand(cli, dev.hal(), &env, &tracer, &faults, script);
             add_device(&mut out.0, &target, Some(&dev), &faults);
+            if !model_opts.given().is_empty() {
+                out.0["model_options"] = model_opts.to_json();
+            }
             // The self-test judges its fault options itself, before it
             // writes its report.
             if !matches!(cli.command, Command::Selftest { .. }) {
@@ -371,8 +391,14 @@ fn subcommand<H: Hal>(
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
         Command::Shell => script::shell(hal, env, t, progress),
-        Command::Decode { .. } | Command::Diff { .. } => {
-            unreachable!("decode and diff run before the device is opened")
+        Command::Decode { .. }
+        | Command::Diff { .. }
+        | Command::Devices { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
+            unreachable!(
+                "decode, diff, devices, completions and man run before the device is opened"
+            )
         }
         Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
@@ -440,6 +466,14 @@ fn caps_cmd<H: Hal>(
     let fw = hca.fw_version();
     let issi = hca.issi();
     let pages = hca.pages_held_by_firmware();
+    let info = match devinfo::query(&hca, env) {
+        Ok(i) => i,
+        Err(e) => {
+            // Still give the pages back; the query's error is the one to report.
+            let _ = teardown(hca, env, &mut r);
+            return (Value::Null, Err(e));
+        }
+    };
     if !json_mode {
         outln!(
             "Capabilities of {} ({})",
@@ -448,6 +482,7 @@ fn caps_cmd<H: Hal>(
         );
         outln!("  firmware {fw}, ISSI {issi}, firmware holds {pages} pages after bring-up");
         outln!("  (current values after SET_HCA_CAP; where the maximum differs it is shown)");
+        devinfo::print(&info, &caps);
         caps::print(&caps, max.as_ref());
         if all {
             outln!("\nEvery non-zero cmd_hca_cap field (current)");
@@ -458,6 +493,10 @@ fn caps_cmd<H: Hal>(
     }
     let mut v = json!({
         "firmware_version": fw.to_string(),
+        "psid": info.psid,
+        "pci_device_id": info.pci_device_id.map(|i| format!("{i:#06x}")),
+        "port_state": info.ports.iter().map(|p| devinfo::state_text(p.state)).collect::<Vec<_>>(),
+        "ibv_devinfo": devinfo::ibv_json(&caps, fw, &info),
         "issi": issi,
         "pages_held_by_firmware": pages,
         "capabilities": caps::to_json(&caps),
