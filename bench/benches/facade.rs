@@ -6,7 +6,11 @@
 //!   B at a time (ring: `CqRing::poll` + `SrqRing::complete`);
 //! - `facade_post/{n}_sge/{k}_per_call/{facade,ring,raw}`: receive posts,
 //!   k requests per call (ring: `SrqRing::post_list`);
-//! - `facade_recv_loop/{facade,ring,raw}/B`: poll B, repost B.
+//! - `facade_recv_loop/{facade,ring,raw}/B`: poll B, repost B;
+//! - `facade_send/{1_sge,4_sge,inline_64}/{k}_per_call/{facade,ring,raw}`:
+//!   signaled SENDs, k per call (ring: `Qp::post_send`);
+//! - `facade_send_poll/{facade,ring,raw}/B`: requester completions polled
+//!   B at a time (ring: `Cq::poll` + `Qp::complete_send`).
 //!
 //! Ratios: `python3 bench/ratios.py` (facade rows are named `facade`;
 //! the script compares them with `ring` and `raw`).
@@ -16,10 +20,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mlx5_bench::facade::{raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig};
+use mlx5_bench::facade_send::{write_req_cqes, RawSq, RingSendRig, SendRig, SEND_WR};
 use mlx5_bench::RawSrq;
 use mlx5_driver::cq::Cqe;
+use mlx5_driver::qp::{Payload, SendOp, SendRequest};
 use mlx5_driver::srq::{Sge, SrqGeometry};
-use mlx5_driver::verbs::{RecvWr, WorkCompletion};
+use mlx5_driver::verbs::{RecvWr, SendFlags, SendWr, WorkCompletion};
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_sim::SimHal;
 
@@ -393,5 +399,226 @@ fn recv_loop(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, poll_empty, poll_batches, post, recv_loop);
+/// The send shapes: name, gather entries, inline bytes.
+const SHAPES: [(&str, usize, usize); 3] = [("1_sge", 1, 0), ("4_sge", 4, 0), ("inline_64", 0, 64)];
+
+/// Requests per iteration (all fit in the queue at once).
+const SN: usize = SEND_WR as usize;
+
+fn send_post(c: &mut Criterion) {
+    let data = [0x5au8; 64];
+    for (name, nsge, inline) in SHAPES {
+        let sge = sges(nsge);
+        for per_call in [1usize, 16] {
+            let mut g = c.benchmark_group(format!("facade_send/{name}/{per_call}_per_call"));
+            g.throughput(Throughput::Elements(SN as u64));
+            g.bench_function("facade", |b| {
+                let mut rig = SendRig::new(8);
+                let flags = if inline > 0 {
+                    SendFlags::SIGNALED | SendFlags::INLINE
+                } else {
+                    SendFlags::SIGNALED
+                };
+                let wrs: Vec<SendWr> = (0..SN as u64)
+                    .map(|i| SendWr {
+                        wr_id: i,
+                        send_flags: flags,
+                        sg_list: &sge,
+                        inline_data: &data[..inline],
+                        ..SendWr::EMPTY
+                    })
+                    .collect();
+                let mut wc = vec![WorkCompletion::EMPTY; 1];
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let p0 = rig.producer();
+                        let t = Instant::now();
+                        for chunk in wrs.chunks(per_call) {
+                            rig.ctx.post_send(rig.qp, black_box(chunk)).unwrap();
+                        }
+                        total += t.elapsed();
+                        // Untimed: one CQE for the last WQE retires them all.
+                        let step = rig.producer().wrapping_sub(p0) / SN as u16;
+                        let ring = rig.ctx.cq(rig.cq).unwrap().ring();
+                        let ci = ring.consumer_index();
+                        write_req_cqes(ring, ci, rig.qpn, rig.producer() - step, 0, 1);
+                        assert_eq!(rig.ctx.poll_cq(rig.cq, &mut wc).unwrap(), 1);
+                    }
+                    assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+                    total
+                });
+            });
+            g.bench_function("ring", |b| {
+                let mut r = RingSendRig::new(8);
+                let reqs: Vec<SendRequest> = (0..SN as u64)
+                    .map(|i| SendRequest {
+                        wr_id: i,
+                        op: SendOp::Send,
+                        payload: if inline > 0 {
+                            Payload::Inline(&data[..inline])
+                        } else {
+                            Payload::Sges(&sge)
+                        },
+                        signaled: true,
+                        solicited: false,
+                    })
+                    .collect();
+                let mut out = [Cqe::EMPTY; 1];
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let p0 = r.producer();
+                        let t = Instant::now();
+                        for chunk in reqs.chunks(per_call) {
+                            r.qp.post_send(black_box(chunk)).unwrap();
+                        }
+                        total += t.elapsed();
+                        let step = r.producer().wrapping_sub(p0) / SN as u16;
+                        let ci = r.cq.ring().consumer_index();
+                        write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), r.producer() - step, 0, 1);
+                        assert_eq!(r.cq.poll(&mut out), 1);
+                        r.qp.complete_send(&out[0]).unwrap();
+                    }
+                    total
+                });
+            });
+            g.bench_function("raw", |b| {
+                let r = SendRig::new(8);
+                let hal = r.ctx.hca().hal().clone();
+                let mut raw = RawSq::new(&hal, 256, r.qpn);
+                let inl = (inline > 0).then_some(&data[..inline]);
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let t = Instant::now();
+                        for chunk in (0..SN as u64).collect::<Vec<_>>().chunks(per_call) {
+                            for &i in chunk {
+                                raw.post(i, black_box(&sge), black_box(inl));
+                            }
+                            raw.ring();
+                        }
+                        total += t.elapsed();
+                        black_box(&raw);
+                    }
+                    total
+                });
+            });
+            g.finish();
+        }
+    }
+}
+
+fn send_poll(c: &mut Criterion) {
+    let sge = sges(1);
+    let mut g = c.benchmark_group("facade_send_poll");
+    g.throughput(Throughput::Elements(SN as u64));
+    for batch in [1usize, 16, 64] {
+        g.bench_with_input(BenchmarkId::new("facade", batch), &batch, |b, &batch| {
+            let mut rig = SendRig::new(8);
+            let wrs: Vec<SendWr> = (0..SN as u64)
+                .map(|i| SendWr {
+                    wr_id: i,
+                    sg_list: &sge,
+                    ..SendWr::EMPTY
+                })
+                .collect();
+            let mut wc = vec![WorkCompletion::EMPTY; batch];
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let p0 = rig.producer();
+                    rig.ctx.post_send(rig.qp, &wrs).unwrap();
+                    let ring = rig.ctx.cq(rig.cq).unwrap().ring();
+                    write_req_cqes(ring, ring.consumer_index(), rig.qpn, p0, 1, SN);
+                    let t = Instant::now();
+                    let mut got = 0;
+                    while got < SN {
+                        let k = rig.ctx.poll_cq(rig.cq, &mut wc).unwrap();
+                        black_box(&wc[..k]);
+                        got += k;
+                    }
+                    total += t.elapsed();
+                }
+                assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+                total
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("ring", batch), &batch, |b, &batch| {
+            let mut r = RingSendRig::new(8);
+            let reqs: Vec<SendRequest> = (0..SN as u64)
+                .map(|i| SendRequest {
+                    wr_id: i,
+                    op: SendOp::Send,
+                    payload: Payload::Sges(&sge),
+                    signaled: true,
+                    solicited: false,
+                })
+                .collect();
+            let mut out = vec![Cqe::EMPTY; batch];
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let p0 = r.producer();
+                    r.qp.post_send(&reqs).unwrap();
+                    let ci = r.cq.ring().consumer_index();
+                    write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), p0, 1, SN);
+                    let t = Instant::now();
+                    let mut got = 0;
+                    while got < SN {
+                        let k = r.cq.poll(&mut out);
+                        for c in &out[..k] {
+                            black_box(r.qp.complete_send(c).unwrap());
+                        }
+                        got += k;
+                    }
+                    total += t.elapsed();
+                }
+                total
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("raw", batch), &batch, |b, &batch| {
+            let rig = Rig::new(1, 1, 1);
+            let hal = rig.dev.hal();
+            let geo = SrqGeometry::for_request(1, 1).unwrap();
+            let r = RingRig::new(&hal, 8, geo);
+            let dbr: DmaRegion<SimHal> = hal.alloc_dma(8).unwrap();
+            let wrids: Vec<u64> = (0..256).collect();
+            let mut out = vec![RawWc::default(); batch];
+            let (mut ci, mut wqe) = (0u32, 0u16);
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    write_req_cqes(&r.cq, ci, rig.qpn, wqe, 1, SN);
+                    wqe = wqe.wrapping_add(SN as u16);
+                    let p = r.cq.region().as_ptr();
+                    let t = Instant::now();
+                    let mut got = 0;
+                    while got < SN {
+                        // SAFETY: the live ring of 2^8 CQEs, an 8-byte
+                        // record, 256 wr_ids.
+                        let k = unsafe {
+                            raw_poll_recv(p, 8, &mut ci, dbr.as_ptr() as *mut u32, &wrids, &mut out)
+                        };
+                        black_box(&out[..k]);
+                        got += k;
+                    }
+                    total += t.elapsed();
+                }
+                total
+            });
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    poll_empty,
+    poll_batches,
+    post,
+    recv_loop,
+    send_post,
+    send_poll
+);
 criterion_main!(benches);

@@ -173,9 +173,14 @@ fn every_event_type_is_decoded() {
     let mut catas_qp = mk(EventType::WQ_CATAS_ERROR, 0);
     catas_qp[0x3b] = 9;
     let internal = mk(EventType::INTERNAL_ERROR, 0);
-    for e in [port, cqerr, limit, catas, last, last_rq, catas_qp, internal] {
+    for e in [port, cqerr, limit, catas, last, last_rq, catas_qp] {
         dev.traffic().raise_event(e).unwrap();
     }
+    // The async EQ does not subscribe to INTERNAL_ERROR (neither Linux nor
+    // rdma-core does; a dead device shows in the health buffer), but the
+    // type still decodes.
+    assert!(dev.traffic().raise_event(internal).is_err());
+    assert_eq!(mlx5_driver::eq::decode(&internal), Event::InternalError);
     dev.quiesce();
     hca.poll_events().unwrap();
     let evs: Vec<Event> = std::iter::from_fn(|| hca.next_event()).collect();
@@ -205,7 +210,6 @@ fn every_event_type_is_decoded() {
                 qpn: 9,
                 event: QpEvent::CatastrophicError
             },
-            Event::InternalError,
         ]
     );
     hca.teardown().unwrap();

@@ -46,6 +46,10 @@ pub struct Cq<H: Hal> {
     uar_offset: usize,
     eqn: u8,
     arm_sn: u32,
+    /// Armed for the next completion since the last event: a solicited
+    /// arm does not downgrade it (Linux `mlx5_ib_arm_cq` keeps
+    /// `IB_CQ_NEXT_COMP`; IB "Request Completion Notification").
+    armed_next: bool,
     users: u32,
 }
 
@@ -153,9 +157,26 @@ impl<H: Hal> Cq<H> {
         })
     }
 
+    /// Remove the unpolled receive completions naming SRQ/RMP `srqn` from
+    /// this CQ, keeping the others in order; returns how many. For an SRQ
+    /// just destroyed: firmware reuses its number, and a completion left
+    /// here would otherwise be matched to the SRQ that gets it next.
+    pub fn discard_srq(&mut self, srqn: u32) -> u32 {
+        let srqn = srqn & 0x00ff_ffff;
+        self.ring
+            .remove_where(&self.dbr, |c| !c.is_requester() && c.srqn == srqn)
+    }
+
     /// Request one completion event (docs/firmware.md §5): for the next CQE, or for the
-    /// next solicited CQE only. Exactly one event follows each arm.
+    /// next solicited CQE only. Exactly one event follows each arm. A
+    /// solicited-only request after a request for the next completion, with
+    /// no event in between ([`Cq::event_received`]), stays a request for the
+    /// next completion (Linux `mlx5_ib_arm_cq`, IB semantics).
     pub fn arm(&mut self, solicited_only: bool) {
+        // Once armed for the next completion, a solicited-only request does
+        // not narrow it until the event comes (Linux `mlx5_ib_arm_cq`).
+        let solicited_only = solicited_only && !self.armed_next;
+        self.armed_next |= !solicited_only;
         self.ring.arm(
             &self.hal,
             &self.dbr,
@@ -170,6 +191,7 @@ impl<H: Hal> Cq<H> {
     /// arm carries the next command sequence number (docs/firmware.md §5, `arm_sn`).
     pub fn event_received(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
+        self.armed_next = false;
     }
 
     /// Objects that report to this CQ (SRQs at ISSI 0, queue pairs);
@@ -241,6 +263,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             uar_offset: uar_page_offset(uar),
             eqn,
             arm_sn: 0,
+            armed_next: false,
             users: 0,
         })
     }
@@ -262,8 +285,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let mut out = [0u8; cmd::DESTROY_CQ_OUT];
         match self.exec(&input, &mut out) {
             // The ring and record are freed when `cq` drops here, after
-            // firmware stopped using them.
-            Ok(()) => Ok(()),
+            // firmware stopped using them; its events still queued go too.
+            Ok(()) => {
+                self.forget_events(crate::hca::Gone::Cq(cq.cqn));
+                Ok(())
+            }
             Err(e) => Err((cq, e)),
         }
     }
