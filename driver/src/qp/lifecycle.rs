@@ -395,11 +395,14 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// they stop counting it as a user. On failure the QP is handed back
     /// unchanged.
     ///
-    /// Linux first moves the QP to RESET and removes its unpolled CQEs from
-    /// its CQs; this driver sends DESTROY_QP alone (firmware takes it from
-    /// any state) and leaves the CQs to their owner: a send CQE of a
-    /// destroyed QP matches no QP, a receive CQE still returns its SRQ WQE
-    /// through [`crate::srq::Srq::complete_cqe`].
+    /// Like Linux (`destroy_qp_common`), the QP's completions not yet
+    /// polled are then removed from its CQs ([`crate::cq::Cq::discard_qp`];
+    /// a receive completion gives its WQE back to the SRQ), as its queued
+    /// events are withdrawn: firmware gives a destroyed QP's number to the
+    /// next QP, which must not take them for its own (a stale requester
+    /// CQE would retire that QP's requests). Linux also moves the QP to
+    /// RESET first; firmware takes DESTROY_QP from any state, so this
+    /// driver sends it alone.
     // No heap to box into: handing the object back on failure is the point.
     #[allow(clippy::result_large_err)]
     pub fn destroy_qp<T: AsMut<[SendSlot]>>(
@@ -428,11 +431,24 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             return Err((qp, e));
         }
         self.forget_events(crate::hca::Gone::Qp(qp.qpn));
+        let (mut send_cq, mut recv_cq, mut srq) = (send_cq, recv_cq, srq);
+        if let Some(s) = srq.as_deref_mut() {
+            s.remove_user();
+        }
+        match (recv_cq.as_deref_mut(), send_cq.as_deref_mut()) {
+            (Some(r), s) => {
+                r.discard_qp(qp.qpn, srq);
+                if let Some(s) = s {
+                    s.discard_qp(qp.qpn, None);
+                }
+            }
+            (None, Some(s)) => {
+                s.discard_qp(qp.qpn, srq);
+            }
+            (None, None) => {}
+        }
         for c in [send_cq, recv_cq].into_iter().flatten() {
             c.remove_user();
-        }
-        if let Some(s) = srq {
-            s.remove_user();
         }
         // The ring and doorbell record are freed here, after firmware let
         // go of them.

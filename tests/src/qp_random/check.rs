@@ -216,11 +216,6 @@ impl Run {
             let Event::Completion { cqn } = ev else {
                 panic!("{at}: completion queue gave {ev:?}");
             };
-            if let Some(n) = self.dead_cq_events.get_mut(&cqn).filter(|n| **n > 0) {
-                // Fired before its CQ was destroyed.
-                *n -= 1;
-                continue;
-            }
             let (id, c) = self
                 .m
                 .cqs

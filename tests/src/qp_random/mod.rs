@@ -139,8 +139,6 @@ pub struct Run {
     plan_psn: BTreeMap<u32, u32>,
     mkeys: Vec<Mkey>,
     dead_keys: Vec<u32>,
-    /// Completion events of destroyed CQs still due (by CQ number).
-    dead_cq_events: BTreeMap<u32, u32>,
     next_id: Id,
     next_wr: u64,
     free_src: Vec<usize>,
@@ -230,7 +228,6 @@ impl Run {
             plan_psn: BTreeMap::new(),
             mkeys: Vec::new(),
             dead_keys: Vec::new(),
-            dead_cq_events: BTreeMap::new(),
             next_id: 0,
             next_wr: 1,
             free_src: (0..SRC_SLOTS).rev().collect(),

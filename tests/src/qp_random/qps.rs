@@ -169,8 +169,14 @@ impl Run {
                     "{}: destroy_qp {qpn:#x} accepted",
                     self.at
                 );
-                // Its CQEs stay in its CQs (destroy_qp leaves them): they
-                // match no QP; a receive one still frees its SRQ WQE.
+                // Its CQEs not yet polled are removed from its CQs (a
+                // receive one frees its SRQ WQE) and its events not yet
+                // taken are withdrawn: its number may go to the next QP.
+                let (slots, _) = self.m.remove_qp_cqes(qpn);
+                self.free_recv.extend(slots);
+                self.m
+                    .events
+                    .retain(|e| !matches!(e, super::model::ExpEvent::Qp(n, _) if *n == qpn));
                 let q = self.m.qps.remove(&qpn).expect("model QP");
                 for c in [q.send_cq, q.recv_cq].into_iter().flatten() {
                     self.m.cqs.get_mut(&c).unwrap().users -= 1;

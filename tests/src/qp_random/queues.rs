@@ -78,14 +78,13 @@ impl Run {
                 // Its completions go with it (of destroyed QPs only: a CQ
                 // with users is busy); the receive WQEs they name stay
                 // outstanding in their SRQ, whose driver never saw them.
-                // An event it fired may still be on the EQ.
+                // An event it fired and nobody took is withdrawn with it.
                 let c = self.m.cqs.remove(&id).unwrap();
                 for e in &c.q {
                     if let super::model::Exp::Resp { recv, .. } = e {
                         self.free_recv.push(recv.slot);
                     }
                 }
-                *self.dead_cq_events.entry(c.cqn).or_default() += c.events_due;
             }
             Err((cq, e)) => {
                 if busy {
@@ -187,6 +186,11 @@ impl Run {
             Ok(()) => {
                 assert!(!busy && !fault, "{}: destroy_srq accepted", self.at);
                 let s = self.m.srqs.remove(&id).expect("model SRQ");
+                // Its limit events not yet taken are withdrawn with it (its
+                // number may go to the next SRQ).
+                self.m
+                    .events
+                    .retain(|e| *e != super::model::ExpEvent::Limit(s.srqn));
                 if let Some(c) = s.cq {
                     self.m.cqs.get_mut(&c).unwrap().users -= 1;
                 }
