@@ -17,9 +17,8 @@
 //!   send doorbell executes the WQEs, delivers them and writes both CQEs),
 //!   `driver` the rest.
 //!
-//! Not here yet: the verbs facade's `post_send` (`Verbs::post_send`), whose
-//! place is this file, as `post_send_verbs/<payload>/<batch>` with the same
-//! payloads, batches and raw baseline (docs/perf.md).
+//! The verbs facade's `post_send` (`Verbs::post_send`) is timed in
+//! `facade.rs` (`facade_send/...`) with the same payloads and batches.
 //!
 //! Ratios: `python3 bench/ratios.py` after `cargo bench -p mlx5-bench`.
 
