@@ -240,7 +240,7 @@ unsafe impl Hal for IdentityHal {
         unsafe { p.write_volatile(value.to_be()) }
     }
 
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
         if size == 0 {
             return Err(HalError::InvalidRequest);
         }
@@ -256,7 +256,7 @@ unsafe impl Hal for IdentityHal {
         })
     }
 
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         self.pool
             .free_pages_at(region.vaddr, region.len / PAGE_SIZE);
     }
