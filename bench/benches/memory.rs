@@ -136,7 +136,7 @@ fn main() {
                 size.stride(),
                 kib(used)
             );
-            hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+            hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         }
     }
 
@@ -161,11 +161,11 @@ fn main() {
                 kib(used)
             );
             hca.destroy_srq(srq, issi0.then_some(&mut cq))
-                .map_err(|(_, e)| e)
+                .map_err(|e| e.error())
                 .unwrap();
         }
     }
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     hca.teardown().unwrap();
     println!();
 }

@@ -57,6 +57,6 @@ mod testhal;
 
 pub use caps::Caps;
 pub use eq::Event;
-pub use error::{Error, FatalReason};
+pub use error::{DestroyError, Error, FatalReason};
 pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport};
 pub use stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats, OpStats};

@@ -67,6 +67,8 @@ impl core::fmt::Display for HalError {
     }
 }
 
+impl core::error::Error for HalError {}
+
 /// The platform a driver instance runs on.
 ///
 /// A `Hal` value is a cheap handle (a reference, an `Arc`, a zero-sized type):

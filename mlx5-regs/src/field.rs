@@ -67,6 +67,8 @@ impl core::fmt::Display for RegError {
     }
 }
 
+impl core::error::Error for RegError {}
+
 /// A Rust type a bit field can be read as.
 pub trait FieldValue: Copy {
     /// Widen to `u64` (for writing).

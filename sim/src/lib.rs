@@ -219,7 +219,15 @@ pub enum SimError {
 
 impl std::fmt::Display for SimError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self:?}")
+        match self {
+            SimError::Unsupported(what) => write!(f, "not modelled: {what}"),
+            SimError::NoSuchObject { kind, id } => write!(f, "no {kind} {id:#x} in the model"),
+            SimError::NoEq { event_type } => {
+                write!(f, "no EQ subscribes to event type {event_type:#04x}")
+            }
+            SimError::BadState(what) => write!(f, "wrong state: {what}"),
+            SimError::Fatal => f.write_str("the device is in a fatal health state"),
+        }
     }
 }
 

@@ -272,7 +272,7 @@ fn one_seed(seed: u64) -> Stats {
             && st.events >= MIN_EVENTS,
         "seed {seed}: exercised too little: {st:?}"
     );
-    hca.destroy_cq(p.cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(p.cq).map_err(|e| e.error()).unwrap();
     hca.teardown().expect("teardown");
     assert_clean(&dev, &format!("property seed {seed}"));
     st

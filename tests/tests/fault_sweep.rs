@@ -32,8 +32,9 @@ macro_rules! destroy_cq {
     ($hca:expr, $cq:expr) => {
         match $hca.destroy_cq($cq) {
             Ok(()) => Ok(()),
-            Err((cq, e)) => {
-                $hca.destroy_cq(cq).map_err(|(_, e2)| e2)?;
+            Err(failed) => {
+                let (cq, e) = failed.into_parts();
+                $hca.destroy_cq(cq)?;
                 Err(e)
             }
         }
@@ -151,8 +152,9 @@ fn srq_lifecycle_with(dev: &Device, arm_limit: bool) -> Result<(), Error> {
             })();
             let d = match hca.destroy_srq(srq, Some(&mut cq)) {
                 Ok(()) => Ok(()),
-                Err((srq, e)) => {
-                    hca.destroy_srq(srq, Some(&mut cq)).map_err(|(_, e2)| e2)?;
+                Err(failed) => {
+                    let (srq, e) = failed.into_parts();
+                    hca.destroy_srq(srq, Some(&mut cq))?;
                     Err(e)
                 }
             };

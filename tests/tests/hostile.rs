@@ -103,9 +103,9 @@ impl Fixture {
         } = self;
         let user = srq.cqn().is_some();
         hca.destroy_srq(srq, user.then_some(&mut cq))
-            .map_err(|(_, e)| e)
+            .map_err(|e| e.error())
             .unwrap();
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         hca.teardown().unwrap();
         drop(bufs);
         assert_eq!(dev.pages_held(), 0);
@@ -377,7 +377,7 @@ fn cq_error_event_for_a_cq_never_issued_is_reported_not_applied() {
         }
         other => panic!("expected a CQ error event, got {other:?}"),
     }
-    f.hca.destroy_cq(victim).map_err(|(_, e)| e).unwrap();
+    f.hca.destroy_cq(victim).map_err(|e| e.error()).unwrap();
     f.finish();
 }
 
@@ -457,9 +457,10 @@ fn cq_and_srq_numbers_never_issued_surface_as_typed_errors() {
         ),
         "{q:?}"
     );
-    let Err((cq, e)) = hca.destroy_cq(cq) else {
+    let Err(failed) = hca.destroy_cq(cq) else {
         panic!("destroy of a lie succeeded")
     };
+    let (cq, e) = failed.into_parts();
     assert!(matches!(
         e,
         Error::Command {
@@ -469,9 +470,10 @@ fn cq_and_srq_numbers_never_issued_surface_as_typed_errors() {
     ));
     dev.inject().hostile(HostileKind::ObjectNumberNeverIssued);
     let srq = hca.create_srq(3, 1, None).unwrap();
-    let Err((srq, e)) = hca.destroy_srq(srq, None) else {
+    let Err(failed) = hca.destroy_srq(srq, None) else {
         panic!("destroy of a lie succeeded")
     };
+    let (srq, e) = failed.into_parts();
     assert!(matches!(
         e,
         Error::Command {

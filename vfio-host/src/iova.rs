@@ -92,6 +92,8 @@ pub enum IovaError {
     },
 }
 
+impl std::error::Error for IovaError {}
+
 impl fmt::Display for IovaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -274,7 +274,8 @@ pub(super) fn destroy_all<H: Hal>(
     if let Some(srq) = objs.srq.take() {
         let srqn = srq.srqn();
         let rmp = srq.is_rmp();
-        if let Err((srq, e)) = hca.destroy_srq(srq, objs.cq.as_mut()) {
+        if let Err(failed) = hca.destroy_srq(srq, objs.cq.as_mut()) {
+            let (srq, e) = failed.into_parts();
             objs.srq = Some(srq);
             return Err(CliError::driver("destroying the SRQ", e));
         }
@@ -289,7 +290,8 @@ pub(super) fn destroy_all<H: Hal>(
     }
     if let Some(cq) = objs.cq.take() {
         let cqn = cq.cqn();
-        if let Err((cq, e)) = hca.destroy_cq(cq) {
+        if let Err(failed) = hca.destroy_cq(cq) {
+            let (cq, e) = failed.into_parts();
             objs.cq = Some(cq);
             return Err(CliError::driver("destroying the CQ", e));
         }

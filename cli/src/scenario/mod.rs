@@ -83,14 +83,14 @@ fn cleanup<H: Hal>(hca: &TracedHca<'_, H>, objs: &mut Objects<H>) -> Vec<String>
         let n = srq.srqn();
         done.push(match hca.destroy_srq(srq, objs.cq.as_mut()) {
             Ok(()) => format!("destroyed SRQ {n:#x}"),
-            Err((_, e)) => format!("could not destroy SRQ {n:#x} ({e})"),
+            Err(e) => format!("could not destroy SRQ {n:#x} ({})", e.error()),
         });
     }
     if let Some(cq) = objs.cq.take() {
         let n = cq.cqn();
         done.push(match hca.destroy_cq(cq) {
             Ok(()) => format!("destroyed CQ {n:#x}"),
-            Err((_, e)) => format!("could not destroy CQ {n:#x} ({e})"),
+            Err(e) => format!("could not destroy CQ {n:#x} ({})", e.error()),
         });
     }
     objs.bufs = None;

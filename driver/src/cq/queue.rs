@@ -5,9 +5,9 @@ use mlx5_regs::consts::errno;
 use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
-use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord, ResizeCopyError};
+use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord};
 use crate::cmd::MAX_CMD_LEN;
-use crate::error::Error;
+use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
@@ -205,24 +205,28 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
     /// Destroy a CQ. Refused with [`Error::Busy`] while an SRQ or a QP
     /// reports to it (before any command is sent);
-    /// on any failure the CQ is handed back unchanged and keeps working.
+    /// on any failure the CQ is handed back unchanged inside the
+    /// [`DestroyError`] and keeps working.
     /// Unpolled completions and a pending arm do not prevent destruction.
     // No heap to box into: handing the object back on failure is the point.
     #[allow(clippy::result_large_err)]
-    pub fn destroy_cq(&self, cq: Cq<H>) -> Result<(), (Cq<H>, Error)> {
+    pub fn destroy_cq(&self, cq: Cq<H>) -> Result<(), DestroyError<Cq<H>>> {
         if cq.users > 0 {
-            return Err((cq, Error::Busy("CQ still used by an SRQ or a QP")));
+            return Err(DestroyError::new(
+                cq,
+                Error::Busy("CQ still used by an SRQ or a QP"),
+            ));
         }
         let input = match cmd::destroy_cq(cq.cqn) {
             Ok(i) => i,
-            Err(e) => return Err((cq, e.into())),
+            Err(e) => return Err(DestroyError::new(cq, e.into())),
         };
         let mut out = [0u8; cmd::DESTROY_CQ_OUT];
         match self.exec(&input, &mut out) {
             // The ring and record are freed when `cq` drops here, after
             // firmware stopped using them.
             Ok(()) => Ok(()),
-            Err(e) => Err((cq, e)),
+            Err(e) => Err(DestroyError::new(cq, e)),
         }
     }
 
@@ -294,16 +298,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         core::mem::swap(&mut cq.ring, &mut new_ring);
         cq.ring.update_doorbell(&cq.dbr);
         drop(new_ring);
-        match copied {
-            Ok(_) => Ok(()),
-            Err(ResizeCopyError::NotSoftwareOwned { index }) => Err(Error::ResizeCopy { index }),
-            // (The new ring was made with the old CQE size: no mismatch.)
-            Err(ResizeCopyError::ResizeCqeMissing | ResizeCopyError::CqeSizeMismatch) => {
-                Err(Error::ResizeCopy {
-                    index: cq.ring.consumer_index(),
-                })
-            }
-        }
+        copied.map(|_| ()).map_err(Error::ResizeCopy)
     }
 }
 

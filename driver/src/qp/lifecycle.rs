@@ -18,7 +18,7 @@ use super::queue::{Qp, QpLinks};
 use super::ring::{SendQueueCaps, SendRing, SqGeometry};
 use super::wr::SendSlot;
 use crate::cmd::MAX_CMD_LEN;
-use crate::error::Error;
+use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
@@ -320,7 +320,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Destroy a QP (DESTROY_QP, allowed in every state) and get the send
     /// table back. `links` must name the CQs and SRQ it was created with;
     /// they stop counting it as a user. On failure the QP is handed back
-    /// unchanged.
+    /// unchanged inside the [`DestroyError`].
     ///
     /// Linux first moves the QP to RESET and removes its unpolled CQEs from
     /// its CQs; this driver sends DESTROY_QP alone (firmware takes it from
@@ -333,7 +333,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         &self,
         qp: Qp<H, T>,
         links: QpLinks<'_, H>,
-    ) -> Result<T, (Qp<H, T>, Error)> {
+    ) -> Result<T, DestroyError<Qp<H, T>>> {
         let QpLinks {
             send_cq,
             recv_cq,
@@ -344,7 +344,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             && recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
             && srq.as_ref().map(|s| s.srqn()) == qp.srqn;
         if !matches {
-            return Err((
+            return Err(DestroyError::new(
                 qp,
                 Error::InvalidArgument("pass the CQs and SRQ the QP was created with"),
             ));
@@ -356,7 +356,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 self.exec(&input, &mut out)
             });
         if let Err(e) = r {
-            return Err((qp, e));
+            return Err(DestroyError::new(qp, e));
         }
         for c in [send_cq, recv_cq].into_iter().flatten() {
             c.remove_user();

@@ -45,6 +45,16 @@ pub enum PostError {
     },
 }
 
+impl PostError {
+    /// The errno libibverbs/mlx5 reports for it (`ibv_post_srq_recv`).
+    pub const fn errno(&self) -> i32 {
+        match self {
+            PostError::Full => mlx5_regs::consts::errno::ENOMEM,
+            PostError::TooManySges { .. } => mlx5_regs::consts::errno::EINVAL,
+        }
+    }
+}
+
 /// Why a completion could not be matched to a posted WQE (a device that
 /// reports a WQE index it was never given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

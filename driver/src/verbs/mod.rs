@@ -70,6 +70,8 @@ pub struct PostSrqError {
     pub errno: Errno,
 }
 
+impl core::error::Error for PostSrqError {}
+
 impl fmt::Display for PostSrqError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -200,8 +202,10 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 (true, Some(h)) => cqs.get_mut(h.0).map(|c| &mut c.cq),
                 (true, None) => internal_cq.as_mut(),
             };
-            if let Err((_srq, err)) = hca.destroy_srq(e.srq, cq) {
-                first.get_or_insert(err.into());
+            // A failed destroy leaks the object (DestroyError): firmware may
+            // still use its memory until teardown.
+            if let Err(err) = hca.destroy_srq(e.srq, cq) {
+                first.get_or_insert(err.error().into());
             }
             if let Some(c) = e.book.cq.and_then(|h| cqs.get_mut(h.0)) {
                 c.book.srq_users = c.book.srq_users.saturating_sub(1);
@@ -209,13 +213,13 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
         }
         while let Some(k) = cqs.any_key() {
             let Some(e) = cqs.remove(k) else { break };
-            if let Err((_cq, err)) = hca.destroy_cq(e.cq) {
-                first.get_or_insert(err.into());
+            if let Err(err) = hca.destroy_cq(e.cq) {
+                first.get_or_insert(err.error().into());
             }
         }
         if let Some(cq) = internal_cq.take() {
-            if let Err((_cq, err)) = hca.destroy_cq(cq) {
-                first.get_or_insert(err.into());
+            if let Err(err) = hca.destroy_cq(cq) {
+                first.get_or_insert(err.error().into());
             }
         }
         let r = hca.teardown().map_err(Errno::from);
@@ -333,7 +337,8 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 self.purge_events(EventElement::Cq(cq));
                 Ok(())
             }
-            Err((back, err)) => {
+            Err(failed) => {
+                let (back, err) = failed.into_parts();
                 self.cqs.restore(
                     cq.0,
                     CqEntry {
@@ -590,7 +595,8 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 self.purge_events(EventElement::Srq(srq));
                 Ok(())
             }
-            Err((back, err)) => {
+            Err(failed) => {
+                let (back, err) = failed.into_parts();
                 self.srqs.restore(srq.0, SrqEntry { srq: back, book: b });
                 Err(err.into())
             }
