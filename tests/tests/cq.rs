@@ -116,7 +116,7 @@ fn each_arm_gives_exactly_one_completion_event() {
     assert_eq!(completion_events(&hca, cq.cqn()), 0);
     drain(&mut cq);
     for _ in 0..5 {
-        cq.arm(false);
+        hca.arm_cq(&mut cq, false).unwrap();
         assert_eq!(completion_events(&hca, cq.cqn()), 0, "nothing yet");
         inject(&dev, &cq, &mut seq, 3);
         assert_eq!(
@@ -130,17 +130,15 @@ fn each_arm_gives_exactly_one_completion_event() {
             0,
             "fired: no more until re-armed"
         );
-        cq.event_received();
         assert_eq!(drain(&mut cq).len(), 5);
     }
     // Arming with completions already waiting fires at once.
     inject(&dev, &cq, &mut seq, 1);
-    cq.arm(false);
+    hca.arm_cq(&mut cq, false).unwrap();
     assert_eq!(completion_events(&hca, cq.cqn()), 1);
-    cq.event_received();
     drain(&mut cq);
     // Solicited-only arming ignores unsolicited completions.
-    cq.arm(true);
+    hca.arm_cq(&mut cq, true).unwrap();
     inject(&dev, &cq, &mut seq, 2);
     assert_eq!(completion_events(&hca, cq.cqn()), 0);
     hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
@@ -199,7 +197,7 @@ fn resize_grows_and_shrinks_with_none_some_and_nearly_full_outstanding() {
                     inject(&dev, &cq, &mut seq, outstanding);
                     dev.quiesce();
                     if armed {
-                        cq.arm(false);
+                        hca.arm_cq(&mut cq, false).unwrap();
                     }
                     resize_ok(&hca, &mut cq, to);
                     // New completions land after the carried-over ones

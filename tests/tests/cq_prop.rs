@@ -105,7 +105,7 @@ impl Prop<'_> {
 
     fn arm(&mut self) {
         if !self.armed {
-            self.cq.arm(false);
+            self.hca.arm_cq(&mut self.cq, false).unwrap();
             self.armed = true;
         }
     }
@@ -173,7 +173,6 @@ impl Prop<'_> {
             assert!(self.armed, "{ctx}: event without an arm");
             self.armed = false;
             self.st.events += 1;
-            self.cq.event_received();
         }
     }
 

@@ -56,7 +56,7 @@ fn cq_lifecycle(dev: &Device) -> Result<(), Error> {
             }
             let mut out = [Cqe::EMPTY; 8];
             assert_eq!(cq.poll(&mut out), 5);
-            cq.arm(false);
+            hca.arm_cq(&mut cq, false)?;
             hca.query_cq(&cq)?;
             hca.modify_cq_moderation(&cq, 16, 8)?;
             Ok(())

@@ -50,7 +50,8 @@ pub(super) fn demo<H: Hal>(
         "SRQ limit 8: {} (query_srq: lwm = {lwm}); firmware raises SRQ_RQ_LIMIT once fewer than 8 receives remain posted",
         arm_text(arm)
     ));
-    cq.arm(false);
+    hca.arm_cq(cq, false)
+        .map_err(|e| CliError::driver("arming the CQ", e))?;
     r.say("CQ armed: exactly one completion event follows the next completion");
     r.set("limit", 8);
     r.set("lwm", lwm);
@@ -91,9 +92,6 @@ pub(super) fn demo<H: Hal>(
     let (limit, comp, other) = poll_eq(hca, Some(srq.srqn()), Some(cq.cqn()))?;
     sum.limit_events += limit;
     sum.comp_events += comp;
-    if comp > 0 {
-        cq.event_received();
-    }
     r.say(format!(
         "poll_events: {comp} completion event for CQ {:#x} through the completion EQ (the CQ was armed), {limit} SRQ limit events",
         cq.cqn()

@@ -33,10 +33,11 @@ impl Default for CqOptions {
 
 /// A completion queue owned by the caller.
 ///
-/// Polling, arming and event bookkeeping are methods of the CQ (`&mut self`:
-/// one poller at a time, no lock on the hot path). Commands that change the
-/// CQ (resize, destroy) go through the [`Hca`]. `Cq` is `Send` when the
-/// platform handle is: it owns its DMA memory.
+/// Polling is a method of the CQ (`&mut self`: one poller at a time, no
+/// lock on the hot path). Arming ([`Hca::arm_cq`]) and the commands that
+/// change the CQ (resize, destroy) go through the [`Hca`], which also keeps
+/// the CQ's arm sequence number in step with its completion events. `Cq` is
+/// `Send` when the platform handle is: it owns its DMA memory.
 pub struct Cq<H: Hal> {
     cqn: u32,
     ring: CqRing<H>,
@@ -111,22 +112,19 @@ impl<H: Hal> Cq<H> {
         self.ring.pending()
     }
 
-    /// Request one completion event (docs/firmware.md §5): for the next CQE, or for the
-    /// next solicited CQE only. Exactly one event follows each arm.
-    pub fn arm(&mut self, solicited_only: bool) {
-        self.ring.arm(
-            &self.hal,
-            &self.dbr,
-            self.uar_offset,
-            self.cqn,
-            self.arm_sn,
-            solicited_only,
-        );
+    /// The arm sequence number the next arm carries (its low two bits go
+    /// on the wire, docs/firmware.md §5): one more for every completion
+    /// event of this CQ, counted by [`Hca::arm_cq`].
+    pub fn arm_sequence(&self) -> u32 {
+        self.arm_sn
     }
 
-    /// Account for a completion event of this CQ taken from the EQ: the next
-    /// arm carries the next command sequence number (docs/firmware.md §5, `arm_sn`).
-    pub fn event_received(&mut self) {
+    /// Count a completion event of this CQ that the HCA could not count:
+    /// one a faulty device wrote under another CQ number. The next arm then
+    /// takes the next sequence number (without it, firmware would ignore
+    /// the arm as a repeat of the event it raised). Normal operation never
+    /// needs this: [`Hca::arm_cq`] counts every event it consumes.
+    pub fn count_lost_event(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
     }
 
@@ -225,8 +223,58 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         match self.exec(&input, &mut out) {
             // The ring and record are freed when `cq` drops here, after
             // firmware stopped using them.
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.core_lock().cq_arms.remove(cq.cqn);
+                Ok(())
+            }
             Err(e) => Err(DestroyError::new(cq, e)),
+        }
+    }
+
+    /// Request one completion event for `cq` (docs/firmware.md §5): for its
+    /// next CQE, or with `solicited_only` for its next solicited (or error)
+    /// CQE. Exactly one event follows each arm; it arrives through
+    /// [`Hca::poll_events`] as [`crate::Event::Completion`] and
+    /// [`Hca::next_completion`].
+    ///
+    /// The arm sequence number needs no help from the caller: firmware
+    /// ignores an arm that repeats the number of the event it already
+    /// raised, so the number goes up by one per completion event. The HCA
+    /// notes each completion event of an armed CQ when it consumes the EQE
+    /// (in [`Hca::poll_events`], a command wait, or here: the completion EQ
+    /// is polled first, so an event already written is counted), and this
+    /// call applies it before ringing the doorbell, as Linux's EQ handler
+    /// and rdma-core's `mlx5_cq_event` do. Events lost to a full
+    /// completion-event queue are counted all the same.
+    ///
+    /// The HCA remembers up to `CE` armed CQs (its completion-event queue
+    /// capacity, 256 by default); arming one more is
+    /// [`Error::TableFull`] (`ENOMEM`) until an armed CQ is destroyed.
+    pub fn arm_cq(&self, cq: &mut Cq<H>, solicited_only: bool) -> Result<(), Error> {
+        let fired = {
+            let mut core = self.core_lock();
+            core.poll_comp_eq(self.hal(), self.config().eq_poll_budget);
+            core.cq_arms.arm(cq.cqn)
+        };
+        match fired {
+            None => Err(Error::TableFull {
+                what: "armed CQs (Hca parameter CE)",
+                capacity: CE,
+            }),
+            Some(fired) => {
+                if fired {
+                    cq.arm_sn = cq.arm_sn.wrapping_add(1);
+                }
+                cq.ring.arm(
+                    &cq.hal,
+                    &cq.dbr,
+                    cq.uar_offset,
+                    cq.cqn,
+                    cq.arm_sn,
+                    solicited_only,
+                );
+                Ok(())
+            }
         }
     }
 

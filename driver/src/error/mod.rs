@@ -206,6 +206,13 @@ pub enum Error {
     /// A work request completed in error (the CQE's syndrome), for callers
     /// that turn an error completion into an error with `?`.
     Completion(CqeError),
+    /// A fixed-capacity table of the driver is full (no heap to grow it).
+    TableFull {
+        /// Which table.
+        what: &'static str,
+        /// Its capacity.
+        capacity: usize,
+    },
 }
 
 impl Error {
@@ -237,6 +244,7 @@ impl Error {
             Error::RecvPost(f) => f.error.errno(),
             Error::SendPost(f) => f.error.errno(),
             Error::BadRecvCqe(_) | Error::BadSendCqe(_) | Error::Completion(_) => errno::EIO,
+            Error::TableFull { .. } => errno::ENOMEM,
         }
     }
 
@@ -360,6 +368,9 @@ impl fmt::Display for Error {
             Error::BadRecvCqe(e) => write!(f, "{e}"),
             Error::BadSendCqe(e) => write!(f, "{e}"),
             Error::Completion(e) => write!(f, "work request completed in error: {e}"),
+            Error::TableFull { what, capacity } => {
+                write!(f, "table full: {what} (capacity {capacity})")
+            }
         }
     }
 }

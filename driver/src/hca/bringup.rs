@@ -11,6 +11,7 @@ use super::{async_event_mask, Core, FwVersion, Hca, HcaConfig, Progress};
 use crate::caps::Caps;
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
+use crate::cq::ArmTable;
 use crate::eq::{EventQueue, EventSink};
 use crate::error::Error;
 use crate::health::{mmio_field, Heartbeat};
@@ -72,6 +73,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             comp_eq: None,
             pages: PageManager::new(cfg.page_chunk_pages, cfg.max_fw_pages),
             completions: EventSink::new(),
+            cq_arms: ArmTable::new(),
             events: EventSink::new(),
             stats: CmdStats::new(),
             heartbeat: Heartbeat::new(cfg.heartbeat_timeout_ns, now),

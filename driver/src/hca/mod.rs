@@ -154,7 +154,8 @@ struct Progress {
 ///
 /// Type parameters: the platform `H`, a command observer `O` (trace hook,
 /// `()` for none), and the capacities of the completion-event queue `CE`
-/// and the async-event queue `AE`.
+/// (also the number of CQs [`Hca::arm_cq`] can keep armed at once) and the
+/// async-event queue `AE`.
 ///
 /// # Concurrency
 ///
@@ -214,7 +215,10 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Next completion event ([`Event::Completion`]), or
-    /// [`Event::EventsLost`] if the queue overflowed.
+    /// [`Event::EventsLost`] if the queue overflowed. Nothing to do with it
+    /// but poll the CQ and, for another event, arm it again with
+    /// [`Hca::arm_cq`]: the HCA counted the event for the CQ's arm sequence
+    /// number when it consumed the EQE.
     pub fn next_completion(&self) -> Option<Event> {
         self.core.lock().completions.pop()
     }
@@ -370,6 +374,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// The trace hook.
     pub fn observer(&self) -> &O {
         &self.observer
+    }
+
+    /// The state behind the command lock (for the object modules).
+    pub(crate) fn core_lock(&self) -> spin::MutexGuard<'_, Core<H, CE, AE>> {
+        self.core.lock()
     }
 
     /// Is the device known dead?

@@ -9,11 +9,38 @@ use super::cmdwait::{backoff, outcome_of, outcome_to_result, record};
 use super::{Hca, HcaConfig, PollReport, PAGES_PER_COMMAND};
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
+use crate::cq::ArmTable;
 use crate::eq::{Event, EventQueue, EventSink};
 use crate::error::Error;
 use crate::health::Heartbeat;
 use crate::pages::{PageManager, PageRequest};
 use crate::stats::{CmdObserver, CmdOutcome, CmdStats};
+
+/// Where an event goes: page requests to the page manager, completions to
+/// their sink (noting the event for the CQ's next arm, as Linux's
+/// `mlx5_eq_comp_int` bumps `arm_sn`), the rest to the async sink.
+fn dispatch<H: Hal, const CE: usize, const AE: usize>(
+    ev: Event,
+    pages: &mut PageManager<H>,
+    completions: &mut EventSink<Event, CE>,
+    cq_arms: &mut ArmTable<CE>,
+    events: &mut EventSink<Event, AE>,
+) {
+    match ev {
+        Event::PageRequest {
+            function_id,
+            num_pages,
+        } => pages.push_request(PageRequest {
+            function_id,
+            num_pages,
+        }),
+        Event::Completion { cqn } => {
+            cq_arms.fired(cqn);
+            completions.push(ev)
+        }
+        _ => events.push(ev),
+    }
+}
 
 /// State behind the command lock.
 pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
@@ -22,6 +49,8 @@ pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
     pub(crate) comp_eq: Option<EventQueue<H>>,
     pub(crate) pages: PageManager<H>,
     pub(crate) completions: EventSink<Event, CE>,
+    /// CQs armed through [`Hca::arm_cq`] and whether their event came.
+    pub(crate) cq_arms: ArmTable<CE>,
     pub(crate) events: EventSink<Event, AE>,
     pub(crate) stats: CmdStats,
     pub(super) heartbeat: Heartbeat,
@@ -41,26 +70,37 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             comp_eq,
             pages,
             completions,
+            cq_arms,
             events,
             ..
         } = self;
         let mut n = 0;
         for eq in [async_eq, comp_eq].into_iter().flatten() {
             n += eq
-                .poll(hal, budget, |ev| match ev {
-                    Event::PageRequest {
-                        function_id,
-                        num_pages,
-                    } => pages.push_request(PageRequest {
-                        function_id,
-                        num_pages,
-                    }),
-                    Event::Completion { .. } => completions.push(ev),
-                    _ => events.push(ev),
+                .poll(hal, budget, |ev| {
+                    dispatch(ev, pages, completions, cq_arms, events)
                 })
                 .eqes;
         }
         n
+    }
+
+    /// Poll the completion EQ only: before an arm, an event already there
+    /// means the CQ's previous arm fired.
+    pub(crate) fn poll_comp_eq(&mut self, hal: &H, budget: u32) {
+        let Core {
+            comp_eq,
+            pages,
+            completions,
+            cq_arms,
+            events,
+            ..
+        } = self;
+        if let Some(eq) = comp_eq {
+            eq.poll(hal, budget, |ev| {
+                dispatch(ev, pages, completions, cq_arms, events)
+            });
+        }
     }
 
     /// Run the command in `scratch_in[..in_len]` on the reserved slot and

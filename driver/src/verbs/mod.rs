@@ -352,14 +352,15 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
     }
 
     /// `ibv_req_notify_cq`: one completion event for the next completion
-    /// (`solicited_only`: the next solicited or error completion). Events
-    /// already on the event queue are accounted first, so the arm carries
-    /// the right sequence number.
+    /// (`solicited_only`: the next solicited or error completion), through
+    /// [`Hca::arm_cq`], which keeps the arm sequence number in step with the
+    /// CQ's events (libmlx5's `mlx5_cq_event` bookkeeping, done by the
+    /// driver). Pending events are routed to their CQs first.
     pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<(), Errno> {
         self.cq_entry(cq)?;
         self.pump()?;
         let e = self.cqs.get_mut(cq.0).ok_or(Errno::EINVAL)?;
-        e.cq.arm(solicited_only);
+        self.hca.arm_cq(&mut e.cq, solicited_only)?;
         Ok(())
     }
 
@@ -681,8 +682,8 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
     }
 
     /// Poll the EQs and route what they hold: completion events to their
-    /// CQ (bumping its arm sequence number at once, as Linux's EQ handler
-    /// does), async events to the async queue. A dead device queues one
+    /// CQ's book (the driver already counted them for the arm sequence
+    /// number), async events to the async queue. A dead device queues one
     /// `DeviceFatal` event.
     /// Queue the one `DeviceFatal` event the first time the device is
     /// found dead.
@@ -717,14 +718,13 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
     fn route_completion(&mut self, cqn: u32) {
         let seq = self.next_seq + 1;
         if let Some((_, e)) = self.cqs.find_mut(|e| e.cq.cqn() == cqn) {
-            e.cq.event_received();
             if e.book.events_pending == 0 {
                 e.book.pending_seq = seq;
             }
             e.book.events_pending += 1;
             self.next_seq = seq;
-        } else if let Some(c) = self.internal_cq.as_mut().filter(|c| c.cqn() == cqn) {
-            c.event_received();
+        } else if self.internal_cq.as_ref().is_some_and(|c| c.cqn() == cqn) {
+            // Never armed: an event for it changes nothing.
         } else {
             self.stats.unroutable_events += 1;
         }
