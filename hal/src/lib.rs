@@ -39,6 +39,7 @@ pub const PAGE_SIZE: usize = 4096;
 
 /// Errors a platform can report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HalError {
     /// No DMA memory of the requested size could be provided.
     OutOfDmaMemory {

@@ -14,6 +14,7 @@ use core::marker::PhantomData;
 
 /// What can go wrong when writing a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RegError {
     /// The value does not fit in the field.
     Overflow {

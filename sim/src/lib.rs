@@ -196,6 +196,7 @@ pub enum HcaState {
 
 /// Errors of the test APIs.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SimError {
     /// The feature is not modelled.
     Unsupported(&'static str),
@@ -237,6 +238,7 @@ impl std::error::Error for SimError {}
 /// report through a command status (ignored doorbells, scribbled pages, EQ
 /// overruns, ...). Exposed by [`Device::violations`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Violation {
     /// A command doorbell the firmware ignored.
     Doorbell(String),

@@ -65,6 +65,7 @@ impl fmt::Display for IovaRange {
 
 /// Why an allocation or a free was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IovaError {
     /// A zero-sized request.
     ZeroSize,

@@ -39,6 +39,7 @@ pub use destroy::DestroyError;
 /// Why the driver considers the device dead (docs/firmware.md §1.3, Linux
 /// `mlx5_health_check_fatal_sensors` order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FatalReason {
     /// `health_buffer.fw_ver` reads `0xffffffff`: PCI is gone.
     PciDead,
@@ -67,6 +68,7 @@ pub enum FatalReason {
 /// assert!(text.contains("CREATE_EQ") && text.contains("BAD_PARAM_ERR") && text.contains("0x1234"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// Firmware executed the command and returned a non-zero status.
     Command {
@@ -229,6 +231,8 @@ impl Error {
             Error::Dma(HalError::OutOfDmaMemory { .. }) => errno::ENOMEM,
             Error::Dma(HalError::InvalidRequest) => errno::EINVAL,
             Error::Dma(HalError::Platform { errno }) => *errno,
+            // A platform error this driver version does not know.
+            Error::Dma(_) => errno::EIO,
             Error::Layout(_) | Error::InvalidArgument(_) => errno::EINVAL,
             Error::Busy(_) => errno::EBUSY,
             Error::Unsupported { errno, .. } => *errno,

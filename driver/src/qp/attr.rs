@@ -69,6 +69,7 @@ impl QpState {
 /// allowed from (Linux `__mlx5_ib_modify_qp` `optab` for RC; 2ERR and 2RST
 /// from every state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Transition {
     /// RST2INIT_QP.
     Rst2Init,
@@ -198,6 +199,7 @@ impl Default for InitAttr {
 
 /// How the peer is addressed (`qpc.primary_address_path`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AddressPath {
     /// Force loopback (`ads.fl = 1`): a QP of this function, no GID, MAC or
     /// LID (RC only, allowed per the `fl_rc_qp_when_roce_*` capabilities).

@@ -84,6 +84,7 @@ impl RecvCompletion {
 
 /// Why [`Srq::complete_cqe`] refused a CQE (the device is not trusted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BadRecvCqe {
     /// The CQE names another QP than the one it was given to
     /// ([`crate::qp::Qp::complete_recv`]).

@@ -33,6 +33,7 @@ pub struct Sge {
 
 /// Why a post was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PostError {
     /// Every usable WQE is posted (`ENOMEM` in verbs).
     Full,
@@ -58,6 +59,7 @@ impl PostError {
 /// Why a completion could not be matched to a posted WQE (a device that
 /// reports a WQE index it was never given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CompleteError {
     /// The index is outside the ring.
     OutOfRange {
