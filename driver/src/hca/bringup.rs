@@ -12,6 +12,7 @@ use crate::caps::Caps;
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
 use crate::cq::ArmTable;
+use crate::diag::{self, Show};
 use crate::eq::{EventQueue, EventSink};
 use crate::error::Error;
 use crate::health::{mmio_field, Heartbeat};
@@ -66,6 +67,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             cmdif_rev: mmio_field(&hal, 0, &initial_seg::cmd_interface_rev),
         };
         let embedded_cpu = mmio_field(&hal, 0, &initial_seg::embedded_cpu);
+        diag::info!(
+            "firmware {}.{}.{} ready, command interface revision {}",
+            fw.major,
+            fw.minor,
+            fw.subminor,
+            fw.cmdif_rev
+        );
         let now = hal.now_ns();
         let core = Core {
             cmd,
@@ -104,8 +112,18 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             mkey_variant: core::sync::atomic::AtomicU8::new(0),
         };
         match hca.bring_up_steps() {
-            Ok(()) => Ok(hca),
+            Ok(()) => {
+                diag::info!(
+                    "bring-up complete: ISSI {}, {} firmware pages, UAR {}, PD {:#x}",
+                    hca.issi,
+                    hca.pages_held_by_firmware(),
+                    hca.uar(),
+                    hca.pd()
+                );
+                Ok(hca)
+            }
             Err(e) => {
+                diag::error!("bring-up failed: {}", Show(&e));
                 // Unwind; the original error is what the caller needs.
                 let _ = hca.shutdown();
                 Err(e)
@@ -131,6 +149,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 return Err(self.note_fatal(e));
             }
         }
+        diag::info!("QUERY_PAGES op_mod {}: {} pages given", kind, n);
         Ok(())
     }
 
@@ -156,6 +175,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         // 5. ENABLE_HCA.
         let _: [u8; encode::ENABLE_HCA_OUT] = self.run(encode::enable_hca(self.embedded_cpu))?;
         self.progress.enabled = true;
+        diag::debug!("ENABLE_HCA done");
 
         // 6. ISSI (Linux `mlx5_core_set_issi`): a firmware status on
         // QUERY_ISSI means ISSI 0; prefer 1.
@@ -173,6 +193,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         } else {
             return Err(Error::IssiNotSupported { supported });
         }
+        diag::info!("ISSI {} (supported {:#x})", self.issi, supported);
 
         // 7. Boot pages.
         self.startup_pages(op_mod::QUERY_PAGES_BOOT)?;
@@ -205,6 +226,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         };
         let _: [u8; encode::INIT_HCA_OUT] = self.run(encode::init_hca(owner))?;
         self.progress.initialized = true;
+        diag::info!("INIT_HCA done");
 
         // 13. Capabilities as the HCA now runs with them.
         let caps = self.query_caps(true)?;
@@ -247,6 +269,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let out: [u8; encode::QUERY_SPECIAL_CONTEXTS_OUT] =
             self.run(encode::query_special_contexts())?;
         let (resd, term) = encode::parse_query_special_contexts(&out);
+        diag::debug!("UAR, EQs and PD allocated; reserved lkey {:#x}", resd);
         self.resd_lkey = resd;
         self.terminate_mkey = term;
 

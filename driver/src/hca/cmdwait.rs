@@ -10,6 +10,7 @@ use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode};
 use super::Hca;
 use crate::cmd::encode;
 use crate::cmd::Posted;
+use crate::diag::{self, Show};
 use crate::error::Error;
 use crate::stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats};
 
@@ -60,6 +61,26 @@ pub(super) fn record<O: CmdObserver>(
     latency_ns: u64,
 ) {
     stats.record(p.opcode, outcome, latency_ns);
+    match outcome {
+        CmdOutcome::Ok => {}
+        CmdOutcome::Status { status, syndrome } => diag::warn!(
+            "{} op_mod {:#x}: status {}, syndrome {:#x}",
+            Show(&p.opcode),
+            p.op_mod,
+            Show(&status),
+            syndrome
+        ),
+        CmdOutcome::Delivery(_) => {
+            diag::warn!("{} op_mod {:#x}: not delivered", Show(&p.opcode), p.op_mod)
+        }
+        CmdOutcome::Timeout => diag::warn!(
+            "{} op_mod {:#x}: no answer after {} us",
+            Show(&p.opcode),
+            p.op_mod,
+            latency_ns / 1000
+        ),
+        CmdOutcome::Fatal => {}
+    }
     obs.command(&CmdRecord {
         opcode: p.opcode,
         op_mod: p.op_mod,
@@ -100,6 +121,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if e.is_fatal() {
             let mut f = self.fatal.lock();
             if f.is_none() {
+                diag::error!("{}", Show(&e));
                 *f = Some(e);
             }
             self.dead.store(true, Ordering::Release);

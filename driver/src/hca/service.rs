@@ -10,6 +10,7 @@ use super::{Hca, HcaConfig, PollReport, PAGES_PER_COMMAND};
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
 use crate::cq::ArmTable;
+use crate::diag::{self, Show};
 use crate::eq::{Event, EventQueue, EventSink};
 use crate::error::Error;
 use crate::health::Heartbeat;
@@ -268,9 +269,19 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         let mut served = 0;
         while let Some(req) = self.pages.pop_request() {
             served += 1;
+            diag::debug!(
+                "page request: {} pages for function {}",
+                req.num_pages,
+                req.function_id
+            );
             let r = if req.num_pages > 0 {
                 match self.give_pages(hal, obs, cfg, req.function_id, req.num_pages as usize) {
-                    Err(Error::OutOfPages { .. }) | Err(Error::Dma(_)) => {
+                    Err(e @ (Error::OutOfPages { .. } | Error::Dma(_))) => {
+                        diag::warn!(
+                            "cannot give {} pages ({}): firmware is told so",
+                            req.num_pages,
+                            Show(&e)
+                        );
                         // Linux `page_notify_fail`: MANAGE_PAGES op_mod 0.
                         self.pages.note_give_failure();
                         let f = encode::manage_pages_fail(req.function_id);
