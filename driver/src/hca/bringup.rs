@@ -1,23 +1,19 @@
 //! Bring-up in the order of docs/firmware.md §4.1.
 
-use core::sync::atomic::AtomicBool;
-
 use mlx5_hal::Hal;
 use mlx5_regs::consts::op_mod;
 use mlx5_regs::layouts::{cmd_hca_cap, initial_seg};
 use mlx5_regs::{EventMask, Opcode};
 
-use super::{async_event_mask, Core, FwVersion, Hca, HcaConfig, Progress};
+use super::{async_event_mask, FwVersion, Hca, HcaConfig};
 use crate::caps::Caps;
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
-use crate::cq::ArmTable;
 use crate::diag::{self, Show};
-use crate::eq::{EventQueue, EventSink};
+use crate::eq::EventQueue;
 use crate::error::Error;
 use crate::health::{mmio_field, Heartbeat};
-use crate::pages::PageManager;
-use crate::stats::{CmdObserver, CmdStats};
+use crate::stats::CmdObserver;
 
 /// Wait until the initializing bit clears (docs/firmware.md §1.2).
 fn wait_fw_init<H: Hal>(hal: &H, cfg: &HcaConfig) -> Result<(), Error> {
@@ -56,76 +52,62 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// On failure everything done so far is undone (objects destroyed, pages
     /// taken back, HCA disabled) and the first error is returned.
     pub fn bring_up_with(hal: H, cfg: HcaConfig, observer: O) -> Result<Self, Error> {
+        let mut hca = Self::new_down(hal, observer);
+        hca.cfg = cfg;
+        hca.start()?;
+        Ok(hca)
+    }
+
+    /// Bring up an HCA that is down and was never up (from
+    /// [`Hca::new_down`]), in place: the command queue and the bring-up
+    /// steps; on failure everything done is undone.
+    pub(super) fn start(&mut self) -> Result<(), Error> {
         // 1. Pre-init wait, 2. command queue, 3. wait again (docs/firmware.md §4.1).
-        wait_fw_init(&hal, &cfg)?;
-        let cmd = CmdQueue::new(&hal)?;
-        wait_fw_init(&hal, &cfg)?;
-        let fw = FwVersion {
-            major: mmio_field(&hal, 0, &initial_seg::fw_rev_major),
-            minor: mmio_field(&hal, 0, &initial_seg::fw_rev_minor),
-            subminor: mmio_field(&hal, 0, &initial_seg::fw_rev_subminor),
-            cmdif_rev: mmio_field(&hal, 0, &initial_seg::cmd_interface_rev),
+        wait_fw_init(&self.hal, &self.cfg)?;
+        let cmd = CmdQueue::new(&self.hal)?;
+        wait_fw_init(&self.hal, &self.cfg)?;
+        let hal = &self.hal;
+        self.fw = FwVersion {
+            major: mmio_field(hal, 0, &initial_seg::fw_rev_major),
+            minor: mmio_field(hal, 0, &initial_seg::fw_rev_minor),
+            subminor: mmio_field(hal, 0, &initial_seg::fw_rev_subminor),
+            cmdif_rev: mmio_field(hal, 0, &initial_seg::cmd_interface_rev),
         };
-        let embedded_cpu = mmio_field(&hal, 0, &initial_seg::embedded_cpu);
+        self.embedded_cpu = mmio_field(hal, 0, &initial_seg::embedded_cpu);
         diag::info!(
             "firmware {}.{}.{} ready, command interface revision {}",
-            fw.major,
-            fw.minor,
-            fw.subminor,
-            fw.cmdif_rev
+            self.fw.major,
+            self.fw.minor,
+            self.fw.subminor,
+            self.fw.cmdif_rev
         );
         let now = hal.now_ns();
-        let core = Core {
-            cmd,
-            async_eq: None,
-            comp_eq: None,
-            pages: PageManager::new(cfg.page_chunk_pages, cfg.max_fw_pages),
-            completions: EventSink::new(),
-            cq_arms: ArmTable::new(),
-            events: EventSink::new(),
-            stats: CmdStats::new(),
-            heartbeat: Heartbeat::new(cfg.heartbeat_timeout_ns, now),
-            polls_since_health: 0,
-            function_id: 0,
-            scratch_in: [0; MAX_CMD_LEN],
-            scratch_out: [0; MAX_CMD_LEN],
-        };
-        let mut hca = Hca {
-            hal,
-            cfg,
-            core: spin::Mutex::new(core),
-            dead: AtomicBool::new(false),
-            fatal: spin::Mutex::new(None),
-            observer,
-            progress: Progress::default(),
-            torn_down: false,
-            fw,
-            embedded_cpu,
-            issi: 0,
-            caps: None,
-            max_caps: None,
-            uar: None,
-            pd: None,
-            resd_lkey: 0,
-            terminate_mkey: 0,
-            rdma: super::rdma::RdmaState::default(),
-            mkey_variant: core::sync::atomic::AtomicU8::new(0),
-        };
-        match hca.bring_up_steps() {
+        let cfg = self.cfg;
+        {
+            // Field by field: the big parts (page manager, event queues,
+            // scratch buffers) stay where they are, never copied.
+            let core = self.core.get_mut();
+            core.cmd = Some(cmd);
+            core.pages
+                .set_limits(cfg.page_chunk_pages, cfg.max_fw_pages);
+            core.heartbeat = Heartbeat::new(cfg.heartbeat_timeout_ns, now);
+        }
+        self.torn_down = false;
+        match self.bring_up_steps() {
             Ok(()) => {
                 diag::info!(
                     "bring-up complete: ISSI {}, {} firmware pages, UAR {}, PD {:#x}",
-                    hca.issi,
-                    hca.pages_held_by_firmware(),
-                    hca.uar(),
-                    hca.pd()
+                    self.issi,
+                    self.pages_held_by_firmware(),
+                    self.uar(),
+                    self.pd()
                 );
-                Ok(hca)
+                Ok(())
             }
             Err(e) => {
                 diag::error!("bring-up failed: {}", Show(&e));
                 // Unwind; the original error is what the caller needs.
-                let _ = hca.shutdown();
+                let _ = self.shutdown();
                 Err(e)
             }
         }

@@ -7,6 +7,7 @@ use core::sync::atomic::Ordering;
 use mlx5_hal::Hal;
 use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode};
 
+use super::service::NOT_UP;
 use super::Hca;
 use crate::cmd::encode;
 use crate::cmd::Posted;
@@ -181,8 +182,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let p = loop {
             {
                 let mut core = self.core.lock();
-                if let Some(slot) = core.cmd.alloc_regular() {
-                    break core.cmd.post(slot, input, output.len())?;
+                let cmd = core.cmd.as_mut().ok_or(NOT_UP)?;
+                if let Some(slot) = cmd.alloc_regular() {
+                    break cmd.post(slot, input, output.len())?;
                 }
                 core.service(hal, &self.observer, &self.cfg)
                     .map_err(|e| self.note_fatal(e))?;
@@ -204,8 +206,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 let mut core = self.core.lock();
                 let now = hal.now_ns();
                 let waited = now.saturating_sub(p.posted_ns);
-                if core.cmd.is_done(p.slot) {
-                    let d = core.cmd.finish(p.slot, output);
+                let cmd = core.cmd.as_mut().ok_or(NOT_UP)?;
+                if cmd.is_done(p.slot) {
+                    let d = cmd.finish(p.slot, output);
                     let o = outcome_of(d, output);
                     record(
                         &mut core.stats,
@@ -220,7 +223,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 }
                 if let Err(e) = core.service(hal, &self.observer, &self.cfg) {
                     if e.is_fatal() {
-                        core.cmd.abandon(p.slot);
+                        if let Some(c) = core.cmd.as_mut() {
+                            c.abandon(p.slot);
+                        }
                         record(
                             &mut core.stats,
                             &self.observer,
@@ -235,7 +240,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                     }
                 }
                 if waited > timeout_ns {
-                    core.cmd.abandon(p.slot);
+                    if let Some(c) = core.cmd.as_mut() {
+                        c.abandon(p.slot);
+                    }
                     record(
                         &mut core.stats,
                         &self.observer,

@@ -8,6 +8,7 @@
 
 mod bringup;
 mod cmdwait;
+mod in_place;
 mod rdma;
 mod service;
 mod teardown;
@@ -79,23 +80,29 @@ pub struct HcaConfig {
     pub poll_health_interval: u32,
 }
 
+impl HcaConfig {
+    /// The defaults, as a constant (for `static` initialisers and
+    /// [`Hca::new_down`]); [`HcaConfig::default`] returns it.
+    pub const DEFAULT: HcaConfig = HcaConfig {
+        cmd_timeout_ns: 60_000_000_000,
+        fw_init_timeout_ns: 120_000_000_000,
+        fw_init_poll_us: 2_000,
+        reclaim_timeout_ns: 5_000_000_000,
+        poll_max_delay_us: 1_000,
+        async_eq_log_size: 12,
+        comp_eq_log_size: 10,
+        eq_poll_budget: 1024,
+        page_chunk_pages: 512,
+        max_fw_pages: 65536,
+        heartbeat_timeout_ns: Some(6_000_000_000),
+        sw_owner_id: None,
+        poll_health_interval: 256,
+    };
+}
+
 impl Default for HcaConfig {
     fn default() -> Self {
-        HcaConfig {
-            cmd_timeout_ns: 60_000_000_000,
-            fw_init_timeout_ns: 120_000_000_000,
-            fw_init_poll_us: 2_000,
-            reclaim_timeout_ns: 5_000_000_000,
-            poll_max_delay_us: 1_000,
-            async_eq_log_size: 12,
-            comp_eq_log_size: 10,
-            eq_poll_budget: 1024,
-            page_chunk_pages: 512,
-            max_fw_pages: 65536,
-            heartbeat_timeout_ns: Some(6_000_000_000),
-            sw_owner_id: None,
-            poll_health_interval: 256,
-        }
+        HcaConfig::DEFAULT
     }
 }
 
@@ -239,10 +246,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Capabilities (general, current) after INIT_HCA.
+    ///
+    /// Panics on an HCA that was never brought up ([`Hca::new_down`]
+    /// without [`Hca::bring_up_in_place`]): it has read no capability.
     pub fn caps(&self) -> &Caps {
         match &self.caps {
             Some(c) => c,
-            None => unreachable!("caps are set before bring_up returns"),
+            None => panic!("Hca::caps on an HCA that was never brought up"),
         }
     }
 

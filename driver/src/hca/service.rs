@@ -43,9 +43,13 @@ fn dispatch<H: Hal, const CE: usize, const AE: usize>(
     }
 }
 
+/// What a command on an HCA that was never brought up gets.
+pub(super) const NOT_UP: Error = Error::InvalidArgument("the HCA is not brought up");
+
 /// State behind the command lock.
 pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
-    pub(crate) cmd: CmdQueue<H>,
+    /// `None` until bring-up made it ([`Hca::new_down`]).
+    pub(crate) cmd: Option<CmdQueue<H>>,
     pub(crate) async_eq: Option<EventQueue<H>>,
     pub(crate) comp_eq: Option<EventQueue<H>>,
     pub(crate) pages: PageManager<H>,
@@ -114,9 +118,12 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         in_len: usize,
         out_len: usize,
     ) -> Result<(), Error> {
-        let slot = self.cmd.reserved_slot();
-        self.cmd.reap();
-        if !self.cmd.is_free(slot) {
+        let Some(cmd) = self.cmd.as_mut() else {
+            return Err(NOT_UP);
+        };
+        let slot = cmd.reserved_slot();
+        cmd.reap();
+        if !cmd.is_free(slot) {
             return Err(Error::Timeout {
                 opcode: Opcode(encode::header_opcode(&self.scratch_in[..in_len])),
                 op_mod: encode::header_op_mod(&self.scratch_in[..in_len]),
@@ -124,12 +131,12 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             });
         }
         self.scratch_out[..out_len].fill(0);
-        let p = self.cmd.post(slot, &self.scratch_in[..in_len], out_len)?;
+        let p = cmd.post(slot, &self.scratch_in[..in_len], out_len)?;
         let mut delay = 0;
         loop {
             let now = hal.now_ns();
-            if self.cmd.is_done(slot) {
-                let d = self.cmd.finish(slot, &mut self.scratch_out[..out_len]);
+            if cmd.is_done(slot) {
+                let d = cmd.finish(slot, &mut self.scratch_out[..out_len]);
                 let o = outcome_of(d, &self.scratch_out[..out_len]);
                 let lat = now.saturating_sub(p.posted_ns);
                 record(
@@ -144,7 +151,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
                 return outcome_to_result(&p, o, lat);
             }
             if let Err(e) = self.heartbeat.check(hal) {
-                self.cmd.abandon(slot);
+                cmd.abandon(slot);
                 record(
                     &mut self.stats,
                     obs,
@@ -158,7 +165,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             }
             let waited = now.saturating_sub(p.posted_ns);
             if waited > cfg.cmd_timeout_ns {
-                self.cmd.abandon(slot);
+                cmd.abandon(slot);
                 record(
                     &mut self.stats,
                     obs,

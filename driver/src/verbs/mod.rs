@@ -33,6 +33,7 @@
 //! ```
 
 mod errno;
+mod in_place;
 mod table;
 mod types;
 
@@ -186,12 +187,19 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
     /// internal CQ), whatever their events, and tear the device down
     /// (`ibv_close_device` + device removal). Every step is attempted; the
     /// first error is returned.
-    pub fn close(self) -> Result<TeardownReport, Errno> {
+    pub fn close(mut self) -> Result<TeardownReport, Errno> {
+        self.close_in_place()
+    }
+
+    /// [`Verbs::close`] without moving the context (one built in place,
+    /// [`Verbs::new_down`]): the same steps; the context stays where it is,
+    /// empty and down.
+    pub fn close_in_place(&mut self) -> Result<TeardownReport, Errno> {
         let Verbs {
             hca,
-            mut cqs,
-            mut srqs,
-            mut internal_cq,
+            cqs,
+            srqs,
+            internal_cq,
             ..
         } = self;
         let mut first: Option<Errno> = None;
@@ -222,7 +230,7 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
                 first.get_or_insert(err.error().into());
             }
         }
-        let r = hca.teardown().map_err(Errno::from);
+        let r = hca.teardown_in_place().map_err(Errno::from);
         match first {
             Some(e) => Err(e),
             None => r,
