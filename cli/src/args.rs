@@ -13,19 +13,41 @@ on the built-in device model (default) or on real hardware through VFIO";
 
 const LONG_ABOUT: &str = "Drive an NVIDIA/Mellanox ConnectX (mlx5) NIC at register level, \
 with the mlx5-driver crate: bring the HCA up through the firmware command interface, create \
-completion and shared receive queues, poll event queues, tear down.
+completion and shared receive queues and RC queue pairs, send traffic between them, poll event \
+queues, tear down.
 
 Every subcommand runs on --device sim[:PROFILE] (the built-in device model; profiles cx4lx, \
 cx5, cx6dx, cx7; the default, runs on any machine) or --device vfio:DDDD:BB:DD.F (a ConnectX \
 bound to vfio-pci, see docs/hardware.md).
 
-Start with: mlx5 demo";
+Start with: mlx5 demo. First time on a card: mlx5 selftest --device vfio:DDDD:BB:DD.F";
 
 /// Upper bound of `--cmd-timeout-ms`: an hour. Linux waits 60 s for a
 /// command (`MLX5_CMD_TIMEOUT_MSEC`) and 120 s for firmware initialisation;
 /// anything longer than an hour is a typo, and an unbounded value would make
 /// the driver's deadline unreachable.
 const MAX_CMD_TIMEOUT_MS: u64 = 3_600_000;
+
+const SELFTEST_HELP: &str = "Stages (stage N failing exits 10 + N):
+   1 bring-up            ENABLE_HCA ... INIT_HCA, pages, EQs, PD, DMA key, loopback set-up
+   2 capability checks   QUERY_ADAPTER, QUERY_VPORT_STATE; RC QPs, SRQ/RMP, CQ resize, loopback
+   3 CQ                  a send CQ and a receive CQ
+   4 SRQ                 an SRQ (RMP at ISSI 1), 32 receives posted
+   5 memory key          CREATE_MKEY, QUERY_MKEY of it and of the DMA key
+   6 QP pair             a sender and an SRQ-attached receiver, RESET -> RTS
+   7 traffic             SENDs, inline SENDs, RDMA WRITE with immediate; payloads checked
+   8 SRQ limit           the limit event by consumption, through the async EQ; re-arm
+   9 CQ resize           MODIFY_CQ with completions waiting and sends in flight
+  10 teardown            destroy everything, TEARDOWN_HCA, every page back
+
+Exit codes: 0 every stage passed; 2 bad command line; 3 device not
+available; 4 a model fault option never fired; 5 the report could not be
+written; 11-20 stage 1-10 failed. The report is written in every case.
+
+Examples:
+  mlx5 selftest --device vfio:0000:03:00.0
+  mlx5 selftest --device sim:cx7 --report cx7.json
+  mlx5 selftest --fail-opcode create-qp:bad_param_err:0x1234   (exit 16)";
 
 /// The command line.
 #[derive(Parser)]
@@ -54,9 +76,10 @@ pub struct Global {
     #[arg(long, short, global = true)]
     pub quiet: bool,
 
-    /// Model only: the next command NAME fails with STATUS and SYNDROME
-    /// (e.g. create-cq:bad_param_err:0x1234); repeatable
-    #[arg(long, global = true, value_name = "NAME:STATUS:SYNDROME")]
+    /// Model only: the next command NAME (or its NTH from the start) fails
+    /// with STATUS and SYNDROME (e.g. create-cq:bad_param_err:0x1234,
+    /// create-mkey:bad_param_err:0x1:2); repeatable
+    #[arg(long, global = true, value_name = "NAME:STATUS:SYNDROME[:NTH]")]
     pub fail_opcode: Vec<String>,
 
     /// Model only: the next command NAME never completes (the driver times
@@ -79,11 +102,21 @@ pub struct Global {
 /// The subcommands.
 #[derive(Subcommand)]
 pub enum Command {
-    /// The whole mission, narrated: bring-up, CQ and SRQ, receives, the SRQ
-    /// limit event, CQ resize with completions waiting, teardown with every
-    /// firmware page back
+    /// The whole mission, narrated: bring-up, CQs and an SRQ, a loopback
+    /// QP pair, messages sent through it, the SRQ limit event, CQ resize
+    /// with completions waiting, teardown with every firmware page back
     #[command(after_help = EXIT_CODES)]
     Demo,
+
+    /// First run on a card: numbered stages from bring-up to teardown, a
+    /// pass/fail table, and a report file to attach to a bug report
+    #[command(after_help = SELFTEST_HELP)]
+    Selftest {
+        /// Where to write the report (JSON) [default:
+        /// ./mlx5-selftest-DEVICE-YYYYMMDD-HHMMSS.json]
+        #[arg(long, value_name = "FILE")]
+        report: Option<std::path::PathBuf>,
+    },
 
     /// The device's capabilities, decoded and grouped
     #[command(after_help = EXIT_CODES)]
@@ -102,6 +135,9 @@ pub enum Command {
   mlx5 cmd access-reg register_id=0x7004 register_data=0x00000000  (write it, he=0)
   mlx5 cmd nop
   mlx5 cmd query-eq eq_number=5 --json
+  mlx5 cmd query-hca-cap op_mod=roce.cur      (op_mod names: max, cur, TYPE.max, TYPE.cur)
+  mlx5 cmd --list                             (every command with a layout)
+  mlx5 cmd create-qp --fields                 (fields, widths, what the tool fills)
 
 Field names are the mlx5-regs (mlx5_ifc.h) layout names, dotted for
 sub-structures (cq_context.log_cq_size) and indexed for arrays (pas[0]);
@@ -116,7 +152,15 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
 2 bad command line, 3 device not available.")]
     Cmd {
         /// Command name (query-hca-cap, create-cq, nop, ... or a number)
-        name: String,
+        #[arg(required_unless_present = "list")]
+        name: Option<String>,
+        /// List every command with a layout, without a device
+        #[arg(long)]
+        list: bool,
+        /// Show the command's input and output fields (bit offset, width,
+        /// default, what the tool fills) and op_mod names, without a device
+        #[arg(long = "fields")]
+        show_fields: bool,
         /// field=value pairs
         fields: Vec<String>,
         /// Print zero fields of the output too
@@ -135,6 +179,22 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
         #[arg(long)]
         hexdump: bool,
     },
+
+    /// Run a script of firmware commands and driver steps on one
+    /// brought-up device, with expect checks and variables
+    #[command(after_help = crate::script::parse::HELP)]
+    Run {
+        /// The script file, or - for stdin
+        file: String,
+        /// Print zero output fields too
+        #[arg(long)]
+        all_fields: bool,
+    },
+
+    /// Type the script language one line at a time on one brought-up
+    /// device (history, quit)
+    #[command(after_help = crate::script::parse::HELP)]
+    Shell,
 
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]

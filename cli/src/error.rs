@@ -18,6 +18,13 @@ pub const EXIT_NO_DEVICE: i32 = 3;
 /// that never fired).
 pub const EXIT_CHECK: i32 = 4;
 
+/// Exit code of `selftest`: every stage passed but the report bundle could
+/// not be written.
+pub const EXIT_REPORT: i32 = 5;
+/// Exit code of `selftest`: stage N failed exits `EXIT_STAGE_BASE + N`
+/// (11 bring-up ... 20 teardown).
+pub const EXIT_STAGE_BASE: i32 = 10;
+
 /// The exit-code table printed by `--help`.
 pub const EXIT_CODES: &str = "Exit codes:
   0  success
@@ -28,7 +35,11 @@ pub const EXIT_CODES: &str = "Exit codes:
      model-only option on real hardware). Nothing was sent
   3  the device could not be opened (the message says what to fix)
   4  the run finished but a check failed (lost completion, page not
-     returned, object left behind, a fault option that never fired)";
+     returned, object left behind, a fault option that never fired)
+  5  selftest: every stage passed but the report file could not be written
+  11-20  selftest: stage N failed (exit 10 + N: 11 bring-up, 12 capability
+     checks, 13 CQ, 14 SRQ, 15 memory key, 16 QP pair, 17 traffic, 18 SRQ
+     limit, 19 CQ resize, 20 teardown)";
 
 /// A failure of the tool.
 #[derive(Debug)]
@@ -68,6 +79,11 @@ pub enum CliError {
         /// What is wrong.
         what: String,
     },
+    /// An `expect` line of a script did not hold.
+    Expect {
+        /// The line, and what differed.
+        what: String,
+    },
     /// A model-only fault option never fired: the run never sent the
     /// command it names (or never reached the Nth command).
     FaultNotFired {
@@ -77,6 +93,22 @@ pub enum CliError {
     /// Writing the results to stdout failed (`mlx5 demo > /dev/full`).
     Output {
         /// The I/O error.
+        what: String,
+    },
+    /// A self-test stage failed.
+    Stage {
+        /// Stage number, 1-based.
+        n: u8,
+        /// Stage name (`qp-pair`).
+        name: &'static str,
+        /// Why.
+        err: Box<CliError>,
+        /// What to do: the cause's hint, and the report.
+        hint: String,
+    },
+    /// The self-test report could not be written.
+    Report {
+        /// The file and the I/O error.
         what: String,
     },
 }
@@ -124,6 +156,33 @@ impl CliError {
         }
     }
 
+    /// Self-test stage `n` (1-based, named `name`) failed with `err`.
+    pub fn stage(n: u8, name: &'static str, err: CliError) -> Self {
+        CliError::Stage {
+            n,
+            name,
+            hint: err.stage_hint(),
+            err: Box::new(err),
+        }
+    }
+
+    /// What to do when this error ended a self-test stage: its own advice
+    /// (the generic "run mlx5 trace" is replaced: the report has the
+    /// trace), then the report.
+    pub fn stage_hint(&self) -> String {
+        let report = "the report file has every command with its status, syndrome and hexdump, the capabilities and the health buffer: attach it to a bug report (docs/hardware.md)";
+        match self {
+            CliError::Driver {
+                err: mlx5_driver::Error::Command { .. },
+                ..
+            } => report.to_string(),
+            e => match e.hint() {
+                Some(h) => format!("{h}; {report}"),
+                None => report.to_string(),
+            },
+        }
+    }
+
     /// A failed check.
     pub fn check(what: impl Into<String>) -> Self {
         CliError::Check { what: what.into() }
@@ -137,7 +196,11 @@ impl CliError {
             CliError::Driver { .. } | CliError::Failed { .. } | CliError::Output { .. } => {
                 EXIT_FAILED
             }
-            CliError::Check { .. } | CliError::FaultNotFired { .. } => EXIT_CHECK,
+            CliError::Check { .. } | CliError::Expect { .. } | CliError::FaultNotFired { .. } => {
+                EXIT_CHECK
+            }
+            CliError::Stage { n, .. } => EXIT_STAGE_BASE + *n as i32,
+            CliError::Report { .. } => EXIT_REPORT,
         }
     }
 
@@ -150,7 +213,12 @@ impl CliError {
             CliError::Driver { step, err, .. } => format!("{step}: {err} (errno {})", err.errno()),
             CliError::Check { what } => format!("check failed: {what}"),
             CliError::FaultNotFired { what } => what.clone(),
+            CliError::Expect { what } => format!("expect failed: {what}"),
             CliError::Output { what } => format!("cannot write the results to stdout: {what}"),
+            CliError::Stage { n, name, err, .. } => {
+                format!("stage {n} ({name}) failed: {}", err.message())
+            }
+            CliError::Report { what } => format!("cannot write the report: {what}"),
         }
     }
 
@@ -164,11 +232,18 @@ impl CliError {
             CliError::Check { .. } => Some(
                 "this is a driver or model bug; please report it with the output of `mlx5 trace`",
             ),
+            CliError::Expect { .. } => Some(
+                "the device answered otherwise than the script expects: the statements before the line show status, syndrome and output (--json: statements[])",
+            ),
             CliError::FaultNotFired { .. } => Some(
                 "a fault that never fires tests nothing: name a command this run sends (`mlx5 trace` lists them), or an N within its command count",
             ),
             CliError::Output { .. } => Some(
                 "free space on the output's device, or send stdout somewhere writable",
+            ),
+            CliError::Stage { hint, .. } => Some(hint.as_str()),
+            CliError::Report { .. } => Some(
+                "choose a writable place with --report FILE; the table above has the results",
             ),
         }
     }
@@ -182,7 +257,10 @@ impl CliError {
             CliError::Failed { .. } => "failed",
             CliError::Check { .. } => "check",
             CliError::FaultNotFired { .. } => "fault_not_fired",
+            CliError::Expect { .. } => "expect",
             CliError::Output { .. } => "output",
+            CliError::Stage { err, .. } => return self.stage_json(err),
+            CliError::Report { .. } => "report",
         };
         let mut v = json!({
             "kind": kind,
@@ -206,6 +284,20 @@ impl CliError {
                 v["syndrome"] = json!(format!("{syndrome:#x}"));
             }
         }
+        v
+    }
+
+    /// A failed stage as JSON: the cause's fields (kind, opcode, status,
+    /// syndrome, ...) with the stage and the stage's exit code.
+    fn stage_json(&self, err: &CliError) -> Value {
+        let mut v = err.to_json();
+        if let CliError::Stage { n, name, .. } = self {
+            v["stage"] = json!(n);
+            v["stage_name"] = json!(name);
+        }
+        v["message"] = json!(self.message());
+        v["hint"] = json!(self.hint());
+        v["exit_code"] = json!(self.exit_code());
         v
     }
 }

@@ -75,6 +75,31 @@ pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliE
                 .take(8)
                 .cloned()
                 .collect();
+            // Typos first: names a few edits from the whole path or from
+            // its last part.
+            let mut near = crate::discover::suggest(path, all.iter().map(String::as_str), 4);
+            for n in crate::discover::suggest(
+                name,
+                all.iter().map(|n| n.rsplit('.').next().unwrap_or(n)),
+                4,
+            ) {
+                if let Some(full) = all
+                    .iter()
+                    .find(|a| a.rsplit('.').next() == Some(n.as_str()))
+                {
+                    near.push(full.clone());
+                }
+            }
+            let mut seen = Vec::new();
+            near.retain(|n| {
+                let new = !seen.contains(n);
+                seen.push(n.clone());
+                new
+            });
+            let rest: Vec<String> = close.into_iter().filter(|n| !near.contains(n)).collect();
+            near.extend(rest);
+            let mut close = near;
+            close.truncate(8);
             let hint = if close.is_empty() {
                 format!("fields: {}", all.join(", "))
             } else {
@@ -296,8 +321,11 @@ impl Input {
         self.set.iter().any(|(s, ..)| s == path)
     }
 
-    pub(crate) fn has_pas(&self) -> bool {
-        self.set.iter().any(|(s, ..)| s.starts_with("pas["))
+    /// The user gave an element of the array `name` (`pas` for `pas[3]`).
+    pub(crate) fn has_array(&self, name: &str) -> bool {
+        self.set
+            .iter()
+            .any(|(s, ..)| s.strip_prefix(name).is_some_and(|r| r.starts_with('[')))
     }
 }
 

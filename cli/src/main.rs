@@ -2,8 +2,8 @@
 //!
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
-//! vfio:0000:03:00.0`). Subcommands: `demo`, `caps`, `cmd`, `trace`,
-//! `stats`; `--json` on each. See `docs/cli.md`.
+//! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
+//! `run`, `shell`, `trace`, `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
 /// closed (`mlx5 trace | head`).
@@ -19,11 +19,15 @@ macro_rules! outp {
 
 mod args;
 mod caps;
+mod discover;
 mod error;
 mod fields;
+mod fill;
 mod rawcmd;
 mod report;
 mod scenario;
+mod script;
+mod selftest;
 mod session;
 mod target;
 mod trace;
@@ -97,6 +101,41 @@ fn dispatch(cli: &Cli) -> Outcome {
         Ok(f) => f,
         Err(e) => return (Value::Null, Err(e)),
     };
+    // Discovery needs no device.
+    if let Command::Cmd {
+        name,
+        list,
+        show_fields,
+        ..
+    } = &cli.command
+    {
+        if *list {
+            return (discover::list(g.json), Ok(()));
+        }
+        if *show_fields {
+            let name = name.as_deref().unwrap_or_default();
+            return match target::parse_opcode(name) {
+                Ok(op) if op.layouts().is_some() => (discover::fields(op, g.json), Ok(())),
+                Ok(op) => (
+                    Value::Null,
+                    Err(CliError::usage(
+                        format!("{op} has no layout in mlx5-regs"),
+                        "`mlx5 cmd --list` lists the commands with one",
+                    )),
+                ),
+                Err(e) => (Value::Null, Err(e)),
+            };
+        }
+    }
+    // A script is read and checked before the device is opened.
+    let script = match &cli.command {
+        Command::Run { file, .. } => match script::top::load(file) {
+            Ok(l) => Some(l),
+            Err(e) => return (Value::Null, Err(e)),
+        },
+        _ => None,
+    };
+    let script = script.as_deref().unwrap_or(&[]);
     let mut cfg = HcaConfig::default();
     if let Some(ms) = g.cmd_timeout_ms {
         cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
@@ -120,15 +159,32 @@ fn dispatch(cli: &Cli) -> Outcome {
                 model: Some(&dev),
                 cfg,
             };
-            let mut out = subcommand(cli, dev.hal(), &env, &tracer);
+            let mut out = subcommand(cli, dev.hal(), &env, &tracer, &faults, script);
             add_device(&mut out.0, &target, Some(&dev), &faults);
-            check_faults_fired(&mut out, &faults, &dev, &tracer);
+            // The self-test judges its fault options itself, before it
+            // writes its report.
+            if !matches!(cli.command, Command::Selftest { .. }) {
+                check_faults_fired(&mut out, &faults, &dev, &tracer);
+            }
             out
         }
         Target::Vfio(addr) => {
             let plat = match target::open_vfio(addr) {
                 Ok(p) => p,
-                Err(e) => return (json!({"device": target.label()}), Err(e)),
+                Err(e) => {
+                    let mut v = json!({"device": target.label()});
+                    if let Command::Selftest { report } = &cli.command {
+                        let opts = selftest::Opts {
+                            json: g.json,
+                            progress,
+                            report: report.clone(),
+                            faults: &faults,
+                        };
+                        v = selftest::unopened(&target, &e, &opts);
+                        v["device"] = json!(target.label());
+                    }
+                    return (v, Err(e));
+                }
             };
             let tracer = Tracer::new(
                 live,
@@ -140,7 +196,7 @@ fn dispatch(cli: &Cli) -> Outcome {
                 model: None,
                 cfg,
             };
-            let mut out = subcommand(cli, plat, &env, &tracer);
+            let mut out = subcommand(cli, plat, &env, &tracer, &faults, script);
             add_device(&mut out.0, &target, None, &faults);
             out
         }
@@ -179,8 +235,9 @@ fn add_device(v: &mut Value, target: &Target, dev: Option<&Device>, faults: &tar
             m.insert(
                 "injected_faults".into(),
                 json!({
-                    "fail": faults.fail.iter().map(|(o, s, y)| json!({
-                        "opcode": o.to_string(), "status": s.name(), "syndrome": format!("{y:#x}")
+                    "fail": faults.fail.iter().map(|(o, s, y, n)| json!({
+                        "opcode": o.to_string(), "status": s.name(), "syndrome": format!("{y:#x}"),
+                        "nth": n,
                     })).collect::<Vec<_>>(),
                     "stall": faults.stall.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
                     "fatal_after": faults.fatal_after,
@@ -190,10 +247,26 @@ fn add_device(v: &mut Value, target: &Target, dev: Option<&Device>, faults: &tar
     }
 }
 
-fn subcommand<H: Hal>(cli: &Cli, hal: H, env: &Env<'_>, t: &Tracer) -> Outcome {
+fn subcommand<H: Hal>(
+    cli: &Cli,
+    hal: H,
+    env: &Env<'_>,
+    t: &Tracer,
+    faults: &target::Faults,
+    script: &[script::parse::Line],
+) -> Outcome {
     let g = &cli.global;
     let progress = !g.quiet;
     match &cli.command {
+        Command::Selftest { report } => {
+            let opts = selftest::Opts {
+                json: g.json,
+                progress,
+                report: report.clone(),
+                faults,
+            };
+            selftest::run(hal, env, t, &opts)
+        }
         Command::Demo => {
             let mut r = Report::new(g.json, true, progress);
             if !g.json {
@@ -256,12 +329,26 @@ fn subcommand<H: Hal>(cli: &Cli, hal: H, env: &Env<'_>, t: &Tracer) -> Outcome {
             }
             out
         }
+        Command::Run { all_fields, .. } => {
+            script::run(hal, env, t, g.json, progress, script, *all_fields)
+        }
+        Command::Shell => script::shell(hal, env, t, progress),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
         Command::Cmd {
             name,
             fields,
             all_fields,
-        } => cmd_cmd(hal, env, t, g.json, progress, name, fields, *all_fields),
+            ..
+        } => cmd_cmd(
+            hal,
+            env,
+            t,
+            g.json,
+            progress,
+            name.as_deref().unwrap_or_default(),
+            fields,
+            *all_fields,
+        ),
     }
 }
 

@@ -5,17 +5,16 @@
 //! UAR, EQ number) unless given; objects a command creates are destroyed
 //! again before teardown.
 
-use mlx5_driver::cmd::MAX_CMD_LEN;
 use mlx5_driver::stats::CmdOutcome;
-use mlx5_hal::{DmaRegion, Hal};
-use mlx5_regs::consts::reg_id;
+use mlx5_hal::Hal;
 use mlx5_regs::decode::{decode_command, DecodeOptions, Direction};
-use mlx5_regs::layouts::{access_register_in, access_register_out, register_host_endianness};
+use mlx5_regs::layouts::{access_register_in, access_register_out};
 use mlx5_regs::{Layout, Opcode};
 use serde_json::{json, Map, Value};
 
 use crate::error::CliError;
-use crate::fields::{out_field, Input};
+use crate::fields::Input;
+use crate::fill::{known_register, provide, register_data_len, undo};
 use crate::report::Report;
 use crate::session::TracedHca;
 use crate::trace::{fmt_ns, outcome_json, outcome_text, Tracer};
@@ -39,195 +38,6 @@ fn decode_to(
         .collect()
 }
 
-/// Registers whose layout mlx5-regs has: (register id, name, layout).
-const REGISTERS: &[(u16, &str, &Layout)] = &[(
-    reg_id::HOST_ENDIANNESS,
-    "HOST_ENDIANNESS",
-    &register_host_endianness::LAYOUT,
-)];
-
-fn known_register(id: u16) -> Option<(&'static str, &'static Layout)> {
-    REGISTERS
-        .iter()
-        .find(|(i, ..)| *i == id)
-        .map(|(_, n, l)| (*n, *l))
-}
-
-/// ACCESS_REG carries the register's whole contents after its 16-byte
-/// header, in the input and again in the output, for a read as for a write
-/// (Linux `mlx5_core_access_reg`: input and output lengths are the header
-/// plus the register's size). Returns how many bytes of register data the
-/// command carries: the register's size when mlx5-regs knows the register,
-/// else what the user gave in `register_data`.
-fn register_data_len(inp: &Input) -> Result<usize, CliError> {
-    let given = inp.buf.len().saturating_sub(access_register_in::SIZE);
-    let id = inp.get("register_id").unwrap_or(0) as u16;
-    match known_register(id) {
-        Some((name, l)) if given > l.size => Err(CliError::usage(
-            format!("{name} (register {id:#x}) is {} bytes; register_data has {given}", l.size),
-            format!("give at most {} bytes of register_data", l.size),
-        )),
-        Some((_, l)) => Ok(l.size),
-        None if given == 0 => Err(CliError::usage(
-            format!("ACCESS_REG of register {id:#x} needs the register's contents and the tool does not know its size"),
-            format!(
-                "give register_data=0x... (hex, the register's full size from the PRM's register description; zeros for a read), or register_data[i]=... up to its last dword; registers the tool sizes itself: {}",
-                REGISTERS
-                    .iter()
-                    .map(|(i, n, _)| format!("{n} (register_id={i:#x})"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )),
-        None => Ok(given),
-    }
-}
-
-/// Ring memory and a doorbell record for CREATE_CQ / CREATE_EQ, filled in
-/// unless the user gave the fields; for ACCESS_REG the register data up to
-/// the register's size.
-fn provide<H: Hal>(
-    op: Opcode,
-    hca: &TracedHca<'_, H>,
-    inp: &mut Input,
-    keep: &mut Vec<DmaRegion<H>>,
-    filled: &mut Vec<(String, String)>,
-) -> Result<(), CliError> {
-    if op == Opcode::ACCESS_REG {
-        let len = register_data_len(inp)?;
-        let have = inp.buf.len() - access_register_in::SIZE;
-        if have < len {
-            inp.buf.resize(access_register_in::SIZE + len, 0);
-            let name = known_register(inp.get("register_id").unwrap_or(0) as u16)
-                .map_or("the register", |(n, _)| n);
-            filled.push((
-                "register_data".into(),
-                format!(
-                    "{} zero bytes after the {have} given, to the size of {name} ({len} bytes)",
-                    len - have
-                ),
-            ));
-        }
-        return Ok(());
-    }
-    let (ctx, log_field, entry, owner_byte, owner_init) = match op {
-        Opcode::CREATE_CQ => {
-            let stride = if inp.get("cq_context.cqe_sz") == Some(1) {
-                128
-            } else {
-                64
-            };
-            (
-                "cq_context",
-                "cq_context.log_cq_size",
-                stride,
-                stride - 1,
-                0xf0u8,
-            )
-        }
-        Opcode::CREATE_EQ => (
-            "eq_context_entry",
-            "eq_context_entry.log_eq_size",
-            64,
-            63,
-            0x01,
-        ),
-        _ => return Ok(()),
-    };
-    let mut fill = |inp: &mut Input, path: String, v: u64, why: &str| -> Result<(), CliError> {
-        inp.put(&path, &format!("{v:#x}"))?;
-        filled.push((path, format!("{v:#x} ({why})")));
-        Ok(())
-    };
-    if !inp.given(log_field) {
-        fill(inp, log_field.to_string(), 6, "default size: 64 entries")?;
-    }
-    if !inp.given(&format!("{ctx}.uar_page")) {
-        fill(
-            inp,
-            format!("{ctx}.uar_page"),
-            hca.uar() as u64,
-            "the UAR of bring-up",
-        )?;
-    }
-    if op == Opcode::CREATE_CQ {
-        if !inp.given("cq_context.c_eqn_or_apu_element") {
-            fill(
-                inp,
-                "cq_context.c_eqn_or_apu_element".into(),
-                hca.comp_eqn() as u64,
-                "the completion EQ of bring-up",
-            )?;
-        }
-        if !inp.given("cq_context.dbr_addr") {
-            let dbr = hca.hal().alloc_dma(4096).map_err(|e| {
-                CliError::failed(format!("no DMA memory for the doorbell record: {e}"), "")
-            })?;
-            fill(
-                inp,
-                "cq_context.dbr_addr".into(),
-                dbr.iova(),
-                "a doorbell record the tool allocated",
-            )?;
-            keep.push(dbr);
-        }
-    }
-    if !inp.has_pas() {
-        let log = inp.get(log_field).unwrap_or(6) as u32;
-        let bytes = (1usize << log) * entry;
-        let pages = bytes.div_ceil(4096);
-        let max_pages = (MAX_CMD_LEN - inp.layout.size) / 8;
-        if pages > max_pages {
-            return Err(CliError::usage(
-                format!("{log_field} = {log} needs {pages} pages, more than one command's page list holds ({max_pages})"),
-                "use a smaller size, or give pas[i] yourself",
-            ));
-        }
-        let ring = hca
-            .hal()
-            .alloc_dma(pages * 4096)
-            .map_err(|e| CliError::failed(format!("no DMA memory for the ring: {e}"), ""))?;
-        for i in 0..(1usize << log) {
-            ring.write_u8(i * entry + owner_byte, owner_init);
-        }
-        for p in 0..pages {
-            inp.put(
-                &format!("pas[{p}]"),
-                &format!("{:#x}", ring.iova() + (p * 4096) as u64),
-            )?;
-        }
-        filled.push((
-            "pas[..]".into(),
-            format!(
-                "{pages} page(s) at {:#x} ({} entries of {entry} bytes the tool allocated)",
-                ring.iova(),
-                1usize << log
-            ),
-        ));
-        keep.push(ring);
-    }
-    Ok(())
-}
-
-/// The command that undoes a create, if the opcode creates something.
-fn undo(
-    op: Opcode,
-    out_layout: &'static Layout,
-    out: &[u8],
-) -> Option<(Opcode, &'static str, u64)> {
-    let (undo_op, out_name, in_name) = match op {
-        Opcode::CREATE_CQ => (Opcode::DESTROY_CQ, "cqn", "cqn"),
-        Opcode::CREATE_EQ => (Opcode::DESTROY_EQ, "eq_number", "eq_number"),
-        Opcode::CREATE_SRQ => (Opcode::DESTROY_SRQ, "srqn", "srqn"),
-        Opcode::CREATE_RMP => (Opcode::DESTROY_RMP, "rmpn", "rmpn"),
-        Opcode::ALLOC_PD => (Opcode::DEALLOC_PD, "pd", "pd"),
-        Opcode::ALLOC_UAR => (Opcode::DEALLOC_UAR, "uar", "uar"),
-        _ => return None,
-    };
-    let v = out_field(out_layout, out, out_name)?;
-    Some((undo_op, in_name, v))
-}
-
 /// Run `mlx5 cmd`. Prints (human) as it goes; returns the JSON result and
 /// whether the command succeeded.
 pub fn run<H: Hal>(
@@ -246,7 +56,14 @@ pub fn run<H: Hal>(
 }
 
 fn parse(name: &str, fields: &[String]) -> Result<(Opcode, Input, &'static Layout), CliError> {
-    let op = crate::target::parse_opcode(name)?;
+    parse_input(crate::target::parse_opcode(name)?, fields)
+}
+
+/// The input of `op` from `field=value` strings, and its output layout.
+pub(crate) fn parse_input(
+    op: Opcode,
+    fields: &[String],
+) -> Result<(Opcode, Input, &'static Layout), CliError> {
     if op == Opcode::MANAGE_PAGES {
         return Err(CliError::usage(
             "MANAGE_PAGES belongs to the driver's page manager",
@@ -285,7 +102,12 @@ fn build(op: Opcode, in_layout: &'static Layout, fields: &[String]) -> Result<In
                 "drop opcode=...",
             ));
         }
-        inp.put_user(k.trim(), v.trim())?;
+        let v = if k.trim() == "op_mod" {
+            crate::discover::op_mod_value(op, v.trim())?
+        } else {
+            v.trim().to_string()
+        };
+        inp.put_user(k.trim(), &v)?;
     }
     if op == Opcode::ACCESS_REG {
         register_data_len(&inp)?;

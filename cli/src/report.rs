@@ -13,6 +13,7 @@ pub struct Report {
     steps: Vec<Value>,
     cur: Option<Map<String, Value>>,
     n: u32,
+    keep_lines: bool,
 }
 
 impl Report {
@@ -26,7 +27,14 @@ impl Report {
             steps: Vec::new(),
             cur: None,
             n: 0,
+            keep_lines: false,
         }
+    }
+
+    /// Also keep every narration line in its step's `lines` (the
+    /// self-test's report bundle), whatever the output mode.
+    pub fn keep_lines(&mut self) {
+        self.keep_lines = true;
     }
 
     /// Start a numbered step: a heading for humans, a new object in
@@ -54,6 +62,15 @@ impl Report {
     pub fn say(&mut self, text: impl AsRef<str>) {
         if self.show {
             outln!("  {}", text.as_ref());
+        }
+        if self.keep_lines {
+            if let Some(m) = &mut self.cur {
+                if let Value::Array(a) =
+                    m.entry("lines").or_insert_with(|| Value::Array(Vec::new()))
+                {
+                    a.push(Value::from(text.as_ref()));
+                }
+            }
         }
     }
 

@@ -150,6 +150,26 @@ pub fn narrate_bring_up<H: Hal>(
         hca.pd(),
         hca.reserved_lkey()
     ));
+    match hca.dma_lkey() {
+        Some(k) => r.say(format!(
+            "RDMA: DMA key {k:#x} (CREATE_MKEY: physical addresses, local read and write on PD {:#x}){}",
+            hca.pd(),
+            hca.xrcd()
+                .map_or(String::new(), |x| format!(", XRC domain {x:#x} (ALLOC_XRCD)"))
+        )),
+        None => r.say("RDMA: none (no InfiniBand port, no RoCE, no force loopback): no DMA key, QPs cannot connect"),
+    }
+    r.say(format!(
+        "loopback mode: {}",
+        crate::scenario::objects::loopback_text(hca)
+    ));
+    r.set("dma_lkey", hca.dma_lkey());
+    r.set("xrcd", hca.xrcd());
+    r.set(
+        "loopback_mode",
+        crate::scenario::objects::loopback_name(hca),
+    );
+    r.set("roce_enabled", hca.roce_enabled());
     r.set("firmware_ready_after_ns", waited_ns);
     r.set("firmware_version", fw.to_string());
     r.set("cmdif_rev", fw.cmdif_rev);

@@ -138,8 +138,9 @@ pub fn parse_pci_addr(s: &str) -> Result<String, CliError> {
 /// The model-only fault options.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
-    /// `--fail-opcode NAME:STATUS:SYNDROME`.
-    pub fail: Vec<(Opcode, CmdStatus, u32)>,
+    /// `--fail-opcode NAME:STATUS:SYNDROME[:NTH]`: opcode, status,
+    /// syndrome, and which command of that opcode from now (1 = the next).
+    pub fail: Vec<(Opcode, CmdStatus, u32, u32)>,
     /// `--stall-opcode NAME`.
     pub stall: Vec<Opcode>,
     /// `--fatal-after N`.
@@ -154,8 +155,9 @@ impl Faults {
 
     /// Arm the model (fatal-after is done by the tracer).
     pub fn apply(&self, dev: &Device) {
-        for (op, st, syn) in &self.fail {
-            dev.inject().fail_next(op.0, st.0, *syn);
+        for (op, st, syn, nth) in &self.fail {
+            dev.inject()
+                .fail_nth(op.0, nth.saturating_sub(1) as usize, st.0, *syn);
         }
         for op in &self.stall {
             dev.inject().stall_next(op.0);
@@ -185,14 +187,15 @@ impl Faults {
         };
         let sent = |op: Opcode| trace.iter().filter(|e| e.opcode == op.0).count();
         let mut out = Vec::new();
-        for (op, st, syn) in &self.fail {
+        for (op, st, syn, nth) in &self.fail {
             let fired =
                 take(&|e| e.opcode == op.0 && !e.stalled && e.status == st.0 && e.syndrome == *syn);
             if !fired {
                 out.push(format!(
-                    "--fail-opcode {}:{}:{syn:#x} never fired: {}",
+                    "--fail-opcode {}:{}:{syn:#x}{} never fired: {}",
                     cli_name(*op),
                     st.name().map_or_else(|| format!("{:#x}", st.0), str::to_ascii_lowercase),
+                    if *nth > 1 { format!(":{nth}") } else { String::new() },
                     match sent(*op) {
                         0 => format!("the run sent no {op} command"),
                         n => format!("the run sent {n} {op} command(s), none failed with that status and syndrome"),
@@ -239,7 +242,7 @@ pub fn parse_opcode(s: &str) -> Result<Opcode, CliError> {
             return Ok(Opcode(v as u16));
         }
     }
-    let mut close: Vec<String> = Opcode::ALL
+    let close: Vec<String> = Opcode::ALL
         .iter()
         .filter_map(|o| o.name())
         .filter(|n| {
@@ -249,6 +252,20 @@ pub fn parse_opcode(s: &str) -> Result<Opcode, CliError> {
         })
         .map(|n| n.to_ascii_lowercase().replace('_', "-"))
         .collect();
+    // Typos first: the names a few edits away.
+    let names: Vec<String> = Opcode::ALL
+        .iter()
+        .filter_map(|o| o.name())
+        .map(|n| n.to_ascii_lowercase().replace('_', "-"))
+        .collect();
+    let mut near = crate::discover::suggest(s, names.iter().map(String::as_str), 4);
+    near.extend(
+        close
+            .into_iter()
+            .filter(|n| !near.contains(n))
+            .collect::<Vec<_>>(),
+    );
+    let mut close = near;
     close.truncate(8);
     let hint = if close.is_empty() {
         "names are the mlx5_ifc.h command names, e.g. query-hca-cap, create-cq, nop (or a number such as 0x80d)".to_string()
@@ -304,12 +321,24 @@ pub fn parse_faults(
     };
     for s in fail {
         let parts: Vec<&str> = s.split(':').collect();
-        if parts.len() != 3 {
+        if !(3..=4).contains(&parts.len()) {
             return Err(CliError::usage(
-                format!("--fail-opcode '{s}' is not NAME:STATUS:SYNDROME"),
-                "e.g. --fail-opcode create-cq:bad_param_err:0x1234",
+                format!("--fail-opcode '{s}' is not NAME:STATUS:SYNDROME[:NTH]"),
+                "e.g. --fail-opcode create-cq:bad_param_err:0x1234, or create-mkey:bad_param_err:0x1:2 for the second CREATE_MKEY",
             ));
         }
+        let nth = match parts.get(3) {
+            None => 1,
+            Some(n) => parse_u64(n)
+                .ok()
+                .filter(|v| (1..=1_000_000).contains(v))
+                .ok_or_else(|| {
+                    CliError::usage(
+                        format!("'{n}' in --fail-opcode '{s}' is not a command count of 1 or more"),
+                        "NTH counts the commands of that opcode from the start: 1 the first (the default), 2 the second",
+                    )
+                })? as u32,
+        };
         let op = parse_opcode(parts[0])?;
         let st = parse_status(parts[1])?;
         if st.0 == 0 {
@@ -327,7 +356,7 @@ pub fn parse_faults(
                     "e.g. 0x1234 or 4660",
                 )
             })?;
-        f.fail.push((op, st, syn as u32));
+        f.fail.push((op, st, syn as u32, nth));
     }
     for s in stall {
         f.stall.push(parse_opcode(s)?);

@@ -288,8 +288,8 @@ fn a_fault_option_that_never_fired_says_so_and_exits_non_zero() {
             "--fail-opcode create-cq:bad_param_err:0x1 never fired: the run sent no CREATE_CQ command",
         ),
         (
-            &["demo", "--stall-opcode", "create-qp"],
-            "--stall-opcode create-qp never fired",
+            &["demo", "--stall-opcode", "init2init-qp"],
+            "--stall-opcode init2init-qp never fired",
         ),
         (
             &["demo", "--fatal-after", "1000"],
@@ -297,8 +297,8 @@ fn a_fault_option_that_never_fired_says_so_and_exits_non_zero() {
         ),
         (
             // A scenario that never sends the opcode.
-            &["stats", "--scenario", "resize", "--fail-opcode", "destroy-rmp:3:1"],
-            "the run sent no DESTROY_RMP command",
+            &["stats", "--scenario", "resize", "--fail-opcode", "modify-rmp:3:1"],
+            "the run sent no MODIFY_RMP command",
         ),
     ] {
         let o = mlx5(args);
@@ -395,7 +395,8 @@ fn after_a_failure_the_demo_still_prints_the_page_and_object_accounting() {
         &stdout(&o),
         &[
             "stopped: creating the SRQ: CREATE_RMP",
-            "after the failure: destroyed CQ 0x",
+            "after the failure: DESTROY_CQ: send CQ 0x",
+            "DESTROY_CQ: receive CQ 0x",
             "3. Tear down",
             "firmware pages over the run: 64 given, 64 returned, 0 still held",
             "Summary",

@@ -64,20 +64,30 @@ fn demo_on_every_profile_loses_nothing_and_returns_every_page() {
                 "ISSI ",
                 "pages given to firmware: ",
                 "capabilities: ",
-                "Create a CQ and an SRQ",
+                "loopback mode: ",
+                "Create the CQs, the SRQ and the buffers",
+                "Create and connect the queue pair",
+                "RST2INIT, INIT2RTR, RTR2RTS on both",
+                "both in RTS",
                 "posted 32 receive requests",
                 "SRQ limit 8: armed",
-                "Traffic arrives (injected by the model)",
-                "polled 20 completions",
+                "post_send: 20 SENDs (wr_id 1000..=1019",
+                "the model's traffic engine carried each",
+                "receive CQ: polled 20 completions",
+                "send CQ: polled 20 completions beside them (wr_id 1000..=1019)",
                 "poll_events returned SRQ_RQ_LIMIT",
                 "re-armed the limit at 8: armed (lwm = 8)",
-                "12 completions waiting in the 255-entry CQ",
+                "12 completions waiting in the 255-entry receive CQ",
                 "MODIFY_CQ (resize) to 1023 entries",
                 "the 12 from before the resize, then the 4 after, in order; 0 lost",
+                "DESTROY_QP: sender QP 0x",
                 "every page came back",
-                "41 delivered, 41 polled and checked, 0 lost, 0 wrong",
+                "41 sent from QP 0x",
+                "41 received and checked, 0 lost, 0 wrong",
+                "send completions 41 of 41",
                 "all returned",
                 "0 objects left, 0 violations",
+                "side door used 0 times",
                 "result           OK",
             ],
             dev,
@@ -100,8 +110,12 @@ fn demo_json_reports_zero_lost_and_all_pages_returned() {
     let s = &v["summary"];
     assert_eq!(s["lost"], 0, "{s}");
     assert_eq!(s["bad"], 0, "{s}");
-    assert_eq!(s["delivered"], 41);
-    assert_eq!(s["polled"], 41);
+    assert_eq!(s["sent"], 41);
+    assert_eq!(s["received"], 41);
+    assert_eq!(s["send_completions"], 41);
+    assert_eq!(s["loopback_mode"], "force_loopback");
+    assert_eq!(s["model_traffic"]["messages"], 41);
+    assert_eq!(s["model_traffic"]["side_door_uses"], 0);
     assert_eq!(s["all_pages_returned"], true);
     assert_eq!(s["pages_left"], 0);
     assert!(s["pages_given"].as_u64().unwrap() > 0);
@@ -120,8 +134,8 @@ fn demo_json_reports_zero_lost_and_all_pages_returned() {
     assert_eq!(
         steps,
         [
-            "bring-up", "create", "post", "arm", "traffic", "poll", "limit", "resize", "destroy",
-            "teardown"
+            "bring-up", "create", "connect", "post", "arm", "traffic", "poll", "limit", "resize",
+            "destroy", "teardown"
         ]
     );
     let fw = v["steps"][0]["firmware_version"].as_str().unwrap();
@@ -395,7 +409,10 @@ fn stats_counts_every_opcode() {
             .find(|o| o["opcode"] == name)
             .map(|o| o["count"].as_u64().unwrap())
     };
-    assert_eq!(count("CREATE_CQ"), Some(1));
+    assert_eq!(count("CREATE_CQ"), Some(2), "send and receive CQ");
+    assert_eq!(count("CREATE_QP"), Some(2), "sender and receiver");
+    assert_eq!(count("RTR2RTS_QP"), Some(2));
+    assert_eq!(count("DESTROY_QP"), Some(2));
     assert_eq!(count("MODIFY_CQ"), Some(1), "one resize");
     assert_eq!(count("ENABLE_HCA"), Some(1));
     assert_eq!(count("DISABLE_HCA"), Some(1));
@@ -433,6 +450,7 @@ fn help_on_everything() {
     for sub in [
         &[][..],
         &["demo"],
+        &["selftest"],
         &["caps"],
         &["cmd"],
         &["trace"],
@@ -450,7 +468,16 @@ fn help_on_everything() {
     }
     assert_has(
         &stdout(&mlx5(&["--help"])),
-        &["Exit codes:", "demo", "caps", "cmd", "trace", "stats"],
+        &[
+            "Exit codes:",
+            "demo",
+            "selftest",
+            "caps",
+            "cmd",
+            "trace",
+            "stats",
+            "11-20",
+        ],
         "help",
     );
     assert_has(

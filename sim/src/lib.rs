@@ -412,6 +412,13 @@ impl Device {
         self.lock().fatal.is_some()
     }
 
+    /// Bytes of DMA memory the platform handed out and not yet freed (a
+    /// driver that forgot a ring, or kept pages firmware still held,
+    /// leaves this above what the test itself holds).
+    pub fn dma_bytes_live(&self) -> usize {
+        self.lock().dma.live_bytes
+    }
+
     /// Every IOMMU fault so far.
     pub fn iommu_faults(&self) -> Vec<IommuFault> {
         self.lock().faults.clone()

@@ -4,6 +4,8 @@ use mlx5_driver::cq::{Cq, Cqe};
 use mlx5_driver::{Hca, HcaConfig};
 
 pub mod fuzz;
+pub mod hostile_send;
+pub mod qp;
 pub mod seeds;
 use mlx5_sim::{Device, ExecMode, Profile, SimConfig, SimHal};
 

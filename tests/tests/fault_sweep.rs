@@ -118,7 +118,7 @@ fn srq_lifecycle_with(dev: &Device, arm_limit: bool) -> Result<(), Error> {
                         [Sge {
                             addr: buf.iova() + i * 4096,
                             length: 4096,
-                            lkey: hca.reserved_lkey(),
+                            lkey: hca.default_lkey(),
                         }]
                     })
                     .collect();

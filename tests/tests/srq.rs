@@ -29,6 +29,9 @@ struct Fixture {
     cq: Cq<SimHal>,
     srq: Srq<SimHal>,
     bufs: DmaRegion<SimHal>,
+    /// Key of the receive buffers: the default (the DMA key), or the
+    /// reserved lkey where a test chooses it.
+    lkey: u32,
 }
 
 fn fixture(issi: u16, max_wr: u32, max_sge: u32) -> Fixture {
@@ -39,12 +42,15 @@ fn fixture(issi: u16, max_wr: u32, max_sge: u32) -> Fixture {
     let srq = hca.create_srq(max_wr, max_sge, Some(&mut cq)).unwrap();
     assert_eq!(srq.is_rmp(), issi == 1);
     let bufs = dev.hal().alloc_dma(BUF * 1024).unwrap();
+    let lkey = hca.default_lkey();
+    assert_eq!(Some(lkey), hca.dma_lkey());
     Fixture {
         dev,
         hca,
         cq,
         srq,
         bufs,
+        lkey,
     }
 }
 
@@ -53,7 +59,7 @@ impl Fixture {
         Sge {
             addr: self.bufs.iova() + (wr_id % 1024) * BUF as u64,
             length: BUF as u32,
-            lkey: self.hca.reserved_lkey(),
+            lkey: self.lkey,
         }
     }
 
@@ -114,6 +120,7 @@ impl Fixture {
             mut cq,
             srq,
             bufs,
+            ..
         } = self;
         drop(bufs);
         let cqn_user = srq.cqn().is_some();
@@ -263,8 +270,13 @@ fn arming_above_the_outstanding_count_fires_at_once_and_zero_disarms() {
 
 #[test]
 fn payloads_land_in_the_posted_buffers_and_errors_are_decoded() {
-    for issi in [0, 1] {
+    // With the default key (the DMA key) and, as an explicit choice, the
+    // reserved lkey.
+    for (issi, reserved) in [(0, false), (1, false), (0, true), (1, true)] {
         let mut f = fixture(issi, 63, 1);
+        if reserved {
+            f.lkey = f.hca.reserved_lkey();
+        }
         f.post(0, 8).unwrap();
         let msgs: Vec<Vec<u8>> = (0..7u8)
             .map(|i| vec![i ^ 0x5a; 10 + 30 * i as usize])
@@ -335,6 +347,7 @@ fn a_cq_named_by_an_issi0_srq_cannot_be_destroyed_until_the_srq_is_gone() {
         cq,
         srq,
         bufs,
+        ..
     } = f;
     let (mut cq, err) = hca.destroy_cq(cq).unwrap_err().into_parts();
     assert!(matches!(err, Error::Busy(_)));
@@ -393,7 +406,7 @@ fn when_firmware_does_not_fire_on_arm_the_driver_says_raise_now_and_disarms_it()
                 [Sge {
                     addr: bufs.iova() + i * 4096,
                     length: 4096,
-                    lkey: hca.reserved_lkey(),
+                    lkey: hca.default_lkey(),
                 }]
             })
             .collect();

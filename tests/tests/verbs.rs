@@ -114,7 +114,7 @@ impl Bufs {
     fn new(dev: &Device, ctx: &Ctx) -> Bufs {
         Bufs {
             region: dev.hal().alloc_dma(BUF * 256).unwrap(),
-            lkey: ctx.hca().reserved_lkey(),
+            lkey: ctx.hca().default_lkey(),
         }
     }
 
@@ -222,10 +222,12 @@ fn seed_1_resize_cq_100_to_2000_with_a_full_cq_polls_every_completion_in_order()
     fill(&dev, &ctx, cq, cqe, 1500);
     let got = drain(&mut ctx, cq);
     assert_eq!(byte_lens(&got), (0..cqe + 1500).collect::<Vec<_>>());
-    assert!(got
-        .iter()
-        .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Send && w.qp_num == QPN));
-    assert_eq!(ctx.stats().unmatched_cqes, 0);
+    // Injected requester CQEs name no QP of this context: each one comes
+    // out, in order, as an unmatched error completion.
+    assert!(got.iter().all(|w| w.status == WcStatus::GeneralErr
+        && w.vendor_err == WorkCompletion::VENDOR_ERR_UNMATCHED
+        && w.qp_num == QPN));
+    assert_eq!(ctx.stats().unmatched_cqes, (cqe + 1500) as u64);
     ctx.destroy_cq(cq).unwrap();
     close(&dev, ctx, "seed 1");
 }
@@ -681,7 +683,9 @@ fn req_notify_cq_solicited_only_waits_for_a_solicited_or_error_completion() {
         ctx.ack_cq_events(cq, 2).unwrap();
         let got = drain(&mut ctx, cq);
         assert_eq!(got.len(), 4);
-        assert_eq!(got[3].status, WcStatus::WrFlushErr);
+        // (Injected: it names no QP of this context, so it is unmatched;
+        // verbs_qp.rs has the real thing.)
+        assert_eq!(got[3].vendor_err, WorkCompletion::VENDOR_ERR_UNMATCHED);
         ctx.destroy_srq(srq).unwrap();
         ctx.destroy_cq(cq).unwrap();
         drop(bufs);
@@ -1147,12 +1151,9 @@ fn poll_cq_maps_receive_cqes_to_the_srq_wr_id_and_decodes_errors() {
             Delivery::LengthError { .. }
         ));
         deliver(&dev, &ctx, srq, cq, &[3u8; 7]);
-        dev.traffic()
-            .complete_send_error(ctx.cq_num(cq).unwrap(), QPN, 42, 0x04, 0x51)
-            .unwrap();
         let got = drain(&mut ctx, cq);
         let srqn = Some(ctx.srq_num(srq).unwrap());
-        assert_eq!(got.len(), 4, "ISSI {issi}");
+        assert_eq!(got.len(), 3, "ISSI {issi}");
         assert_eq!(
             (
                 got[0].wr_id,
@@ -1170,15 +1171,6 @@ fn poll_cq_maps_receive_cqes_to_the_srq_wr_id_and_decodes_errors() {
             "the error completion still returns its slot's wr_id"
         );
         assert_eq!((got[2].wr_id, got[2].byte_len), (102, 7));
-        assert_eq!(
-            (
-                got[3].wr_id,
-                got[3].status,
-                got[3].vendor_err,
-                got[3].opcode
-            ),
-            (42, WcStatus::LocProtErr, 0x51, WcOpcode::Send)
-        );
         let mut data = [0u8; 40];
         bufs.region.read_bytes(100 * BUF, &mut data);
         assert_eq!(data, [1u8; 40]);
@@ -1216,12 +1208,14 @@ fn poll_cq_cqe_naming_an_unknown_srq_is_a_counted_error_completion() {
     assert_eq!(got[0].vendor_err, WorkCompletion::VENDOR_ERR_UNMATCHED);
     assert_eq!(got[0].wr_id, 0);
     assert_eq!(got[0].srq_num, Some(foreign.srqn()));
+    // An injected requester CQE (no QP of this context): unmatched too,
+    // and polling goes on.
     assert_eq!(
         (got[1].status, got[1].byte_len),
-        (WcStatus::Success, 5),
+        (WcStatus::GeneralErr, 5),
         "polling goes on"
     );
-    assert_eq!(ctx.stats().unmatched_cqes, 1);
+    assert_eq!(ctx.stats().unmatched_cqes, 2);
     ctx.hca()
         .destroy_srq(foreign, None)
         .map_err(|e| e.error())
@@ -1322,7 +1316,8 @@ fn get_async_event_reports_each_kind_and_each_must_be_acknowledged() {
             .unwrap();
         t.raise_event(eqe_port(1, 4)).unwrap();
         t.raise_event(eqe_port(1, 1)).unwrap();
-        // About nobody: counted, not reported.
+        // About nobody (no CQ 0xabcd; QP 0x321 above is not a QP of this
+        // context): counted, not reported.
         t.raise_event(eqe_cq_error(0xabcd)).unwrap();
         let evs = async_events(&mut ctx);
         use AsyncEventType as T;
@@ -1334,13 +1329,12 @@ fn get_async_event_reports_each_kind_and_each_must_be_acknowledged() {
                 (T::SrqLimitReached, EventElement::Srq(srq)),
                 (T::SrqErr, EventElement::Srq(srq)),
                 (T::CqErr, EventElement::Cq(cq)),
-                (T::QpLastWqeReached, EventElement::Qp(0x321)),
                 (T::PortActive, EventElement::Port(1)),
                 (T::PortErr, EventElement::Port(1)),
             ],
             "ISSI {issi}"
         );
-        assert_eq!(ctx.stats().unroutable_events, 1);
+        assert_eq!(ctx.stats().unroutable_events, 2);
         assert_eq!(ctx.destroy_srq(srq), Err(Errno::EBUSY));
         assert_eq!(ctx.destroy_cq(cq), Err(Errno::EBUSY));
         ack_all(&mut ctx, &evs);

@@ -1,15 +1,13 @@
 //! The scenarios: the demo (the whole mission), and the smaller `limit` and
 //! `resize` scenarios for `trace` and `stats`. Each brings the HCA up,
-//! works, destroys what it made, tears down and checks that nothing was
-//! lost. On the model, traffic is injected; on hardware the steps that
-//! need traffic say what they would need and are skipped.
+//! creates a send CQ, a receive CQ, an SRQ and a loopback QP pair, sends
+//! its messages from one QP to the other through the device (the model's
+//! traffic engine or a card: the same steps on both), destroys what it
+//! made, tears down and checks that nothing was lost.
 
-use std::collections::VecDeque;
-
-use mlx5_driver::cq::{Cq, CqOptions, Cqe};
-use mlx5_driver::srq::{LimitArm, Srq};
-use mlx5_hal::{DmaRegion, Hal};
-use mlx5_regs::CqeOpcode;
+use mlx5_driver::srq::LimitArm;
+use mlx5_driver::Event;
+use mlx5_hal::Hal;
 use mlx5_sim::Device;
 
 use crate::error::CliError;
@@ -17,13 +15,13 @@ use crate::report::Report;
 use crate::session::{after_failed_bring_up, bring_up, narrate_bring_up, teardown, Env, TracedHca};
 use crate::trace::Tracer;
 
-mod demo;
-mod kit;
+pub(crate) mod demo;
+pub mod flow;
+pub mod objects;
 mod summary;
 
-use kit::{
-    arm_text, create_cq_and_srq, destroy_all, left, poll_eq, poll_receives, post, say_other, Wire,
-};
+use flow::{left, poll_eq, range, wait_pending, Flow, Kind};
+use objects::Objects;
 pub use summary::{conclude, Summary};
 
 /// Which scenario.
@@ -48,55 +46,6 @@ impl Scenario {
     }
 }
 
-/// Bytes per receive buffer.
-const BUF: usize = 256;
-/// Receive buffers (and the largest wr_id + 1).
-const NBUF: usize = 64;
-/// The QP number the model's messages report.
-const QPN: u32 = 0x99;
-
-const NO_TRAFFIC: &str = "a real ConnectX receives into an SRQ only through a QP attached to it and a peer sending on the link; this driver does not create QPs yet, so the traffic steps run on the model only (--device sim)";
-
-/// Objects a scenario owns; whatever is left after a failure is destroyed
-/// before teardown.
-struct Objects<H: Hal> {
-    cq: Option<Cq<H>>,
-    srq: Option<Srq<H>>,
-    bufs: Option<DmaRegion<H>>,
-}
-
-impl<H: Hal> Objects<H> {
-    fn new() -> Self {
-        Objects {
-            cq: None,
-            srq: None,
-            bufs: None,
-        }
-    }
-}
-
-/// Destroy what a failed scenario left; returns what was destroyed (or
-/// could not be) for the narration.
-fn cleanup<H: Hal>(hca: &TracedHca<'_, H>, objs: &mut Objects<H>) -> Vec<String> {
-    let mut done = Vec::new();
-    if let Some(srq) = objs.srq.take() {
-        let n = srq.srqn();
-        done.push(match hca.destroy_srq(srq, objs.cq.as_mut()) {
-            Ok(()) => format!("destroyed SRQ {n:#x}"),
-            Err(e) => format!("could not destroy SRQ {n:#x} ({})", e.error()),
-        });
-    }
-    if let Some(cq) = objs.cq.take() {
-        let n = cq.cqn();
-        done.push(match hca.destroy_cq(cq) {
-            Ok(()) => format!("destroyed CQ {n:#x}"),
-            Err(e) => format!("could not destroy CQ {n:#x} ({})", e.error()),
-        });
-    }
-    objs.bufs = None;
-    done
-}
-
 /// Run a scenario end to end. The summary comes back also when the run
 /// fails, with the page and object accounting known at that point.
 pub fn run<H: Hal>(
@@ -119,15 +68,18 @@ pub fn run<H: Hal>(
         }
     };
     narrate_bring_up(&hca, waited, t, r);
+    sum.loopback = objects::loopback_name(&hca);
     let mut objs = Objects::new();
+    let mut flow = Flow::new();
     let body = match which {
-        Scenario::Demo => demo::demo(&hca, &mut objs, env.model, r, &mut sum),
-        Scenario::Limit => limit(&hca, &mut objs, env.model, r, &mut sum),
-        Scenario::Resize => resize(&hca, &mut objs, env.model, r, &mut sum),
+        Scenario::Demo => demo::demo(&hca, &mut objs, &mut flow, env.model, r, &mut sum),
+        Scenario::Limit => limit(&hca, &mut objs, &mut flow, env.model, r, &mut sum),
+        Scenario::Resize => resize(&hca, &mut objs, &mut flow, env.model, r, &mut sum),
     };
+    sum.absorb(&flow, env.model);
     if let Err(e) = &body {
         r.say(format!("stopped: {}", e.message()));
-        let undone = cleanup(&hca, &mut objs);
+        let (undone, _) = objs.destroy(&hca);
         if !undone.is_empty() {
             r.say(format!("after the failure: {}", undone.join(", ")));
         }
@@ -138,54 +90,106 @@ pub fn run<H: Hal>(
     (sum, body.and(td_res))
 }
 
-// ------------------------------------------------------------ limit
+pub(crate) fn say_other(r: &mut Report, other: &[Event]) {
+    for e in other {
+        r.say(format!("other event: {e:?}"));
+    }
+}
 
-fn limit<H: Hal>(
+pub(crate) fn arm_text(a: LimitArm) -> &'static str {
+    match a {
+        LimitArm::Armed => "armed",
+        LimitArm::Disarmed => "disarmed",
+        LimitArm::RaiseNow => {
+            "firmware did not fire although fewer WQEs are posted than the limit: the driver disarmed it and raises the event itself"
+        }
+    }
+}
+
+/// Destroy every object (QPs, SRQ, CQs, key) and say what the model holds.
+pub(crate) fn destroy_step<H: Hal>(
     hca: &TracedHca<'_, H>,
     objs: &mut Objects<H>,
     model: Option<&Device>,
     r: &mut Report,
+) -> Result<(), CliError> {
+    let (lines, res) = objs.destroy(hca);
+    for l in lines {
+        r.say(l);
+    }
+    res?;
+    if let Some(dev) = model {
+        let o = dev.objects();
+        r.say(format!(
+            "the model now holds {} QPs, {} CQs and {} SRQs/RMPs (the EQs, UAR, PD, DMA key and XRC domain of bring-up remain)",
+            o.qps,
+            o.cqs,
+            o.srqs + o.rmps
+        ));
+        r.set("model_qps", o.qps);
+        r.set("model_cqs", o.cqs);
+        r.set("model_srqs", o.srqs + o.rmps);
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------ limit
+
+/// rdma-core's case: 10 receives posted, limit 7, the event after the 4th
+/// message.
+fn limit<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    objs: &mut Objects<H>,
+    flow: &mut Flow,
+    model: Option<&Device>,
+    r: &mut Report,
     sum: &mut Summary,
 ) -> Result<(), CliError> {
-    r.step("create", "Create a CQ and an SRQ");
-    create_cq_and_srq(hca, objs, 63, 15, r)?;
-    let (Some(cq), Some(srq), Some(bufs)) = (&mut objs.cq, &mut objs.srq, &objs.bufs) else {
-        unreachable!("created above")
-    };
-    let mut next_wr = VecDeque::new();
+    r.step(
+        "create",
+        "Create the CQs, the SRQ, the buffers and the QP pair",
+    );
+    demo::create_queues(hca, objs, 63, 15, r)?;
+    demo::create_qps(hca, objs, 0, r)?;
+    let mut p = objs.parts()?;
+    sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
     r.step("arm", "Post 10 receives, arm the limit at 7");
-    post(hca, srq, bufs, 0..10, &mut next_wr)?;
+    flow.post_recvs(hca, p.srq, p.rbufs, 10)?;
     let arm = hca
-        .arm_srq_limit(srq, 7)
+        .arm_srq_limit(p.srq, 7)
         .map_err(|e| CliError::driver("arming the SRQ limit", e))?;
     r.say(format!("10 posted; limit 7: {}", arm_text(arm)));
-    let Some(dev) = model else {
-        r.step("traffic", "Traffic");
-        r.say(format!("skipped: {NO_TRAFFIC}"));
-        r.step("destroy", "Destroy everything");
-        return destroy_all(hca, objs, model, r);
-    };
     sum.traffic = true;
-    let mut wire = Wire::new(dev);
-    r.step("limit", "Receive until the limit event");
+    r.step("limit", "Send until the limit event");
     for i in 1..=4u64 {
-        wire.deliver(srq, cq, 1, sum)?;
-        let (limit, _, other) = poll_eq(hca, Some(srq.srqn()), None)?;
+        let want = p.rcq.pending() + 1;
+        flow.post(
+            hca,
+            &mut p,
+            &[(Kind::Send, flow::demo_len(flow.next_seq()))],
+        )?;
+        wait_pending(hca, p.rcq, want, "receive")?;
+        let (limit, _, other) = poll_eq(hca, Some(p.srq.srqn()), None)?;
         say_other(r, &other);
         sum.limit_events += limit;
         r.say(format!(
-            "message {i}: {} receives posted, {limit} limit event(s)",
-            left(srq, cq)
+            "message {i} ({} carried it): {} receives posted, {limit} limit event(s)",
+            demo::carrier(model),
+            left(p.srq, p.rcq)
         ));
     }
-    let seqs = poll_receives(cq, srq, bufs, &mut wire, &mut next_wr, sum)?;
-    r.say(format!("polled {} completions", seqs.len()));
-    post(hca, srq, bufs, 10..14, &mut next_wr)?;
+    let (seqs, ids) = flow.complete_all(hca, &mut p)?;
+    r.say(format!(
+        "polled {} receive and {} send completions",
+        seqs.len(),
+        ids.len()
+    ));
+    flow.post_recvs(hca, p.srq, p.rbufs, 4)?;
     let arm = hca
-        .arm_srq_limit(srq, 7)
+        .arm_srq_limit(p.srq, 7)
         .map_err(|e| CliError::driver("re-arming the SRQ limit", e))?;
     let lwm = hca
-        .query_srq(srq)
+        .query_srq(p.srq)
         .map_err(|e| CliError::driver("querying the SRQ", e))?
         .lwm;
     sum.limit_rearmed = arm == LimitArm::Armed && lwm == 7;
@@ -195,84 +199,58 @@ fn limit<H: Hal>(
     ));
     r.set("limit_events", sum.limit_events);
     r.step("destroy", "Destroy everything");
-    destroy_all(hca, objs, model, r)
+    destroy_step(hca, objs, model, r)
 }
 
 // ------------------------------------------------------------ resize
 
+/// A 63-entry receive CQ resized to 255 with 40 completions waiting, 5
+/// more after.
 fn resize<H: Hal>(
     hca: &TracedHca<'_, H>,
     objs: &mut Objects<H>,
+    flow: &mut Flow,
     model: Option<&Device>,
     r: &mut Report,
     sum: &mut Summary,
 ) -> Result<(), CliError> {
-    r.step("create", "Create a CQ");
-    let cq = hca
-        .create_cq(63, CqOptions::default())
-        .map_err(|e| CliError::driver("creating the CQ", e))?;
-    r.say(format!("CQ {:#x}: {} entries", cq.cqn(), cq.capacity()));
-    let cq = objs.cq.insert(cq);
-    let mut seq = 0u32;
-    if let Some(dev) = model {
-        sum.traffic = true;
-        for _ in 0..40 {
-            dev.traffic()
-                .complete_send(cq.cqn(), QPN, seq as u16, seq)
-                .map_err(|e| {
-                    CliError::failed(format!("the model refused a completion: {e}"), "")
-                })?;
-            seq += 1;
-            sum.delivered += 1;
-        }
-        r.say(format!(
-            "the model wrote 40 send completions; {} waiting",
-            cq.pending()
-        ));
-    } else {
-        r.say(format!("no completions: {NO_TRAFFIC}"));
-    }
+    r.step(
+        "create",
+        "Create the CQs, the SRQ, the buffers and the QP pair",
+    );
+    demo::create_queues(hca, objs, 63, 63, r)?;
+    demo::create_qps(hca, objs, 0, r)?;
+    let mut p = objs.parts()?;
+    sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
+    flow.post_recvs(hca, p.srq, p.rbufs, 48)?;
+    sum.traffic = true;
+    r.step("traffic", "Send 40 messages, poll none");
+    let msgs: Vec<(Kind, usize)> = (0..40).map(|s| (Kind::Send, flow::demo_len(s))).collect();
+    flow.post(hca, &mut p, &msgs)?;
+    wait_pending(hca, p.rcq, 40, "receive")?;
+    r.say(format!(
+        "{} carried 40 messages; {} receive completions waiting",
+        demo::carrier(model),
+        p.rcq.pending()
+    ));
     r.step("resize", "Resize with completions waiting");
-    let (from, waiting) = (cq.capacity(), cq.pending());
-    hca.resize_cq(cq, 255)
+    let (from, waiting) = (p.rcq.capacity(), p.rcq.pending());
+    hca.resize_cq(p.rcq, 255)
         .map_err(|e| CliError::driver("resizing the CQ", e))?;
     r.say(format!(
         "resized {from} -> {} with {waiting} waiting",
-        cq.capacity()
+        p.rcq.capacity()
     ));
-    sum.resize = Some((from, cq.capacity(), waiting));
-    if let Some(dev) = model {
-        for _ in 0..5 {
-            dev.traffic()
-                .complete_send(cq.cqn(), QPN, seq as u16, seq)
-                .map_err(|e| {
-                    CliError::failed(format!("the model refused a completion: {e}"), "")
-                })?;
-            seq += 1;
-            sum.delivered += 1;
-        }
-        let mut out = [Cqe::EMPTY; 16];
-        let mut expect = 0u32;
-        loop {
-            let n = cq.poll(&mut out);
-            if n == 0 {
-                break;
-            }
-            for c in &out[..n] {
-                if c.byte_len == expect && c.opcode == CqeOpcode::REQ {
-                    sum.polled += 1;
-                } else {
-                    sum.bad += 1;
-                }
-                expect += 1;
-            }
-        }
-        r.say(format!(
-            "5 more after the resize; polled {} in order, {} lost",
-            sum.polled,
-            sum.lost()
-        ));
-    }
+    sum.resize = Some((from, p.rcq.capacity(), waiting));
+    let msgs: Vec<(Kind, usize)> = (40..45).map(|s| (Kind::Send, flow::demo_len(s))).collect();
+    flow.post(hca, &mut p, &msgs)?;
+    let (seqs, ids) = flow.complete_all(hca, &mut p)?;
+    r.say(format!(
+        "5 more after the resize; polled {} receive completions ({}) in order and {} send completions",
+        seqs.len(),
+        range("messages", &seqs),
+        ids.len()
+    ));
     r.step("destroy", "Destroy everything");
-    destroy_all(hca, objs, model, r)
+    destroy_step(hca, objs, model, r)
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::flow::Flow;
 use crate::error::CliError;
 use crate::report::Report;
 use crate::session::{Env, TeardownSummary};
@@ -13,14 +14,23 @@ use crate::trace::Tracer;
 pub struct Summary {
     /// Scenario name.
     pub scenario: &'static str,
-    /// Traffic was injected (model) — false on hardware.
+    /// The traffic steps ran.
     pub traffic: bool,
-    /// Messages (or send completions) the model delivered.
-    pub delivered: u64,
-    /// Completions polled and checked.
-    pub polled: u64,
-    /// Completions with a wrong payload, wr_id, order or status.
+    /// The loopback mode bring-up chose (`force_loopback`, `roce`, `ib`,
+    /// `none`).
+    pub loopback: &'static str,
+    /// (sender QPN, receiver QPN).
+    pub qps: Option<(u32, u32)>,
+    /// Messages posted on the sender QP.
+    pub sent: u64,
+    /// Receive completions polled and checked good.
+    pub received: u64,
+    /// Send completions polled and checked good.
+    pub send_completions: u64,
+    /// Completions with a wrong payload, wr_id, order, opcode or status.
     pub bad: u64,
+    /// What was wrong (the first few).
+    pub problems: Vec<String>,
     /// SRQ limit events seen through EQ polling.
     pub limit_events: u64,
     /// The limit was re-armed after its event.
@@ -29,14 +39,31 @@ pub struct Summary {
     pub comp_events: u64,
     /// CQ resize: (capacity before, capacity after, completions waiting).
     pub resize: Option<(u32, u32, usize)>,
+    /// On the model: the traffic engine's counters after the run.
+    pub engine: Option<mlx5_sim::TrafficStats>,
     /// Teardown result.
     pub teardown: TeardownSummary,
 }
 
 impl Summary {
-    /// Completions that never came back.
+    /// Messages whose receive completion never came back (good).
     pub fn lost(&self) -> u64 {
-        self.delivered.saturating_sub(self.polled)
+        self.sent.saturating_sub(self.received)
+    }
+
+    /// Sends whose completion never came back (good).
+    pub fn lost_sends(&self) -> u64 {
+        self.sent.saturating_sub(self.send_completions)
+    }
+
+    /// Take the counts of a run's traffic, and the model's engine counters.
+    pub fn absorb(&mut self, flow: &Flow, model: Option<&mlx5_sim::Device>) {
+        self.sent = flow.sent;
+        self.received = flow.received;
+        self.send_completions = flow.send_completions;
+        self.bad = flow.bad;
+        self.problems = flow.problems.clone();
+        self.engine = model.map(|d| d.traffic().stats());
     }
 
     /// JSON form.
@@ -44,14 +71,29 @@ impl Summary {
         json!({
             "scenario": self.scenario,
             "traffic": self.traffic,
-            "delivered": self.delivered,
-            "polled": self.polled,
+            "loopback_mode": self.loopback,
+            "sender_qpn": self.qps.map(|q| q.0),
+            "receiver_qpn": self.qps.map(|q| q.1),
+            "sent": self.sent,
+            "received": self.received,
+            "send_completions": self.send_completions,
             "lost": self.lost(),
+            "lost_sends": self.lost_sends(),
             "bad": self.bad,
+            "problems": self.problems,
             "limit_events": self.limit_events,
             "limit_rearmed": self.limit_rearmed,
             "completion_events": self.comp_events,
             "resize": self.resize.map(|(a, b, w)| json!({"from": a, "to": b, "waiting": w})),
+            "model_traffic": self.engine.map(|e| json!({
+                "doorbells": e.doorbells,
+                "dropped_doorbells": e.dropped_doorbells,
+                "messages": e.messages,
+                "rnr_naks": e.rnr_naks,
+                "ack_timeouts": e.ack_timeouts,
+                "flushed": e.flushed,
+                "side_door_uses": e.side_door_uses,
+            })),
             "pages_given": self.teardown.pages_given,
             "pages_returned": self.teardown.pages_returned,
             "pages_left": self.teardown.pages_left,
@@ -84,18 +126,27 @@ pub fn conclude(
         stats.total(),
         failed
     ));
+    r.say(format!(
+        "loopback         {}",
+        sum.loopback.replace('_', " ")
+    ));
     if sum.traffic {
+        let qps = sum.qps.map_or(String::new(), |(a, b)| {
+            format!(" from QP {a:#x} to QP {b:#x}")
+        });
         r.say(format!(
-            "completions      {} delivered, {} polled and checked, {} lost, {} wrong",
-            sum.delivered,
-            sum.polled,
+            "messages         {} sent{qps}, {} received and checked, {} lost, {} wrong",
+            sum.sent,
+            sum.received,
             sum.lost(),
             sum.bad
         ));
-    } else if env.model.is_some() {
-        r.say("completions      none: the run stopped before the traffic steps");
+        r.say(format!(
+            "send completions {} of {}, wr_ids in posting order",
+            sum.send_completions, sum.sent
+        ));
     } else {
-        r.say("completions      traffic skipped (no QP on hardware: see above)");
+        r.say("messages         none: the run stopped before the traffic steps");
     }
     if sum.scenario != "resize" && (sum.traffic || failure.is_none()) {
         r.say(format!(
@@ -133,18 +184,39 @@ pub fn conclude(
             td.violations.len()
         ));
     }
+    if let Some(e) = sum.engine {
+        r.say(format!(
+            "model traffic    {} messages carried by the traffic engine from {} doorbells, side door used {} times",
+            e.messages, e.doorbells, e.side_door_uses
+        ));
+    }
     let mut problems = Vec::new();
     // A run that stopped early has not lost what it never received.
     if failure.is_none() {
         if sum.lost() > 0 {
-            problems.push(format!("{} completions lost", sum.lost()));
+            problems.push(format!("{} receive completions lost", sum.lost()));
+        }
+        if sum.lost_sends() > 0 {
+            problems.push(format!("{} send completions lost", sum.lost_sends()));
+        }
+        if let Some(e) = sum.engine {
+            if e.side_door_uses > 0 {
+                problems.push(format!(
+                    "the model's side door was used {} times (every message must go through a QP)",
+                    e.side_door_uses
+                ));
+            }
         }
         if sum.traffic && sum.scenario != "resize" && sum.limit_events == 0 {
             problems.push("the SRQ limit event never arrived".into());
         }
     }
     if sum.bad > 0 {
-        problems.push(format!("{} completions wrong", sum.bad));
+        problems.push(format!(
+            "{} completions wrong ({})",
+            sum.bad,
+            sum.problems.join("; ")
+        ));
     }
     if td.failed.is_none() {
         if !pages_ok {

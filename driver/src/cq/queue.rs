@@ -10,6 +10,7 @@ use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
+use crate::srq::Srq;
 use crate::stats::CmdObserver;
 
 /// Options of a new CQ.
@@ -110,6 +111,28 @@ impl<H: Hal> Cq<H> {
     /// Completions waiting, counted by ownership from the consumer index.
     pub fn pending(&self) -> usize {
         self.ring.pending()
+    }
+
+    /// Remove the unpolled completions of QP `qpn` from this CQ, keeping
+    /// the others in order, and return how many were removed. A receive
+    /// completion naming `srq` gives its WQE back to it (the message is
+    /// dropped with its QP's state, as Linux `mlx5_ib_cq_clean` does).
+    /// [`crate::Hca::qp_to_reset_and_clean`] runs this on a QP's CQs.
+    pub fn discard_qp(&mut self, qpn: u32, mut srq: Option<&mut Srq<H>>) -> u32 {
+        let qpn = qpn & 0x00ff_ffff;
+        self.ring.remove_where(&self.dbr, |c| {
+            if c.qpn != qpn {
+                return false;
+            }
+            if let Some(s) = srq.as_deref_mut() {
+                if !c.is_requester() && c.srqn == s.srqn() {
+                    // The device is not trusted: a WQE the SRQ never posted
+                    // is refused and nothing is freed.
+                    let _ = s.complete(c.wqe_counter);
+                }
+            }
+            true
+        })
     }
 
     /// The arm sequence number the next arm carries (its low two bits go

@@ -1,11 +1,14 @@
 //! The CQ ring: CQE ownership, the hot poll loop, the doorbell record and
-//! the resize copy (docs/firmware.md §5, §7.2, §8).
+//! the resize copy (docs/firmware.md §5, §7.2, §8); removing a QP's
+//! unpolled CQEs ([`CqRing::remove_where`], in `clean.rs`).
 //!
 //! This is pure data path: it touches only DMA memory (the ring and the
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
 use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError};
+
+mod clean;
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;

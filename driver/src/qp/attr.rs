@@ -69,7 +69,6 @@ impl QpState {
 /// allowed from (Linux `__mlx5_ib_modify_qp` `optab` for RC; 2ERR and 2RST
 /// from every state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Transition {
     /// RST2INIT_QP.
     Rst2Init,

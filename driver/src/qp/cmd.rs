@@ -296,6 +296,47 @@ pub struct QpQuery {
     pub rnr_retry: u8,
     /// Transport retries.
     pub retry_count: u8,
+    /// Remote access rights (`rre`, `rwe`, `rae`).
+    pub access: super::attr::QpAccess,
+    /// `log_sra_max`: the initiator RDMA-read depth is `1 << log_sra_max`.
+    pub log_sra_max: u8,
+    /// `log_rra_max`: the responder RDMA-read depth is `1 << log_rra_max`.
+    pub log_rra_max: u8,
+    /// RNR NAK timer code (`min_rnr_nak`).
+    pub min_rnr_nak: u8,
+    /// The primary address path as firmware holds it.
+    pub path: PathQuery,
+}
+
+/// The primary address path of a queried QP context (`ads`), raw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathQuery {
+    /// Port, 1-based (`vhca_port_num`).
+    pub port: u8,
+    /// Partition key index.
+    pub pkey_index: u16,
+    /// Ack timeout code.
+    pub ack_timeout: u8,
+    /// Destination LID (InfiniBand).
+    pub rlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// GRH present (InfiniBand).
+    pub grh: bool,
+    /// Source GID table index.
+    pub src_addr_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub tclass: u8,
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+    /// Destination GID.
+    pub rgid: [u8; 16],
+    /// Destination MAC.
+    pub rmac: [u8; 6],
+    /// RoCE v2 UDP source port.
+    pub udp_sport: u16,
 }
 
 /// Parse QUERY_QP output.
@@ -318,5 +359,36 @@ pub fn parse_query_qp(out: &[u8]) -> QpQuery {
         fl: ads::fl.get(qpc::primary_address_path.get(q)),
         rnr_retry: qpc::rnr_retry.get(q),
         retry_count: qpc::retry_count.get(q),
+        access: super::attr::QpAccess {
+            remote_read: qpc::rre.get(q),
+            remote_write: qpc::rwe.get(q),
+            remote_atomic: qpc::rae.get(q),
+        },
+        log_sra_max: qpc::log_sra_max.get(q),
+        log_rra_max: qpc::log_rra_max.get(q),
+        min_rnr_nak: qpc::min_rnr_nak.get(q),
+        path: parse_path(qpc::primary_address_path.get(q)),
+    }
+}
+
+fn parse_path(a: &[u8]) -> PathQuery {
+    let mut rgid = [0u8; 16];
+    rgid.copy_from_slice(ads::rgid_rip.get(a));
+    let hi = ads::rmac_47_32.get(a).to_be_bytes();
+    let lo = ads::rmac_31_0.get(a).to_be_bytes();
+    PathQuery {
+        port: ads::vhca_port_num.get(a),
+        pkey_index: ads::pkey_index.get(a),
+        ack_timeout: ads::ack_timeout.get(a),
+        rlid: ads::rlid.get(a),
+        sl: ads::sl.get(a),
+        grh: ads::grh.get(a),
+        src_addr_index: ads::src_addr_index.get(a),
+        hop_limit: ads::hop_limit.get(a),
+        tclass: ads::tclass.get(a),
+        flow_label: ads::flow_label.get(a),
+        rgid,
+        rmac: [hi[0], hi[1], lo[0], lo[1], lo[2], lo[3]],
+        udp_sport: ads::udp_sport.get(a),
     }
 }

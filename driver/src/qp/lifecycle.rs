@@ -14,6 +14,7 @@ use mlx5_regs::Opcode;
 
 use super::attr::{log2_ceil, InitAttr, QpState, RtrAttr, RtsAttr, Transition};
 use super::cmd::{self, CreateQpParams, QpQuery, RtrFields, RtsFields};
+use super::opt::{self, QpOptional};
 use super::queue::{Qp, QpLinks};
 use super::ring::{SendQueueCaps, SendRing, SqGeometry};
 use super::wr::SendSlot;
@@ -34,6 +35,14 @@ fn check<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, t: Transition) -> Result<(
             op: t.command(),
         })
     }
+}
+
+/// `links` name exactly the CQs and SRQ `qp` was created with.
+fn links_match<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, links: &QpLinks<'_, H>) -> bool {
+    let recv_separate = qp.cqn_rcv.and_then(|(c, sep)| sep.then_some(c));
+    links.send_cq.as_ref().map(|c| c.cqn()) == qp.cqn_snd
+        && links.recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
+        && links.srq.as_ref().map(|s| s.srqn()) == qp.srqn
 }
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
@@ -188,7 +197,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         }
     }
 
-    fn check_port(&self, port: u8) -> Result<(), Error> {
+    pub(super) fn check_port(&self, port: u8) -> Result<(), Error> {
         if port == 0 || port > self.caps().num_ports.max(1) {
             return Err(Error::InvalidArgument("port outside 1..=num_ports"));
         }
@@ -217,6 +226,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: &mut Qp<H, T>,
         attr: &RtrAttr,
     ) -> Result<(), Error> {
+        self.qp_to_rtr_with(qp, attr, &QpOptional::NONE)
+    }
+
+    /// [`Hca::qp_to_rtr`] that also changes the optional fields INIT2RTR
+    /// takes (access rights, partition key index; [`QpOptional`]).
+    pub fn qp_to_rtr_with<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        attr: &RtrAttr,
+        opt: &QpOptional,
+    ) -> Result<(), Error> {
         check(qp, Transition::Init2Rtr)?;
         self.check_port(attr.path.port())?;
         let caps = self.caps();
@@ -226,7 +246,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 "max_dest_rd_atomic above the device's log_max_ra_res_qp",
             ));
         }
-        let input = cmd::init2rtr_qp(
+        let mut input = cmd::init2rtr_qp(
             qp.qpn,
             &RtrFields {
                 path: attr.path,
@@ -238,6 +258,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 log_rra_max,
             },
         )?;
+        opt::apply(&mut input, Opcode::INIT2RTR_QP, opt)?;
         let mut out = [0u8; cmd::MODIFY_QP_OUT];
         self.exec(&input, &mut out)?;
         qp.state = Transition::Init2Rtr.target();
@@ -250,6 +271,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: &mut Qp<H, T>,
         attr: &RtsAttr,
     ) -> Result<(), Error> {
+        self.qp_to_rts_with(qp, attr, &QpOptional::NONE)
+    }
+
+    /// [`Hca::qp_to_rts`] that also changes the optional fields RTR2RTS
+    /// takes (access rights, RNR NAK timer; [`QpOptional`]).
+    pub fn qp_to_rts_with<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        attr: &RtsAttr,
+        opt: &QpOptional,
+    ) -> Result<(), Error> {
         check(qp, Transition::Rtr2Rts)?;
         let log_sra_max = log2_ceil(attr.max_rd_atomic);
         if attr.max_rd_atomic > 0 && log_sra_max > self.caps().log_max_ra_req_qp {
@@ -257,7 +289,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 "max_rd_atomic above the device's log_max_ra_req_qp",
             ));
         }
-        let input = cmd::rtr2rts_qp(
+        let mut input = cmd::rtr2rts_qp(
             qp.qpn,
             &RtsFields {
                 ack_timeout: attr.timeout,
@@ -267,6 +299,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 log_sra_max,
             },
         )?;
+        opt::apply(&mut input, Opcode::RTR2RTS_QP, opt)?;
         let mut out = [0u8; cmd::MODIFY_QP_OUT];
         self.exec(&input, &mut out)?;
         qp.state = Transition::Rtr2Rts.target();
@@ -287,8 +320,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
     /// Any state → RESET (2RST_QP). Afterwards the send counters, the send
     /// table and both doorbell-record counters are zero, as Linux leaves a
-    /// kernel QP; work requests not yet completed are forgotten (their
-    /// CQEs, if still in a CQ, are refused as not outstanding).
+    /// kernel QP, and work requests not yet completed are forgotten.
+    ///
+    /// The QP's CQEs still unpolled in its CQs stay there. Polled before
+    /// any new work request is posted, they are refused as not outstanding;
+    /// polled after, a stale send CQE names a WQE index the restarted ring
+    /// uses again and would complete the new request in its place. A QP
+    /// that will be used again should therefore be reset with
+    /// [`Hca::qp_to_reset_and_clean`], which removes them as Linux and
+    /// rdma-core do.
     pub fn qp_to_reset<T: AsMut<[SendSlot]>>(&self, qp: &mut Qp<H, T>) -> Result<(), Error> {
         check(qp, Transition::ToReset)?;
         let input = cmd::qp_2rst(qp.qpn)?;
@@ -297,6 +337,38 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp.state = Transition::ToReset.target();
         qp.reset_rings();
         Ok(())
+    }
+
+    /// Any state → RESET as Linux (`__mlx5_ib_modify_qp`) and rdma-core
+    /// (`mlx5_modify_qp`) do it: 2RST_QP ([`Hca::qp_to_reset`]), then the
+    /// QP's unpolled CQEs are removed from its CQs ([`crate::cq::Cq::discard_qp`]; a
+    /// receive CQE gives its WQE back to the SRQ), so none of them can be
+    /// matched to a work request posted after the reset. `links` are the
+    /// CQs and SRQ the QP was created with, as for [`Hca::destroy_qp`]
+    /// (checked before any command). Returns how many CQEs were removed.
+    pub fn qp_to_reset_and_clean<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        links: QpLinks<'_, H>,
+    ) -> Result<u32, Error> {
+        if !links_match(qp, &links) {
+            return Err(Error::InvalidArgument(
+                "pass the CQs and SRQ the QP was created with",
+            ));
+        }
+        self.qp_to_reset(qp)?;
+        // Firmware writes no CQE for a QP in RESET: what is in the CQs now
+        // is all there will be.
+        let QpLinks {
+            send_cq,
+            recv_cq,
+            srq,
+        } = links;
+        Ok(match (recv_cq, send_cq) {
+            (Some(r), s) => r.discard_qp(qp.qpn, srq) + s.map_or(0, |s| s.discard_qp(qp.qpn, None)),
+            (None, Some(s)) => s.discard_qp(qp.qpn, srq),
+            (None, None) => 0,
+        })
     }
 
     /// QUERY_QP: the context as firmware has it.
@@ -334,21 +406,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         qp: Qp<H, T>,
         links: QpLinks<'_, H>,
     ) -> Result<T, DestroyError<Qp<H, T>>> {
-        let QpLinks {
-            send_cq,
-            recv_cq,
-            srq,
-        } = links;
-        let recv_separate = qp.cqn_rcv.and_then(|(c, sep)| sep.then_some(c));
-        let matches = send_cq.as_ref().map(|c| c.cqn()) == qp.cqn_snd
-            && recv_cq.as_ref().map(|c| c.cqn()) == recv_separate
-            && srq.as_ref().map(|s| s.srqn()) == qp.srqn;
-        if !matches {
+        if !links_match(&qp, &links) {
             return Err(DestroyError::new(
                 qp,
                 Error::InvalidArgument("pass the CQs and SRQ the QP was created with"),
             ));
         }
+        let QpLinks {
+            send_cq,
+            recv_cq,
+            srq,
+        } = links;
         let r = cmd::destroy_qp(qp.qpn)
             .map_err(Error::from)
             .and_then(|input| {

@@ -7,12 +7,15 @@
 //!   requester-CQE → `wr_id` bookkeeping in the caller's table.
 //! * [`wr`]: send work requests, the caller's table entry, the errors.
 //! * [`attr`]: states and the attributes of each transition.
+//! * [`opt`]: the optional attributes of a transition, INIT2INIT and
+//!   RTS2RTS.
 //! * The [`Qp`] object and the [`crate::Hca`] methods that create,
 //!   transition, query and destroy it.
 
 pub mod attr;
 pub mod cmd;
 mod lifecycle;
+pub mod opt;
 mod queue;
 pub mod ring;
 pub mod wr;
@@ -21,7 +24,8 @@ pub use crate::eq::QpEvent;
 pub use attr::{
     roce_udp_sport, AddressPath, InitAttr, Mtu, QpAccess, QpState, RtrAttr, RtsAttr, Transition,
 };
-pub use cmd::QpQuery;
+pub use cmd::{PathQuery, QpQuery};
+pub use opt::QpOptional;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
 pub use ring::{SendQueueCaps, SendRing, SqGeometry, SqSizeError};
 pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot};

@@ -5,13 +5,21 @@
 
 use mlx5_hal::Hal;
 
+use super::numap::NumMap;
 use super::table::Table;
 use super::{Errno, Verbs, VerbsStats};
 use crate::hca::{Hca, HcaConfig};
 use crate::stats::CmdObserver;
 
-impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: usize>
-    Verbs<H, O, CQS, SRQS, EVENTS>
+impl<
+        H: Hal,
+        O: CmdObserver,
+        const CQS: usize,
+        const SRQS: usize,
+        const EVENTS: usize,
+        const QPS: usize,
+        const SQ_WQEBBS: usize,
+    > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
 {
     /// A context on an HCA that is down ([`Hca::new_down`]), with no
     /// object: usable in a `static` initialiser. Open it with
@@ -21,6 +29,9 @@ impl<H: Hal, O: CmdObserver, const CQS: usize, const SRQS: usize, const EVENTS: 
             hca,
             cqs: Table::new(),
             srqs: Table::new(),
+            qps: Table::new(),
+            qpns: NumMap::new(),
+            srqns: NumMap::new(),
             internal_cq: None,
             async_q: heapless::Deque::new(),
             next_seq: 0,

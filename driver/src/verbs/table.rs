@@ -73,6 +73,29 @@ impl<T, const N: usize> Table<T, N> {
         }
     }
 
+    /// Two live items of distinct slots at once (`None` when either key is
+    /// stale or both name one slot).
+    pub fn get2_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
+        let (i, j) = (a.index as usize, b.index as usize);
+        if i == j || i >= N || j >= N {
+            return None;
+        }
+        let (first, second) = if i < j {
+            let (l, r) = self.slots.split_at_mut(j);
+            (&mut l[i], &mut r[0])
+        } else {
+            let (l, r) = self.slots.split_at_mut(i);
+            (&mut r[0], &mut l[j])
+        };
+        if first.gen != a.gen || second.gen != b.gen {
+            return None;
+        }
+        match (first.item.as_mut(), second.item.as_mut()) {
+            (Some(x), Some(y)) => Some((x, y)),
+            _ => None,
+        }
+    }
+
     /// Take the item out; the slot's generation moves on so `k` goes stale.
     pub fn remove(&mut self, k: Key) -> Option<T> {
         let s = self.slots.get_mut(k.index as usize)?;
@@ -185,5 +208,18 @@ mod tests {
         let d = t.insert(5).unwrap();
         assert_eq!(d.index, b.index);
         assert_eq!(t.get(b), None);
+    }
+
+    #[test]
+    fn two_items_at_once_in_either_order() {
+        let mut t: Table<u32, 3> = Table::new();
+        let a = t.insert(1).unwrap();
+        let b = t.insert(2).unwrap();
+        let (x, y) = t.get2_mut(b, a).unwrap();
+        (*x, *y) = (20, 10);
+        assert_eq!((t.get(a), t.get(b)), (Some(&10), Some(&20)));
+        assert!(t.get2_mut(a, a).is_none(), "one slot twice");
+        t.remove(b);
+        assert!(t.get2_mut(a, b).is_none(), "stale");
     }
 }

@@ -4,6 +4,7 @@
 use mlx5_regs::consts::cqe_syndrome as syn;
 
 use super::table::Key;
+use super::QpHandle;
 
 /// A CQ of a [`super::Verbs`] context. A handle to a destroyed CQ is stale:
 /// every call with it fails with `EINVAL`, even after the slot is reused.
@@ -34,6 +35,19 @@ pub struct DeviceAttr {
     pub phys_port_cnt: u8,
     /// Firmware version `major.minor.subminor` packed as in `fw_ver`.
     pub fw_ver: (u16, u16, u16),
+    /// Number of QPs: `2^log_max_qp`.
+    pub max_qp: u32,
+    /// Largest send ring in basic blocks: `2^log_max_qp_sz` (Linux's
+    /// `max_qp_wr`; a work request takes one or more blocks).
+    pub max_qp_wr: u32,
+    /// Gather entries per send work request that `create_qp` accepts: what
+    /// a WQE of `max_wqe_sz_sq` bytes (at most 63 units) holds after the
+    /// control and remote-address segments.
+    pub max_send_sge: u32,
+    /// RDMA reads / atomics a QP accepts at once: `2^log_max_ra_res_qp`.
+    pub max_qp_rd_atom: u32,
+    /// RDMA reads / atomics a QP issues at once: `2^log_max_ra_req_qp`.
+    pub max_qp_init_rd_atom: u32,
 }
 
 impl DeviceAttr {
@@ -157,8 +171,11 @@ impl WcStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WcOpcode {
-    /// `IBV_WC_SEND`: a requester completion.
+    /// `IBV_WC_SEND`: a SEND or SEND with immediate completed.
     Send,
+    /// `IBV_WC_RDMA_WRITE`: an RDMA WRITE (with or without immediate)
+    /// completed.
+    RdmaWrite,
     /// `IBV_WC_RECV`: a receive (send, send with immediate, send with
     /// invalidate).
     Recv,
@@ -169,9 +186,8 @@ pub enum WcOpcode {
 /// `ibv_wc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
-    /// The `wr_id` of the work request (receives: from the SRQ slot the
-    /// CQE names; requester completions: the CQE's WQE counter, as long as
-    /// this driver has no send queues).
+    /// The `wr_id` of the work request: a receive's from the SRQ slot the
+    /// CQE names, a send's from the QP's send table.
     pub wr_id: u64,
     /// Success or the error.
     pub status: WcStatus,
@@ -180,7 +196,8 @@ pub struct WorkCompletion {
     /// Vendor syndrome of an error CQE, or
     /// [`WorkCompletion::VENDOR_ERR_UNMATCHED`].
     pub vendor_err: u32,
-    /// Bytes received (or reported by a requester CQE).
+    /// Bytes received (a send completion: what its CQE holds, defined by
+    /// hardware only for RDMA READ).
     pub byte_len: u32,
     /// Immediate data (`IBV_WC_WITH_IMM`), as the CQE holds it.
     pub imm_data: Option<u32>,
@@ -231,8 +248,26 @@ pub enum AsyncEventType {
     SrqErr,
     /// `IBV_EVENT_SRQ_LIMIT_REACHED`: the limit fired (and is now 0).
     SrqLimitReached,
-    /// `IBV_EVENT_QP_LAST_WQE_REACHED` (element: the QP number).
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: an SRQ-attached QP in error will
+    /// take no more SRQ WQEs (element `Qp`).
     QpLastWqeReached,
+    /// `IBV_EVENT_QP_FATAL`: work queue catastrophic error; the QP is in
+    /// error.
+    QpFatal,
+    /// `IBV_EVENT_QP_REQ_ERR`: invalid request from the peer; the QP is in
+    /// error.
+    QpReqErr,
+    /// `IBV_EVENT_QP_ACCESS_ERR`: remote access violation; the QP is in
+    /// error.
+    QpAccessErr,
+    /// `IBV_EVENT_COMM_EST`: the first packet arrived in RTR.
+    CommEst,
+    /// `IBV_EVENT_SQ_DRAINED`.
+    SqDrained,
+    /// `IBV_EVENT_PATH_MIG`.
+    PathMig,
+    /// `IBV_EVENT_PATH_MIG_ERR`.
+    PathMigErr,
     /// `IBV_EVENT_PORT_ACTIVE`.
     PortActive,
     /// `IBV_EVENT_PORT_ERR` (port down).
@@ -257,8 +292,8 @@ pub enum EventElement {
     Cq(CqHandle),
     /// An SRQ of this context.
     Srq(SrqHandle),
-    /// A QP number (no QP objects in this driver yet).
-    Qp(u32),
+    /// A QP of this context.
+    Qp(QpHandle),
     /// A port number.
     Port(u8),
     /// The device.
@@ -267,7 +302,8 @@ pub enum EventElement {
 
 /// `ibv_async_event`. Every event read with
 /// [`super::Verbs::get_async_event`] must be acknowledged with
-/// [`super::Verbs::ack_async_event`] before its CQ or SRQ can be destroyed.
+/// [`super::Verbs::ack_async_event`] before its CQ, SRQ or QP can be
+/// destroyed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AsyncEvent {
     /// What happened.

@@ -1,0 +1,433 @@
+//! The QP verbs: create, query, destroy, post_send (modify is
+//! [`super::modify`]). RC only.
+//!
+//! Sizes, limits and errors are rdma-core's (`providers/mlx5/verbs.c`
+//! `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`, `create_qp`; `qp.c`
+//! `_mlx5_post_send`), with the send overhead of the four operations this
+//! driver posts (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` = SEND, SEND_WITH_IMM,
+//! RDMA_WRITE, RDMA_WRITE_WITH_IMM: control + remote-address segment, 32
+//! bytes).
+
+use heapless::Vec as HVec;
+use mlx5_hal::Hal;
+
+use super::table::Table;
+use super::{
+    AccessFlags, AhAttr, CqEntry, CqHandle, Errno, EventElement, GlobalRoute, Mtu, PostSendError,
+    QpAttr, QpCap, QpHandle, QpInitAttr, QpState, SendFlags, SendWr, SrqEntry, SrqHandle, Verbs,
+    WrOpcode,
+};
+use crate::loopback::LoopbackMode;
+use crate::qp::ring::{MAX_DS, SQ_OVERHEAD};
+use crate::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
+use crate::stats::CmdObserver;
+
+/// Work requests converted and posted per doorbell.
+const CHUNK: usize = 16;
+
+/// Verbs bookkeeping of a QP.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct QpBook {
+    pub(super) send_cq: CqHandle,
+    pub(super) recv_cq: CqHandle,
+    pub(super) srq: Option<SrqHandle>,
+    /// The sizes returned to the caller (`max_send_sge` as asked, the
+    /// limit `post_send` enforces, as rdma-core's `sq.max_gs`).
+    pub(super) cap: QpCap,
+    pub(super) sq_sig_all: bool,
+    /// The QP reached RTS since it was created or last reset: sends are
+    /// accepted (rdma-core's `qp_state_max_gs`).
+    pub(super) can_send: bool,
+    /// Port set by the last RESET→INIT / INIT→INIT (0 before).
+    pub(super) port: u8,
+    /// The access rights asked for (Linux `atomic_rd_en`) and the
+    /// responder depth set (Linux `resp_depth`): together they give the
+    /// rights firmware holds ([`super::modify`]).
+    pub(super) access: AccessFlags,
+    pub(super) resp_depth: u8,
+    pub(super) async_reported: u32,
+    pub(super) async_acked: u32,
+}
+
+pub(super) struct QpEntry<H: Hal, const W: usize> {
+    pub(super) qp: Qp<H, [SendSlot; W]>,
+    pub(super) book: QpBook,
+}
+
+/// Gather entries a send WQE of a device with `max_wqe_sz_sq` holds after
+/// the 32-byte overhead (and within the 63 units of `ds`).
+pub(super) fn max_send_sge(max_wqe_sz_sq: u16) -> u32 {
+    let desc = (max_wqe_sz_sq as usize).min(MAX_DS * 16);
+    (desc.saturating_sub(SQ_OVERHEAD) / 16) as u32
+}
+
+/// The links of a QP with these handles: the send CQ if it has a send
+/// queue, the receive CQ and SRQ if it has an SRQ (a receive CQ equal to
+/// the send CQ is named once). A QP without an SRQ gives the driver no
+/// receive CQ: it has no receive queue (the facade still counts the CQ as
+/// used, as ib core does).
+fn links<'a, H: Hal, const CQS: usize, const SRQS: usize>(
+    cqs: &'a mut Table<CqEntry<H>, CQS>,
+    srqs: &'a mut Table<SrqEntry<H>, SRQS>,
+    has_sq: bool,
+    b: &QpBook,
+) -> Result<QpLinks<'a, H>, Errno> {
+    let srq = match b.srq {
+        Some(h) => Some(&mut srqs.get_mut(h.0).ok_or(Errno::EINVAL)?.srq),
+        None => None,
+    };
+    let (send_cq, recv_cq) = match (has_sq, srq.is_some()) {
+        (true, true) if b.send_cq != b.recv_cq => {
+            let (s, r) = cqs
+                .get2_mut(b.send_cq.0, b.recv_cq.0)
+                .ok_or(Errno::EINVAL)?;
+            (Some(&mut s.cq), Some(&mut r.cq))
+        }
+        (true, _) => (
+            Some(&mut cqs.get_mut(b.send_cq.0).ok_or(Errno::EINVAL)?.cq),
+            None,
+        ),
+        (false, true) => (
+            None,
+            Some(&mut cqs.get_mut(b.recv_cq.0).ok_or(Errno::EINVAL)?.cq),
+        ),
+        (false, false) => return Err(Errno::EINVAL),
+    };
+    Ok(QpLinks {
+        send_cq,
+        recv_cq,
+        srq,
+    })
+}
+
+impl<
+        H: Hal,
+        O: CmdObserver,
+        const CQS: usize,
+        const SRQS: usize,
+        const EVENTS: usize,
+        const QPS: usize,
+        const SQ_WQEBBS: usize,
+    > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
+{
+    /// `ibv_create_qp` (RC), in RESET. Returns the handle and the actual
+    /// sizes, as rdma-core computes them:
+    ///
+    /// * WQE = max(32 + 16·`max_send_sge`, 32 + align16(4 +
+    ///   `max_inline_data`)) rounded up to 64 bytes; ring =
+    ///   roundup_pow2(`max_send_wr` · WQE);
+    /// * `max_send_wr` = ring / WQE, `max_inline_data` = WQE − 36,
+    ///   `max_send_sge` as asked (the limit `post_send` enforces);
+    /// * `max_recv_wr` and `max_recv_sge` are 0 (receives go through the
+    ///   SRQ).
+    ///
+    /// `EINVAL`: a stale handle; more gather entries or inline bytes than
+    /// a WQE of `max_wqe_sz_sq` holds; a ring above `2^log_max_qp_sz`
+    /// blocks; no send queue and no SRQ. `EOPNOTSUPP`: `max_recv_wr` > 0
+    /// without an SRQ (no QP-owned receive queues). `ENOMEM`: the QP table
+    /// is full or the ring needs more than `SQ_WQEBBS` blocks, or DMA
+    /// memory ran out.
+    pub fn create_qp(&mut self, attr: &QpInitAttr) -> Result<(QpHandle, QpCap), Errno> {
+        self.cq_entry(attr.send_cq)?;
+        self.cq_entry(attr.recv_cq)?;
+        if let Some(s) = attr.srq {
+            self.srq_entry(s)?;
+        }
+        let cap = attr.cap;
+        if attr.srq.is_none() && cap.max_recv_wr > 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let send = (cap.max_send_wr > 0).then_some(SendQueueCaps {
+            max_send_wr: cap.max_send_wr,
+            max_send_sge: cap.max_send_sge,
+            max_inline_data: cap.max_inline_data,
+        });
+        if send.is_none() && attr.srq.is_none() {
+            return Err(Errno::EINVAL);
+        }
+        let geo = match &send {
+            // rdma-core refuses every size it cannot build with EINVAL.
+            Some(s) => Some(self.hca.send_queue_geometry(s).map_err(|_| Errno::EINVAL)?),
+            None => None,
+        };
+        if geo.is_some_and(|g| g.wqebbs() > SQ_WQEBBS) || self.qps.len() >= QPS {
+            return Err(Errno::ENOMEM);
+        }
+        let out = QpCap {
+            max_send_wr: geo.map_or(0, |g| g.max_send_wr),
+            max_recv_wr: 0,
+            max_send_sge: geo.map_or(0, |_| cap.max_send_sge),
+            max_recv_sge: 0,
+            max_inline_data: geo.map_or(0, |g| g.max_inline_data),
+        };
+        let book = QpBook {
+            send_cq: attr.send_cq,
+            recv_cq: attr.recv_cq,
+            srq: attr.srq,
+            cap: out,
+            sq_sig_all: attr.sq_sig_all,
+            can_send: false,
+            port: 0,
+            access: AccessFlags(0),
+            resp_depth: 0,
+            async_reported: 0,
+            async_acked: 0,
+        };
+        let l = links(&mut self.cqs, &mut self.srqs, send.is_some(), &book)?;
+        let qp = self.hca.create_qp(send, l, [SendSlot::EMPTY; SQ_WQEBBS])?;
+        let qpn = qp.qpn();
+        let key = match self.qps.insert(QpEntry { qp, book }) {
+            Ok(k) => k,
+            Err(e) => {
+                // Not reached (checked above); undo rather than leak.
+                if let Ok(l) = links(&mut self.cqs, &mut self.srqs, send.is_some(), &book) {
+                    let _ = self.hca.destroy_qp(e.qp, l);
+                }
+                return Err(Errno::ENOMEM);
+            }
+        };
+        self.qpns.insert(qpn, key);
+        self.count_users(&book, true);
+        Ok((QpHandle(key), out))
+    }
+
+    /// The QP number firmware assigned (`qp->qp_num`).
+    pub fn qp_num(&self, qp: QpHandle) -> Result<u32, Errno> {
+        Ok(self.qp_entry(qp)?.qp.qpn())
+    }
+
+    /// The driver's QP object (read-only: state as tracked, send ring,
+    /// counters).
+    pub fn qp(&self, qp: QpHandle) -> Result<&Qp<H, [SendSlot; SQ_WQEBBS]>, Errno> {
+        Ok(&self.qp_entry(qp)?.qp)
+    }
+
+    /// `ibv_query_qp`: the attributes as firmware holds them (QUERY_QP,
+    /// read as Linux `query_qp_attr` does: `max_rd_atomic` and
+    /// `max_dest_rd_atomic` are `1 << log`, the access flags the remote
+    /// rights firmware holds) and the creation attributes with the actual
+    /// sizes. The QP's tracked state follows firmware's.
+    pub fn query_qp(&mut self, qp: QpHandle) -> Result<(QpAttr, QpInitAttr), Errno> {
+        let eth = !matches!(self.hca.loopback_mode(), Some(LoopbackMode::Ib { .. }))
+            && self.hca.caps().port_type != mlx5_regs::consts::port::TYPE_IB;
+        let e = self.qps.get_mut(qp.0).ok_or(Errno::EINVAL)?;
+        let q = self.hca.query_qp(&e.qp)?;
+        if q.state != e.qp.state() {
+            self.hca.refresh_qp_state(&mut e.qp)?;
+        }
+        let state = QpState::from_driver(q.state);
+        let mut access = AccessFlags(0);
+        for (on, f) in [
+            (q.access.remote_read, AccessFlags::REMOTE_READ),
+            (q.access.remote_write, AccessFlags::REMOTE_WRITE),
+            (q.access.remote_atomic, AccessFlags::REMOTE_ATOMIC),
+        ] {
+            if on {
+                access = access | f;
+            }
+        }
+        let p = q.path;
+        let attr = QpAttr {
+            qp_state: state,
+            cur_qp_state: state,
+            path_mtu: mtu_from_code(q.mtu),
+            qp_access_flags: access,
+            pkey_index: p.pkey_index,
+            port_num: p.port,
+            ah_attr: AhAttr {
+                grh: GlobalRoute {
+                    dgid: p.rgid,
+                    flow_label: p.flow_label,
+                    sgid_index: p.src_addr_index,
+                    hop_limit: p.hop_limit,
+                    traffic_class: p.tclass,
+                },
+                dlid: p.rlid,
+                sl: p.sl,
+                src_path_bits: 0,
+                static_rate: 0,
+                is_global: eth || p.grh,
+                port_num: p.port,
+                force_loopback: q.fl,
+            },
+            dest_qp_num: q.remote_qpn,
+            rq_psn: q.next_rcv_psn,
+            sq_psn: q.next_send_psn,
+            max_rd_atomic: 1u8.checked_shl(q.log_sra_max as u32).unwrap_or(0),
+            max_dest_rd_atomic: 1u8.checked_shl(q.log_rra_max as u32).unwrap_or(0),
+            min_rnr_timer: q.min_rnr_nak,
+            timeout: p.ack_timeout,
+            retry_cnt: q.retry_count,
+            rnr_retry: q.rnr_retry,
+            cap: e.book.cap,
+        };
+        let init = QpInitAttr {
+            send_cq: e.book.send_cq,
+            recv_cq: e.book.recv_cq,
+            srq: e.book.srq,
+            cap: e.book.cap,
+            sq_sig_all: e.book.sq_sig_all,
+        };
+        Ok((attr, init))
+    }
+
+    /// `ibv_destroy_qp`, in any state. Unpolled completions of the QP are
+    /// removed from its CQs and its receive completions return their SRQ
+    /// WQEs, as rdma-core does; unread events of the QP are discarded; its
+    /// CQs and SRQ no longer count it. `EBUSY`, nothing changed: an async
+    /// event of the QP was read and not acknowledged (libibverbs would
+    /// block).
+    pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), Errno> {
+        let b = self.qp_entry(qp)?.book;
+        if b.async_reported != b.async_acked {
+            return Err(Errno::EBUSY);
+        }
+        self.destroy_qp_now(qp)
+    }
+
+    /// Destroy whatever its events (also for `close`).
+    pub(super) fn destroy_qp_now(&mut self, qp: QpHandle) -> Result<(), Errno> {
+        let e = self.qps.take(qp.0).ok_or(Errno::EINVAL)?;
+        let b = e.book;
+        let has_sq = e.qp.send_geometry().is_some();
+        let qpn = e.qp.qpn();
+        let l = match links(&mut self.cqs, &mut self.srqs, has_sq, &b) {
+            Ok(l) => l,
+            Err(err) => {
+                self.qps.restore(qp.0, e);
+                return Err(err);
+            }
+        };
+        match self.hca.destroy_qp(e.qp, l) {
+            Ok(_table) => {
+                self.qps.retire(qp.0);
+                self.qpns.remove(qpn);
+                self.count_users(&b, false);
+                self.clean_cqs(qpn, &b);
+                self.purge_events(EventElement::Qp(qp));
+                Ok(())
+            }
+            Err(failed) => {
+                let (back, err) = failed.into_parts();
+                self.qps.restore(qp.0, QpEntry { qp: back, book: b });
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Remove the QP's unpolled completions from its CQs (receive CQ first,
+    /// returning SRQ WQEs; then the send CQ if it is another), as rdma-core
+    /// does on destroy and on a move to RESET.
+    pub(super) fn clean_cqs(&mut self, qpn: u32, b: &QpBook) {
+        let srq = match b.srq {
+            Some(h) => self.srqs.get_mut(h.0).map(|e| &mut e.srq),
+            None => None,
+        };
+        if let Some(c) = self.cqs.get_mut(b.recv_cq.0) {
+            c.cq.discard_qp(qpn, srq);
+        }
+        if b.send_cq != b.recv_cq {
+            if let Some(c) = self.cqs.get_mut(b.send_cq.0) {
+                c.cq.discard_qp(qpn, None);
+            }
+        }
+    }
+
+    /// The CQs and SRQ of a QP count it as a user (`usecnt`), or no
+    /// longer.
+    fn count_users(&mut self, b: &QpBook, add: bool) {
+        let step = |n: &mut u32| *n = if add { *n + 1 } else { n.saturating_sub(1) };
+        for h in [b.send_cq, b.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(h.0) {
+                step(&mut c.book.qp_users);
+            }
+        }
+        if let Some(s) = b.srq.and_then(|h| self.srqs.get_mut(h.0)) {
+            step(&mut s.book.qp_users);
+        }
+    }
+
+    /// `ibv_post_send`: post the list in order, one doorbell per 16 work
+    /// requests. On the first refusal the error names it (`bad_wr`) and
+    /// the ones before it stay posted. As rdma-core, every refusal is
+    /// `ENOMEM`: the queue holds `max_send_wr` outstanding work requests;
+    /// more gather entries than `max_send_sge`; more inline bytes than
+    /// `max_inline_data`; the QP has not reached RTS since it was created or
+    /// reset (RESET, INIT, RTR, or ERR reached from those). A QP in ERR
+    /// after RTS takes the request and flushes it with a completion.
+    /// `SIGNALED` (or `sq_sig_all`) asks for a completion on success,
+    /// `SOLICITED` sets the solicited bit, `INLINE` copies
+    /// [`SendWr::inline_data`]; `FENCE` has nothing to wait for (no RDMA
+    /// reads or atomics are posted) and `IP_CSUM` does not apply to RC.
+    #[inline]
+    pub fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostSendError> {
+        let fail = |index, errno| PostSendError { index, errno };
+        let e = self.qps.get_mut(qp.0).ok_or(fail(0, Errno::EINVAL))?;
+        let max_gs = e.book.cap.max_send_sge as usize;
+        let can_send = e.book.can_send;
+        let sig_all = e.book.sq_sig_all;
+        let mut start = 0;
+        while start < wrs.len() {
+            let mut reqs: HVec<SendRequest<'_>, CHUNK> = HVec::new();
+            let mut bad = None;
+            for (i, wr) in wrs[start..].iter().take(CHUNK).enumerate() {
+                let inline = wr.send_flags.contains(SendFlags::INLINE);
+                if !can_send || (!inline && wr.sg_list.len() > max_gs) {
+                    bad = Some(start + i);
+                    break;
+                }
+                let _ = reqs.push(request(wr, inline, sig_all));
+            }
+            let n = reqs.len();
+            if let Err(f) = e.qp.post_send(&reqs) {
+                return Err(fail(start + f.index, Errno::ENOMEM));
+            }
+            if let Some(index) = bad {
+                return Err(fail(index, Errno::ENOMEM));
+            }
+            start += n;
+        }
+        Ok(())
+    }
+}
+
+/// One verbs work request as the driver's.
+#[inline(always)]
+fn request<'a>(wr: &SendWr<'a>, inline: bool, sig_all: bool) -> SendRequest<'a> {
+    let op = match wr.opcode {
+        WrOpcode::Send => SendOp::Send,
+        WrOpcode::SendWithImm => SendOp::SendImm { imm: wr.imm_data },
+        WrOpcode::RdmaWrite => SendOp::RdmaWrite {
+            raddr: wr.remote_addr,
+            rkey: wr.rkey,
+        },
+        WrOpcode::RdmaWriteWithImm => SendOp::RdmaWriteImm {
+            raddr: wr.remote_addr,
+            rkey: wr.rkey,
+            imm: wr.imm_data,
+        },
+    };
+    SendRequest {
+        wr_id: wr.wr_id,
+        op,
+        payload: if inline {
+            Payload::Inline(wr.inline_data)
+        } else {
+            Payload::Sges(wr.sg_list)
+        },
+        signaled: sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
+        solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+    }
+}
+
+/// The MTU of a `qpc.mtu` code; 0 (not set before RTR) and unknown codes
+/// read as 256.
+fn mtu_from_code(code: u8) -> Mtu {
+    match code {
+        2 => Mtu::B512,
+        3 => Mtu::B1024,
+        4 => Mtu::B2048,
+        5 => Mtu::B4096,
+        _ => Mtu::B256,
+    }
+}

@@ -1,0 +1,257 @@
+//! `create_qp` of the facade against the model: sizes and their rounding
+//! (against rdma-core's formulas, on every profile), every refusal with
+//! its errno and nothing created.
+
+mod verbs_common;
+use verbs_common::*;
+
+use mlx5_driver::verbs::{Errno, QpCap, QpInitAttr, QpState};
+use mlx5_hal::Hal;
+use mlx5_regs::{CmdStatus, Opcode};
+use mlx5_sim::{Device, Profile, SimConfig, SimHal};
+use mlx5_tests::PROFILES;
+
+fn count(dev: &Device, op: Opcode) -> usize {
+    dev.trace().iter().filter(|t| t.opcode == op.0).count()
+}
+
+/// rdma-core's `mlx5_calc_send_wqe` + `mlx5_calc_sq_size` for the four
+/// operations (overhead 32), with the 63-unit WQE limit, and the context's
+/// table of 256 blocks.
+fn reference(c: QpCap, max_wqe_sz_sq: usize, log_max_qp_sz: u8) -> Result<QpCap, Errno> {
+    let (wr, sge, inl) = (
+        c.max_send_wr as u64,
+        c.max_send_sge as usize,
+        c.max_inline_data as usize,
+    );
+    let desc = max_wqe_sz_sq.min(63 * 16);
+    if sge > (desc - 32) / 16 {
+        return Err(Errno::EINVAL);
+    }
+    let inline = if inl > 0 {
+        32 + (4 + inl).div_ceil(16) * 16
+    } else {
+        0
+    };
+    let tot = (32 + 16 * sge).max(inline);
+    if tot > desc {
+        return Err(Errno::EINVAL);
+    }
+    let wqe = tot.div_ceil(64) * 64;
+    let ring = (wr * wqe as u64).next_power_of_two();
+    let blocks = ring / 64;
+    if blocks > 1 << log_max_qp_sz.min(15) {
+        return Err(Errno::EINVAL);
+    }
+    if blocks > 256 {
+        return Err(Errno::ENOMEM);
+    }
+    Ok(QpCap {
+        max_send_wr: (ring / wqe as u64) as u32,
+        max_send_sge: sge as u32,
+        // What 63 units hold (rdma-core would say `wqe − 36`).
+        max_inline_data: (wqe.min(63 * 16) - 36) as u32,
+        ..QpCap::default()
+    })
+}
+
+#[test]
+fn create_qp_rounds_sizes_like_rdma_core_on_every_profile() {
+    for p in PROFILES {
+        let (dev, mut ctx) = open(p);
+        let caps = dev.caps();
+        let (cq, _) = ctx.create_cq(15).unwrap();
+        let mut made = 0;
+        for wr in [1, 3, 100, 256, 40_000] {
+            for sge in [0, 1, 2, 7, 60, 61, 62] {
+                for inl in [0, 1, 29, 200, 972, 973] {
+                    let want = cap(wr, sge, inl);
+                    let r = ctx.create_qp(&QpInitAttr {
+                        send_cq: cq,
+                        recv_cq: cq,
+                        srq: None,
+                        cap: want,
+                        sq_sig_all: false,
+                    });
+                    let expect = reference(want, caps.max_wqe_sz_sq as usize, caps.log_max_qp_sz);
+                    let tag = format!("{p:?} {want:?}");
+                    match (r, expect) {
+                        (Ok((h, got)), Ok(e)) => {
+                            assert_eq!(got, e, "{tag}");
+                            let (attr, init) = ctx.query_qp(h).unwrap();
+                            assert_eq!((attr.cap, init.cap), (e, e), "{tag}: query");
+                            assert_eq!(attr.qp_state, QpState::Reset);
+                            let g = ctx.qp(h).unwrap().send_geometry().unwrap();
+                            assert_eq!(g.max_send_wr, e.max_send_wr, "{tag}");
+                            ctx.destroy_qp(h).unwrap();
+                            made += 1;
+                        }
+                        (Err(a), Err(b)) => assert_eq!(a, b, "{tag}"),
+                        (r, e) => panic!("{tag}: got {r:?}, rdma-core says {e:?}"),
+                    }
+                }
+            }
+        }
+        assert!(made > 60, "{p:?}: the grid mostly fits ({made})");
+        assert_eq!(dev.objects().qps, 0);
+        ctx.destroy_cq(cq).unwrap();
+        close(&dev, ctx, "rounding");
+    }
+}
+
+#[test]
+fn create_qp_refusals_have_their_errno_and_create_nothing() {
+    let (dev, mut ctx) = open(Profile::ConnectX6Dx);
+    let (cq, _) = ctx.create_cq(15).unwrap();
+    let (srq, _) = ctx
+        .create_srq(&mlx5_driver::verbs::SrqInitAttr {
+            max_wr: 15,
+            max_sge: 1,
+            srq_limit: 0,
+            cq: None,
+        })
+        .unwrap();
+    let (gone, _) = ctx.create_cq(15).unwrap();
+    ctx.destroy_cq(gone).unwrap();
+    let attr = |c: QpCap, srq| QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        srq,
+        cap: c,
+        sq_sig_all: false,
+    };
+    let max_sge = ctx.query_device().max_send_sge;
+    let before = count(&dev, Opcode::CREATE_QP);
+    let cases: [(QpInitAttr, Errno, &str); 7] = [
+        (
+            attr(cap(8, max_sge + 1, 0), None),
+            Errno::EINVAL,
+            "too many SGEs",
+        ),
+        (
+            attr(cap(8, 1, 1000), None),
+            Errno::EINVAL,
+            "inline beyond a WQE",
+        ),
+        (
+            attr(cap(1 << 20, 1, 0), None),
+            Errno::EINVAL,
+            "ring beyond log_max_qp_sz",
+        ),
+        (
+            attr(cap(0, 0, 0), None),
+            Errno::EINVAL,
+            "no send queue, no SRQ",
+        ),
+        (
+            attr(
+                QpCap {
+                    max_recv_wr: 4,
+                    ..cap(8, 1, 0)
+                },
+                None,
+            ),
+            Errno::EOPNOTSUPP,
+            "a receive queue of its own",
+        ),
+        (
+            QpInitAttr {
+                recv_cq: gone,
+                ..attr(cap(8, 1, 0), None)
+            },
+            Errno::EINVAL,
+            "stale CQ",
+        ),
+        (
+            attr(cap(600, 1, 0), None),
+            Errno::ENOMEM,
+            "more than 256 blocks",
+        ),
+    ];
+    for (a, errno, what) in cases {
+        assert_eq!(ctx.create_qp(&a).unwrap_err(), errno, "{what}");
+    }
+    assert_eq!(
+        count(&dev, Opcode::CREATE_QP),
+        before,
+        "refused before a command"
+    );
+    // With an SRQ, no send queue is fine, and the receive sizes read 0.
+    let (h, got) = ctx
+        .create_qp(&attr(
+            QpCap {
+                max_recv_wr: 100,
+                max_recv_sge: 3,
+                ..QpCap::default()
+            },
+            Some(srq),
+        ))
+        .unwrap();
+    assert_eq!(got, QpCap::default());
+    ctx.destroy_qp(h).unwrap();
+    // Firmware refusing CREATE_QP: its errno, nothing left behind.
+    dev.inject()
+        .fail_next(Opcode::CREATE_QP.0, CmdStatus::BAD_RES_STATE_ERR.0, 0x1234);
+    assert_eq!(
+        ctx.create_qp(&attr(cap(8, 1, 0), None)).unwrap_err(),
+        Errno::EINVAL
+    );
+    assert_eq!(dev.objects().qps, 0);
+    ctx.destroy_srq(srq).unwrap();
+    ctx.destroy_cq(cq).unwrap();
+    close(&dev, ctx, "create refusals");
+}
+
+#[test]
+fn create_qp_beyond_the_tables_is_enomem() {
+    let dev = mlx5_tests::device(Profile::ConnectX5, mlx5_sim::ExecMode::Synchronous);
+    let mut ctx: mlx5_driver::verbs::Verbs<SimHal, (), 4, 4, 16, 2, 16> =
+        mlx5_driver::verbs::Verbs::open(mlx5_tests::bring_up(&dev));
+    let (cq, _) = ctx.create_cq(15).unwrap();
+    let attr = |c| QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: c,
+        sq_sig_all: false,
+    };
+    assert_eq!(
+        ctx.create_qp(&attr(cap(17, 1, 0))).unwrap_err(),
+        Errno::ENOMEM
+    );
+    let (a, got) = ctx.create_qp(&attr(cap(16, 1, 0))).unwrap();
+    assert_eq!(got.max_send_wr, 16, "exactly the table");
+    let (b, _) = ctx.create_qp(&attr(cap(1, 1, 0))).unwrap();
+    assert_eq!(
+        ctx.create_qp(&attr(cap(1, 1, 0))).unwrap_err(),
+        Errno::ENOMEM
+    );
+    ctx.destroy_qp(a).unwrap();
+    ctx.destroy_qp(b).unwrap();
+    ctx.destroy_cq(cq).unwrap();
+    ctx.close().unwrap();
+    mlx5_tests::assert_clean(&dev, "tables");
+    // DMA memory running out is ENOMEM too: take all of it but one page.
+    let dev = Device::new(SimConfig {
+        dma_limit: 8 << 20,
+        ..SimConfig::profile(Profile::ConnectX5)
+    });
+    let mut ctx: Ctx = mlx5_driver::verbs::Verbs::open(mlx5_tests::bring_up(&dev));
+    let (cq, _) = ctx.create_cq(15).unwrap();
+    let mut hog = Vec::new();
+    while let Ok(r) = dev.hal().alloc_dma(4096) {
+        hog.push(r);
+    }
+    hog.pop();
+    let before = dev.objects().qps;
+    assert_eq!(
+        ctx.create_qp(&attr(cap(64, 3, 0))).unwrap_err(),
+        Errno::ENOMEM
+    );
+    assert_eq!(dev.objects().qps, before);
+    drop(hog);
+    let (h, _) = ctx.create_qp(&attr(cap(64, 3, 0))).unwrap();
+    ctx.destroy_qp(h).unwrap();
+    ctx.destroy_cq(cq).unwrap();
+    close(&dev, ctx, "dma");
+}
