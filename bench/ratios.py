@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print driver/raw ratios from criterion's results (after `cargo bench -p mlx5-bench`).
+"""Print driver/raw (and facade/ring, facade/raw) ratios from criterion's results (after `cargo bench -p mlx5-bench`).
 
 Reads <target>/criterion/<group>/<driver|baseline>[/<param>]/new/estimates.json
 and prints a markdown table: ns per element (median) for the driver and its
@@ -27,17 +27,22 @@ for dirpath, dirnames, filenames in os.walk(root):
         continue
     bench_dir = os.path.dirname(dirpath)
     rel = os.path.relpath(bench_dir, root).split(os.sep)
-    if "driver" not in rel:
+    # "driver" rows have one baseline; "facade" rows (the verbs facade) are
+    # compared with both the ring API ("ring") and the raw loop ("raw").
+    who = "driver" if "driver" in rel else "facade" if "facade" in rel else None
+    if who is None:
         continue
-    for base in ("raw", "plain_copy", "model"):
-        raw_dir = os.path.join(root, *[base if p == "driver" else p for p in rel])
-        if os.path.isdir(raw_dir):
+    bases = ("raw", "plain_copy", "model") if who == "driver" else ("ring", "raw")
+    found = False
+    for base in bases:
+        raw_dir = os.path.join(root, *[base if p == who else p for p in rel])
+        if not os.path.isdir(raw_dir):
+            continue
+        d, r = median_ns_per_elem(bench_dir), median_ns_per_elem(raw_dir)
+        name = "/".join(p for p in rel if p != who)
+        rows.append((name, base, d, r, d / r if r else float("inf")))
+        if who == "driver":
             break
-    else:
-        continue
-    d, r = median_ns_per_elem(bench_dir), median_ns_per_elem(raw_dir)
-    name = "/".join(p for p in rel if p != "driver")
-    rows.append((name, base, d, r, d / r if r else float("inf")))
 
 print("| benchmark | driver ns/elem | baseline | baseline ns/elem | ratio |")
 print("|---|---|---|---|---|")

@@ -6,6 +6,9 @@ use mlx5_driver::srq::{Sge, SrqGeometry};
 use mlx5_hal::host::HostHal;
 use mlx5_hal::{barrier, DmaRegion, Hal};
 
+pub mod facade;
+pub mod facade_send;
+
 /// Fill every slot of `ring` with a receive CQE owned by software for the pass
 /// that starts at running index `first` (which must be a multiple of the ring
 /// size), with distinct byte counts and WQE counters.
@@ -38,19 +41,20 @@ pub fn prefill_cq(ring: &CqRing<HostHal>, first: u32) {
 /// terminator), `wr_id` store, free-list advance through `next_wqe_index`
 /// and doorbell record as `SrqRing::post`, written with plain volatile
 /// stores and no driver around them.
-pub struct RawSrq {
-    wqes: DmaRegion<HostHal>,
-    wrids: Vec<u64>,
-    dbr: DmaRegion<HostHal>,
+pub struct RawSrq<H: Hal = HostHal> {
+    wqes: DmaRegion<H>,
+    /// The `wr_id` of each WQE (a plain table).
+    pub wrids: Vec<u64>,
+    dbr: DmaRegion<H>,
     stride: usize,
     max_sge: usize,
     head: u16,
     counter: u16,
 }
 
-impl RawSrq {
+impl<H: Hal> RawSrq<H> {
     /// A ring of the given geometry with WQE `i` linked to `i + 1`.
-    pub fn new(hal: &HostHal, geo: SrqGeometry) -> RawSrq {
+    pub fn new(hal: &H, geo: SrqGeometry) -> RawSrq<H> {
         let n = geo.wqe_cnt();
         let wqes = hal.alloc_dma(n * geo.stride()).expect("DMA memory");
         for i in 0..n {

@@ -49,9 +49,40 @@ Examples:
   mlx5 selftest --device sim:cx7 --report cx7.json
   mlx5 selftest --fail-opcode create-qp:bad_param_err:0x1234   (exit 16)";
 
+/// `mlx5 --version`: the crate version and the git commit it was built
+/// from (`unknown commit` outside a git checkout).
+pub fn version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        format!(
+            "{} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            option_env!("MLX5_GIT_COMMIT").unwrap_or("unknown")
+        )
+    })
+}
+
+/// A byte count: decimal or 0x hex, with an optional K, M or G suffix
+/// (powers of 1024).
+fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    let v = crate::target::parse_u64(num)
+        .map_err(|_| format!("'{s}' is not a byte count (e.g. 65536, 0x10000, 64K, 4M, 1G)"))?;
+    v.checked_mul(1u64 << shift)
+        .and_then(|b| usize::try_from(b).ok())
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("'{s}' is zero or too large"))
+}
+
 /// The command line.
 #[derive(Parser)]
-#[command(name = "mlx5", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
+#[command(name = "mlx5", version = version(), about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Options of every subcommand.
     #[command(flatten)]
@@ -91,6 +122,28 @@ pub struct Global {
     /// the Nth firmware command
     #[arg(long, global = true, value_name = "N")]
     pub fatal_after: Option<u64>,
+
+    /// Model only: the model's random seed (object numbers, DMA
+    /// addresses) [default: the profile's]
+    #[arg(long, global = true, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// Model only: the device supports ISSI 0 only (supported_issi =
+    /// 0b01, as older firmware), so the driver stays at ISSI 0 (SRQs
+    /// instead of RMPs)
+    #[arg(long, global = true)]
+    pub issi0: bool,
+
+    /// Model only: run the model in threaded mode (a device thread
+    /// processes doorbells and timed work on the real clock) instead of
+    /// synchronously on a virtual clock
+    #[arg(long, global = true)]
+    pub threaded: bool,
+
+    /// Model only: the most DMA memory the model's platform hands out, in
+    /// bytes (K, M, G suffixes: 4M) [default: 1G]
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_size)]
+    pub dma_limit: Option<usize>,
 
     /// Command timeout in milliseconds, 1 to 3600000 (one hour)
     /// [default: 60000, as Linux]
@@ -178,6 +231,35 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
         /// Add the Linux mlx5_core-style hexdump of every command
         #[arg(long)]
         hexdump: bool,
+        /// Also write the trace to FILE (JSON lines, for replay and diff)
+        #[arg(long, value_name = "FILE")]
+        save: Option<String>,
+    },
+
+    /// Re-send a saved trace's commands on a fresh bring-up (object
+    /// numbers and addresses remapped) and report where the answers differ
+    #[command(
+        after_help = "Exit codes: 0 the same answers, 1 a command could not be re-sent or
+bring-up/teardown failed, 2 bad command line or trace file, 3 device not
+available, 4 the answers differ (each difference is listed).
+
+Example:
+  mlx5 trace --scenario limit --save limit.trace
+  mlx5 replay limit.trace --device vfio:0000:03:00.0"
+    )]
+    Replay {
+        /// The trace file (from `mlx5 trace --save`)
+        file: String,
+    },
+
+    /// Compare two saved traces field by field (a card against the model),
+    /// ignoring object numbers consistently remapped, addresses and timings
+    #[command(after_help = "Exit codes: 0 no difference, 2 bad trace file, 4 the traces differ.")]
+    Diff {
+        /// The first trace
+        a: String,
+        /// The second trace
+        b: String,
     },
 
     /// Run a script of firmware commands and driver steps on one
@@ -195,6 +277,69 @@ Exit codes: 0 status OK, 1 the command failed (status and syndrome shown),
     /// device (history, quit)
     #[command(after_help = crate::script::parse::HELP)]
     Shell,
+
+    /// Decode a hexdump (the tool's, Linux's dump_buf or print_hex_dump,
+    /// plain hex) of a command, context, CQE or EQE into named fields,
+    /// without a device
+    #[command(after_help = crate::decodecmd::HELP)]
+    Decode {
+        /// The file holding the hexdump, or - for stdin
+        #[arg(default_value = "-")]
+        file: String,
+        /// What the bytes are [default: what the dump's `dump command
+        /// data` headers say]
+        #[arg(long = "as", value_enum, value_name = "KIND")]
+        kind: Option<crate::decodecmd::Kind>,
+        /// The opcode of an output (name or number)
+        #[arg(long)]
+        opcode: Option<String>,
+        /// The op_mod of an output (query-hca-cap's capability type)
+        #[arg(long)]
+        op_mod: Option<u16>,
+        /// Print zero fields too
+        #[arg(long)]
+        all_fields: bool,
+    },
+
+    /// List the ConnectX functions (PCI vendor 15b3) with their driver,
+    /// IOMMU group and what is missing to open them through vfio-pci,
+    /// without a device
+    #[command(
+        after_help = "Reads sysfs: bus/pci/devices/*/{vendor,device}, the driver and
+iommu_group links, kernel/iommu_groups/N/devices; opens /dev/vfio/N to check
+the permissions. docs/hardware.md explains each step.
+
+Exit codes: 0 listed (also when there is none), 3 sysfs cannot be read."
+    )]
+    Devices {
+        /// The sysfs root (for tests: a fake tree)
+        #[arg(long, value_name = "DIR", default_value = "/sys")]
+        sysfs_root: std::path::PathBuf,
+        /// The /dev root holding vfio/N (for tests: a fake tree)
+        #[arg(long, value_name = "DIR", default_value = "/dev")]
+        dev_root: std::path::PathBuf,
+    },
+
+    /// Print the shell completion script for SHELL, generated from these
+    /// options, without a device
+    #[command(after_help = "Install, for example:
+  mlx5 completions bash > ~/.local/share/bash-completion/completions/mlx5
+  mlx5 completions zsh  > ~/.zfunc/_mlx5          (with fpath+=~/.zfunc)
+  mlx5 completions fish > ~/.config/fish/completions/mlx5.fish")]
+    Completions {
+        /// The shell
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page (roff), generated from these options, without a
+    /// device: the tool's page, or a subcommand's
+    #[command(after_help = "Read it with: mlx5 man | man -l -
+Install: mlx5 man > /usr/local/share/man/man1/mlx5.1; mlx5 man caps > mlx5-caps.1")]
+    Man {
+        /// A subcommand whose page to print (mlx5-SUBCOMMAND(1))
+        subcommand: Option<String>,
+    },
 
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]

@@ -79,6 +79,11 @@ pub enum CliError {
         /// What is wrong.
         what: String,
     },
+    /// Two traces (recorded and replayed, or `diff A B`) differ.
+    Differ {
+        /// How many differences.
+        what: String,
+    },
     /// An `expect` line of a script did not hold.
     Expect {
         /// The line, and what differed.
@@ -196,9 +201,10 @@ impl CliError {
             CliError::Driver { .. } | CliError::Failed { .. } | CliError::Output { .. } => {
                 EXIT_FAILED
             }
-            CliError::Check { .. } | CliError::Expect { .. } | CliError::FaultNotFired { .. } => {
-                EXIT_CHECK
-            }
+            CliError::Check { .. }
+            | CliError::Differ { .. }
+            | CliError::Expect { .. }
+            | CliError::FaultNotFired { .. } => EXIT_CHECK,
             CliError::Stage { n, .. } => EXIT_STAGE_BASE + *n as i32,
             CliError::Report { .. } => EXIT_REPORT,
         }
@@ -214,6 +220,7 @@ impl CliError {
             CliError::Check { what } => format!("check failed: {what}"),
             CliError::FaultNotFired { what } => what.clone(),
             CliError::Expect { what } => format!("expect failed: {what}"),
+            CliError::Differ { what } => what.clone(),
             CliError::Output { what } => format!("cannot write the results to stdout: {what}"),
             CliError::Stage { n, name, err, .. } => {
                 format!("stage {n} ({name}) failed: {}", err.message())
@@ -231,6 +238,9 @@ impl CliError {
             | CliError::Driver { hint, .. } => Some(hint.as_str()).filter(|h| !h.is_empty()),
             CliError::Check { .. } => Some(
                 "this is a driver or model bug; please report it with the output of `mlx5 trace`",
+            ),
+            CliError::Differ { .. } => Some(
+                "each difference is listed (--json: differences[]); object numbers remapped one to one, addresses, device identity (GUIDs, MAC) and timings are not compared",
             ),
             CliError::Expect { .. } => Some(
                 "the device answered otherwise than the script expects: the statements before the line show status, syndrome and output (--json: statements[])",
@@ -258,6 +268,7 @@ impl CliError {
             CliError::Check { .. } => "check",
             CliError::FaultNotFired { .. } => "fault_not_fired",
             CliError::Expect { .. } => "expect",
+            CliError::Differ { .. } => "differ",
             CliError::Output { .. } => "output",
             CliError::Stage { err, .. } => return self.stage_json(err),
             CliError::Report { .. } => "report",

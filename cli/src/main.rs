@@ -3,7 +3,8 @@
 //! Runs on the built-in device model (`--device sim[:PROFILE]`, the
 //! default) or on a ConnectX bound to vfio-pci (`--device
 //! vfio:0000:03:00.0`). Subcommands: `demo`, `selftest`, `caps`, `cmd`,
-//! `run`, `shell`, `trace`, `stats`; `--json` on each. See `docs/cli.md`.
+//! `run`, `shell`, `decode`, `devices`, `completions`, `man`, `trace` (`--save`), `replay`, `diff`,
+//! `stats`; `--json` on each. See `docs/cli.md`.
 
 /// `println!` to stdout that ends the process quietly when stdout is
 /// closed (`mlx5 trace | head`).
@@ -19,11 +20,19 @@ macro_rules! outp {
 
 mod args;
 mod caps;
+mod decodecmd;
+mod devices;
+mod devinfo;
 mod discover;
 mod error;
 mod fields;
 mod fill;
+mod gendoc;
+mod hexparse;
+mod linuxstats;
 mod rawcmd;
+mod record;
+mod replay;
 mod report;
 mod scenario;
 mod script;
@@ -31,6 +40,7 @@ mod selftest;
 mod session;
 mod target;
 mod trace;
+mod tracecmp;
 
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
@@ -93,6 +103,12 @@ type Outcome = (Value, Result<(), CliError>);
 
 fn dispatch(cli: &Cli) -> Outcome {
     let g = &cli.global;
+    // Generated from the argument definitions, without a device.
+    match &cli.command {
+        Command::Completions { shell } => return gendoc::completions(*shell, g.json),
+        Command::Man { subcommand } => return gendoc::man(subcommand.as_deref(), g.json),
+        _ => {}
+    }
     let target = match Target::parse(&g.device) {
         Ok(t) => t,
         Err(e) => return (Value::Null, Err(e)),
@@ -101,6 +117,30 @@ fn dispatch(cli: &Cli) -> Outcome {
         Ok(f) => f,
         Err(e) => return (Value::Null, Err(e)),
     };
+    // Listing the functions needs no device.
+    if let Command::Devices {
+        sysfs_root,
+        dev_root,
+    } = &cli.command
+    {
+        return devices::run(sysfs_root, dev_root, g.json);
+    }
+    // Decoding needs no device.
+    if let Some(out) = decodecmd::from_cli(&cli.command, g.json) {
+        return out;
+    }
+    let model_opts = target::ModelOpts {
+        seed: g.seed,
+        issi0: g.issi0,
+        threaded: g.threaded,
+        dma_limit: g.dma_limit,
+    };
+    if let Err(e) = model_opts.check(&target) {
+        return (Value::Null, Err(e));
+    }
+    if let Command::Diff { a, b } = &cli.command {
+        return replay::diff(a, b, g.json);
+    }
     // Discovery needs no device.
     if let Command::Cmd {
         name,
@@ -147,7 +187,7 @@ fn dispatch(cli: &Cli) -> Outcome {
     let progress = !g.quiet;
     match &target {
         Target::Sim(p) => {
-            let dev = target::model(*p);
+            let dev = target::model(*p, &model_opts);
             faults.apply(&dev);
             let tracer = Tracer::new(
                 live,
@@ -161,6 +201,9 @@ fn dispatch(cli: &Cli) -> Outcome {
             };
             let mut out = subcommand(cli, dev.hal(), &env, &tracer, &faults, script);
             add_device(&mut out.0, &target, Some(&dev), &faults);
+            if !model_opts.given().is_empty() {
+                out.0["model_options"] = model_opts.to_json();
+            }
             // The self-test judges its fault options itself, before it
             // writes its report.
             if !matches!(cli.command, Command::Selftest { .. }) {
@@ -279,7 +322,11 @@ fn subcommand<H: Hal>(
             let res = scenario::run(Scenario::Demo, hal, env, t, &mut r);
             finish_scenario(res, env, t, &mut r, None)
         }
-        Command::Trace { scenario, hexdump } => {
+        Command::Trace {
+            scenario,
+            hexdump,
+            save,
+        } => {
             let mut r = Report::new(g.json, true, progress);
             if !g.json {
                 outln!(
@@ -290,7 +337,18 @@ fn subcommand<H: Hal>(
                     latency_kind(env)
                 );
             }
-            let res = scenario::run(*scenario, hal, env, t, &mut r);
+            let mut res = scenario::run(*scenario, hal, env, t, &mut r);
+            if let Some(path) = save {
+                let recs = record::from_records(&t.records());
+                let head = record::header(
+                    &env.target.label(),
+                    &env.target.describe(),
+                    scenario.name(),
+                    recs.len(),
+                );
+                let saved = record::save(path, &head, &recs);
+                res.1 = res.1.and(saved);
+            }
             let commands: Vec<Value> = t
                 .records()
                 .iter()
@@ -316,7 +374,7 @@ fn subcommand<H: Hal>(
                     latency_kind(env)
                 );
             }
-            let table = stats_table(t, g.json);
+            let table = linuxstats::table(t, g.json);
             let mut out = finish_scenario(res, env, t, &mut r, Some(("opcodes", table)));
             if !g.json {
                 match &out.1 {
@@ -333,6 +391,16 @@ fn subcommand<H: Hal>(
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
         Command::Shell => script::shell(hal, env, t, progress),
+        Command::Decode { .. }
+        | Command::Diff { .. }
+        | Command::Devices { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
+            unreachable!(
+                "decode, diff, devices, completions and man run before the device is opened"
+            )
+        }
+        Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
         Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
         Command::Cmd {
             name,
@@ -380,51 +448,6 @@ fn finish_scenario(
     (v, result)
 }
 
-fn stats_table(t: &Tracer, json_mode: bool) -> Value {
-    let stats = t.stats();
-    let mut rows = Vec::new();
-    if !json_mode {
-        outln!(
-            "{:<30} {:>6} {:>8}  {:<24} {:>10} {:>10}",
-            "opcode",
-            "count",
-            "failed",
-            "last",
-            "mean",
-            "max"
-        );
-    }
-    for s in stats.iter() {
-        let last = trace::outcome_text(&s.last);
-        if !json_mode {
-            outln!(
-                "{:<30} {:>6} {:>8}  {:<24} {:>10} {:>10}",
-                format!("{:?}", s.opcode),
-                s.count,
-                s.failures,
-                last.split(" syndrome").next().unwrap_or(""),
-                trace::fmt_ns(s.mean_ns()),
-                trace::fmt_ns(s.max_ns)
-            );
-        }
-        rows.push(json!({
-            "opcode": s.opcode.to_string(),
-            "opcode_value": s.opcode.0,
-            "count": s.count,
-            "failures": s.failures,
-            "last": trace::outcome_json(&s.last),
-            "mean_ns": s.mean_ns(),
-            "max_ns": s.max_ns,
-            "total_ns": s.total_ns,
-        }));
-    }
-    let failed: u64 = stats.iter().map(|s| s.failures).sum();
-    if !json_mode {
-        outln!("{:<30} {:>6} {:>8}", "total", stats.total(), failed);
-    }
-    Value::from(rows)
-}
-
 fn caps_cmd<H: Hal>(
     hal: H,
     env: &Env<'_>,
@@ -443,6 +466,14 @@ fn caps_cmd<H: Hal>(
     let fw = hca.fw_version();
     let issi = hca.issi();
     let pages = hca.pages_held_by_firmware();
+    let info = match devinfo::query(&hca, env) {
+        Ok(i) => i,
+        Err(e) => {
+            // Still give the pages back; the query's error is the one to report.
+            let _ = teardown(hca, env, &mut r);
+            return (Value::Null, Err(e));
+        }
+    };
     if !json_mode {
         outln!(
             "Capabilities of {} ({})",
@@ -451,6 +482,7 @@ fn caps_cmd<H: Hal>(
         );
         outln!("  firmware {fw}, ISSI {issi}, firmware holds {pages} pages after bring-up");
         outln!("  (current values after SET_HCA_CAP; where the maximum differs it is shown)");
+        devinfo::print(&info, &caps);
         caps::print(&caps, max.as_ref());
         if all {
             outln!("\nEvery non-zero cmd_hca_cap field (current)");
@@ -461,6 +493,10 @@ fn caps_cmd<H: Hal>(
     }
     let mut v = json!({
         "firmware_version": fw.to_string(),
+        "psid": info.psid,
+        "pci_device_id": info.pci_device_id.map(|i| format!("{i:#06x}")),
+        "port_state": info.ports.iter().map(|p| devinfo::state_text(p.state)).collect::<Vec<_>>(),
+        "ibv_devinfo": devinfo::ibv_json(&caps, fw, &info),
         "issi": issi,
         "pages_held_by_firmware": pages,
         "capabilities": caps::to_json(&caps),

@@ -380,9 +380,83 @@ pub fn parse_faults(
     Ok(f)
 }
 
+/// The model-only knobs of the command line (`--seed`, `--issi0`,
+/// `--threaded`, `--dma-limit`): fields of [`SimConfig`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelOpts {
+    /// `--seed`: the model's random seed.
+    pub seed: Option<u64>,
+    /// `--issi0`: the device supports ISSI 0 only.
+    pub issi0: bool,
+    /// `--threaded`: the device thread and the real clock.
+    pub threaded: bool,
+    /// `--dma-limit`: bytes of DMA memory the platform hands out.
+    pub dma_limit: Option<usize>,
+}
+
+impl ModelOpts {
+    /// The options given, as the command line spells them.
+    pub fn given(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.seed.is_some() {
+            v.push("--seed");
+        }
+        if self.issi0 {
+            v.push("--issi0");
+        }
+        if self.threaded {
+            v.push("--threaded");
+        }
+        if self.dma_limit.is_some() {
+            v.push("--dma-limit");
+        }
+        v
+    }
+
+    /// Refuse them on real hardware (exit 2), as the fault options.
+    pub fn check(&self, target: &Target) -> Result<(), CliError> {
+        let given = self.given();
+        if given.is_empty() || matches!(target, Target::Sim(_)) {
+            return Ok(());
+        }
+        Err(CliError::usage(
+            if given.len() == 1 {
+                format!("{} is an option of the device model only", given[0])
+            } else {
+                format!("{} are options of the device model only", given.join(", "))
+            },
+            "real firmware has no seed, ISSI switch, execution mode or DMA limit to set: leave them out, or use --device sim",
+        ))
+    }
+
+    /// As JSON, for the run's document.
+    pub fn to_json(self) -> serde_json::Value {
+        serde_json::json!({
+            "seed": self.seed,
+            "issi0": self.issi0,
+            "threaded": self.threaded,
+            "dma_limit": self.dma_limit,
+        })
+    }
+}
+
 /// A model device for a profile.
-pub fn model(profile: Profile) -> Device {
-    Device::new(SimConfig::profile(profile))
+pub fn model(profile: Profile, o: &ModelOpts) -> Device {
+    let mut cfg = SimConfig::profile(profile);
+    if let Some(s) = o.seed {
+        cfg.seed = s;
+    }
+    if o.issi0 {
+        // supported_issi_dw0 bit 0 only (docs/firmware.md, QUERY_ISSI).
+        cfg.issi_supported = 0b01;
+    }
+    if let Some(l) = o.dma_limit {
+        cfg.dma_limit = l;
+    }
+    if o.threaded {
+        cfg = cfg.threaded();
+    }
+    Device::new(cfg)
 }
 
 /// Open the VFIO platform, with the platform's own message and what to do.

@@ -34,6 +34,8 @@ pub struct Recorded {
     pub outcome: CmdOutcome,
     /// Post-to-completion time (Hal clock: virtual on the model).
     pub latency_ns: u64,
+    /// Sent by the driver's bring-up or teardown (not by the run itself).
+    pub driver: bool,
 }
 
 /// Live printing of `mlx5 trace`.
@@ -152,6 +154,7 @@ impl CmdObserver for Tracer {
             output: rec.output.to_vec(),
             outcome: rec.outcome,
             latency_ns: rec.latency_ns,
+            driver: self.counting.load(Ordering::Relaxed),
         };
         if let Some(live) = self.live {
             outp!("{}", render(&r, live.hexdump));

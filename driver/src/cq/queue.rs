@@ -93,11 +93,30 @@ impl<H: Hal> Cq<H> {
         self.ring.consumer_index()
     }
 
+    /// The ring (geometry and memory, for tools and benchmarks that play
+    /// the device).
+    pub fn ring(&self) -> &CqRing<H> {
+        &self.ring
+    }
+
     /// Poll up to `out.len()` completions; the consumer index is published
     /// once for the batch.
     #[inline]
     pub fn poll(&mut self, out: &mut [Cqe]) -> usize {
         self.ring.poll(&self.dbr, out)
+    }
+
+    /// True when a completion is waiting (one owner-byte check).
+    #[inline(always)]
+    pub fn has_next(&self) -> bool {
+        self.ring.has_next()
+    }
+
+    /// Poll up to `max` completions, handing each to `f` as it is read (no
+    /// staging buffer); the consumer index is published once for the batch.
+    #[inline(always)]
+    pub fn poll_each(&mut self, max: usize, f: impl FnMut(&Cqe)) -> usize {
+        self.ring.poll_each(&self.dbr, max, f)
     }
 
     /// Take one completion (the consumer index is published at once).

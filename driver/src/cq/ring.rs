@@ -180,6 +180,11 @@ pub struct CqRing<H: Hal> {
     buf: DmaRegion<H>,
     /// Offset of entry 0 in `buf` (aligned to the firmware page size).
     base: usize,
+    /// Offset of entry 0's 64-byte CQE (`base` + the CQE's offset in its
+    /// entry) and log2 of the stride: the hot paths' address arithmetic,
+    /// computed once.
+    first: usize,
+    stride_log: u8,
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
@@ -210,6 +215,8 @@ impl<H: Hal> CqRing<H> {
         let ring = CqRing {
             buf,
             base,
+            first: base + cqe_size.cqe_offset(),
+            stride_log: cqe_size.stride().trailing_zeros() as u8,
             log_nent,
             cqe_size,
             consumer_index: 0,
@@ -258,7 +265,7 @@ impl<H: Hal> CqRing<H> {
 
     #[inline(always)]
     fn cqe_base(&self, slot: usize) -> usize {
-        self.base + slot * self.cqe_size.stride() + self.cqe_size.cqe_offset()
+        self.first + (slot << self.stride_log)
     }
 
     /// Byte offset of the 64-byte CQE for running index `index`.
@@ -336,28 +343,49 @@ impl<H: Hal> CqRing<H> {
     /// index is published in the doorbell record once, at the end.
     #[inline]
     pub fn poll(&mut self, dbr: &DoorbellRecord<H>, out: &mut [Cqe]) -> usize {
+        let mut slots = out.iter_mut();
+        self.poll_each(dbr, slots.len(), |c| {
+            if let Some(s) = slots.next() {
+                *s = *c;
+            }
+        })
+    }
+
+    /// Poll up to `max` CQEs, handing each to `f` as it is decoded (oldest
+    /// first, nothing staged); returns how many. The owner byte at the
+    /// consumer index is the first thing read, so an empty CQ costs one
+    /// load and compare; the consumer index is published in the doorbell
+    /// record once, at the end, and only when something was taken.
+    #[inline(always)]
+    pub fn poll_each(
+        &mut self,
+        dbr: &DoorbellRecord<H>,
+        max: usize,
+        mut f: impl FnMut(&Cqe),
+    ) -> usize {
         // Loop invariants in locals; the consumer index lives in a register
         // and is stored once.
         let mask = (self.nent() - 1) as u32;
         let log = self.log_nent as u32;
-        let stride = self.cqe_size.stride();
-        let first = self.base + self.cqe_size.cqe_offset();
+        let (first, shift) = (self.first, self.stride_log);
         let mut ci = self.consumer_index;
         let mut n = 0;
-        for slot in out.iter_mut() {
-            let w = self.buf.window::<64>(first + (ci & mask) as usize * stride);
+        while n < max {
+            let w = self
+                .buf
+                .window::<64>(first + (((ci & mask) as usize) << shift));
             let op_own = w.read_u8::<{ off::OP_OWN }>();
             if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
                 break;
             }
             // The body must not be read before the ownership byte (docs/firmware.md §5).
             barrier::dma_rmb();
-            *slot = Self::decode(&w, op_own);
+            f(&Self::decode(&w, op_own));
             ci = ci.wrapping_add(1);
             n += 1;
         }
-        self.consumer_index = ci;
         if n > 0 {
+            self.consumer_index = ci;
             self.update_doorbell(dbr);
         }
         n

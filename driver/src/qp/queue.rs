@@ -245,6 +245,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// Match a responder CQE of this QP's SRQ: it must name this QP and its
     /// SRQ (then [`Srq::complete_cqe`] checks the rest and returns the SRQ
     /// WQE to the free list). An error completion means the QP is in error.
+    #[inline]
     pub fn complete_recv(
         &mut self,
         srq: &mut Srq<H>,

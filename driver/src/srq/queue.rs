@@ -11,7 +11,6 @@ use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
-use mlx5_regs::consts::ctx::INVALID_LKEY;
 use mlx5_regs::CqeOpcode;
 
 /// One receive work request: the caller's id and its scatter list.
@@ -161,16 +160,11 @@ impl<H: Hal> Srq<H> {
     /// for all that were posted. On the first failure (full: `ENOMEM`, too
     /// many scatter entries: `EINVAL`) the requests before it stay posted and
     /// the failure names the request.
+    #[inline]
     pub fn post(&mut self, reqs: &[RecvRequest<'_>]) -> Result<(), PostFailure> {
-        let mut result = Ok(());
-        for (index, r) in reqs.iter().enumerate() {
-            if let Err(error) = self.ring.post(r.wr_id, r.sges) {
-                result = Err(PostFailure { index, error });
-                break;
-            }
-        }
-        self.ring.ring_doorbell();
-        result
+        self.ring
+            .post_list(reqs.iter().map(|r| (r.wr_id, r.sges)))
+            .map_err(|(index, error)| PostFailure { index, error })
     }
 
     /// Return the WQE of a receive completion to the free list and get its
@@ -193,6 +187,7 @@ impl<H: Hal> Srq<H> {
     ///   buffer.
     ///
     /// Every refusal is counted in [`Srq::rejected_cqes`].
+    #[inline]
     pub fn complete_cqe(&mut self, cqe: &Cqe) -> Result<RecvCompletion, BadRecvCqe> {
         let r = self.match_cqe(cqe);
         if r.is_err() {
@@ -201,39 +196,33 @@ impl<H: Hal> Srq<H> {
         r
     }
 
+    #[inline(always)]
     fn match_cqe(&mut self, cqe: &Cqe) -> Result<RecvCompletion, BadRecvCqe> {
         if cqe.srqn != self.srqn {
             return Err(BadRecvCqe::WrongSrq { srqn: cqe.srqn });
         }
-        let recv = [
-            CqeOpcode::RESP_WR_IMM,
-            CqeOpcode::RESP_SEND,
-            CqeOpcode::RESP_SEND_IMM,
-            CqeOpcode::RESP_SEND_INV,
-            CqeOpcode::RESP_ERR,
-        ];
-        if !recv.contains(&cqe.opcode) {
-            return Err(BadRecvCqe::UnexpectedOpcode {
-                opcode: cqe.opcode.0,
-            });
-        }
-        let idx = cqe.wqe_counter;
-        // Capacity first: it is read from the WQE while it is still posted.
-        let capacity = self.posted_capacity(idx).map_err(BadRecvCqe::Wqe)?;
-        let wr_id = self.ring.complete(idx).map_err(BadRecvCqe::Wqe)?;
-        if cqe.status == CqeStatus::Success && cqe.byte_len as u64 > capacity {
-            return Err(BadRecvCqe::ByteCountBeyondBuffer {
-                wr_id,
-                byte_len: cqe.byte_len,
-                capacity,
-            });
-        }
         let imm = match cqe.opcode {
             CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_WR_IMM => cqe.imm,
-            _ => 0,
+            CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_INV | CqeOpcode::RESP_ERR => 0,
+            _ => {
+                return Err(BadRecvCqe::UnexpectedOpcode {
+                    opcode: cqe.opcode.0,
+                })
+            }
         };
+        let idx = cqe.wqe_counter;
+        // The capacity was recorded when the WQE was posted: the bytes of
+        // its scatter list as the device reads them, up to the terminator.
+        let done = self.ring.complete_wqe(idx).map_err(BadRecvCqe::Wqe)?;
+        if cqe.status == CqeStatus::Success && cqe.byte_len as u64 > done.capacity {
+            return Err(BadRecvCqe::ByteCountBeyondBuffer {
+                wr_id: done.wr_id,
+                byte_len: cqe.byte_len,
+                capacity: done.capacity,
+            });
+        }
         Ok(RecvCompletion {
-            wr_id,
+            wr_id: done.wr_id,
             status: cqe.status,
             byte_len: cqe.byte_len,
             qpn: cqe.qpn,
@@ -243,33 +232,6 @@ impl<H: Hal> Srq<H> {
             imm,
             opcode: cqe.opcode,
         })
-    }
-
-    /// Bytes the scatter list of posted WQE `idx` holds (its data segments
-    /// up to the terminator; a length of 0 means 2 GiB, as the device reads
-    /// it). Errors for an index outside the ring or a WQE not posted.
-    fn posted_capacity(&self, idx: u16) -> Result<u64, CompleteError> {
-        let geo = self.ring.geometry();
-        if idx as usize >= geo.wqe_cnt() {
-            return Err(CompleteError::OutOfRange { index: idx });
-        }
-        if self.ring.wr_id(idx).is_none() {
-            return Err(CompleteError::NotPosted { index: idx });
-        }
-        let region = self.ring.region();
-        let base = self.ring.base_offset() + idx as usize * geo.stride();
-        let mut total = 0u64;
-        for k in 0..geo.max_sge {
-            let seg = base + 16 * (k + 1);
-            let len = region.read_be32(seg);
-            let lkey = region.read_be32(seg + 4);
-            if len == 0 && lkey == INVALID_LKEY {
-                break;
-            }
-            let len = len & 0x7fff_ffff;
-            total += if len == 0 { 1 << 31 } else { len as u64 };
-        }
-        Ok(total)
     }
 
     /// Receive CQEs refused by [`Srq::complete_cqe`] so far.

@@ -73,9 +73,39 @@ pub enum CompleteError {
     },
 }
 
-const STATE_FREE: u8 = 0;
-const STATE_POSTED: u8 = 1;
 const SEG: usize = 16;
+/// Bytes of one book record: the caller's `wr_id`, then the posted
+/// scatter list's capacity in bytes, or [`FREE`] for a WQE not posted.
+const REC: usize = 16;
+/// Book value of a free WQE. A capacity is at most 2^31 bytes per scatter
+/// entry times 2047 entries, far below it.
+const FREE: u64 = u64::MAX;
+
+/// A receive completion matched to its WQE by [`SrqRing::complete_wqe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedWqe {
+    /// The caller's id.
+    pub wr_id: u64,
+    /// Bytes the posted scatter list holds (as the device reads it: each
+    /// length's low 31 bits, 0 meaning 2 GiB, up to the terminator).
+    pub capacity: u64,
+}
+
+/// Bytes a scatter list holds as the device reads it: entries up to the
+/// first terminator-like one (length 0, the invalid lkey), each length's
+/// low 31 bits with 0 meaning 2 GiB (docs/firmware.md §9.4).
+#[inline(always)]
+fn capacity(sges: &[Sge]) -> u64 {
+    let mut total = 0u64;
+    for s in sges {
+        if s.length == 0 && s.lkey == INVALID_LKEY {
+            break;
+        }
+        let len = s.length & 0x7fff_ffff;
+        total += if len == 0 { 1 << 31 } else { len as u64 };
+    }
+    total
+}
 
 /// Geometry of a ring, computed from what the caller asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,8 +179,8 @@ impl<H: Hal> SrqRing<H> {
     ) -> Result<(Self, PageList), HalError> {
         let n = geo.wqe_cnt();
         let (wqes, base, pages) = alloc_paged(hal, n * geo.stride(), max_pages)?;
-        // wr_id table (8 bytes each) followed by one state byte per WQE.
-        let book = hal.alloc_dma(n * 9)?;
+        // One record per WQE: wr_id, capacity or FREE.
+        let book = hal.alloc_dma(n * REC)?;
         let dbr = hal.alloc_dma(mlx5_regs::doorbell::SRQ_DBR_SIZE)?;
         let ring = SrqRing {
             wqes,
@@ -165,6 +195,7 @@ impl<H: Hal> SrqRing<H> {
         };
         for i in 0..n {
             ring.set_next(i as u16, ((i + 1) & (n - 1)) as u16);
+            ring.book.write_be64(i * REC + 8, FREE);
         }
         Ok((ring, pages))
     }
@@ -209,32 +240,63 @@ impl<H: Hal> SrqRing<H> {
         self.wqes.write_be16(self.wqe(index) + 2, next);
     }
 
-    #[inline(always)]
-    fn state(&self, index: u16) -> u8 {
-        self.book.read_u8(self.geo.wqe_cnt() * 8 + index as usize)
-    }
-
-    #[inline(always)]
-    fn set_state(&self, index: u16, s: u8) {
-        self.book
-            .write_u8(self.geo.wqe_cnt() * 8 + index as usize, s);
-    }
-
     /// Write one receive WQE for `wr_id` at the head of the free list. The
     /// doorbell record is not updated: call [`SrqRing::ring_doorbell`] after a
-    /// batch. Returns the WQE index used.
+    /// batch (or post with [`SrqRing::post_list`]). Returns the WQE index
+    /// used.
     #[inline]
     pub fn post(&mut self, wr_id: u64, sges: &[Sge]) -> Result<u16, PostError> {
+        let idx = self.head;
+        self.head = self.write_wqe(idx, self.tail, wr_id, sges)?;
+        self.counter = self.counter.wrapping_add(1);
+        self.outstanding += 1;
+        Ok(idx)
+    }
+
+    /// Post every `(wr_id, scatter list)` of `reqs` in order and publish
+    /// them with one doorbell-record store. The head, counter and count
+    /// stay in locals and are written back once. On the first refusal the
+    /// ones before it stay posted (and published); returns its position.
+    #[inline]
+    pub fn post_list<'s, I>(&mut self, reqs: I) -> Result<(), (usize, PostError)>
+    where
+        I: IntoIterator<Item = (u64, &'s [Sge])>,
+    {
+        let (mut head, tail) = (self.head, self.tail);
+        let mut posted = 0usize;
+        let mut result = Ok(());
+        for (wr_id, sges) in reqs {
+            match self.write_wqe(head, tail, wr_id, sges) {
+                Ok(next) => head = next,
+                Err(e) => {
+                    result = Err((posted, e));
+                    break;
+                }
+            }
+            posted += 1;
+        }
+        if posted > 0 {
+            self.head = head;
+            self.counter = self.counter.wrapping_add(posted as u16);
+            self.outstanding += posted;
+            self.ring_doorbell();
+        }
+        result
+    }
+
+    /// Write the WQE at `idx` (the head; `tail` is the sentinel) and its
+    /// book record; returns the next head. Touches no counter.
+    #[inline(always)]
+    fn write_wqe(&self, idx: u16, tail: u16, wr_id: u64, sges: &[Sge]) -> Result<u16, PostError> {
         if sges.len() > self.geo.max_sge {
             return Err(PostError::TooManySges {
                 given: sges.len(),
                 max: self.geo.max_sge,
             });
         }
-        if self.head == self.tail {
+        if idx == tail {
             return Err(PostError::Full);
         }
-        let idx = self.head;
         // One bounds check for every segment this post touches: the next
         // segment, the data segments and the terminator.
         let terminated = sges.len() < self.geo.max_sge;
@@ -257,12 +319,11 @@ impl<H: Hal> SrqRing<H> {
             d.write_be32::<4>(INVALID_LKEY);
             d.write_be64::<8>(0);
         }
-        self.book.write_be64(idx as usize * 8, wr_id);
-        self.set_state(idx, STATE_POSTED);
-        self.head = next_seg.read_be16::<2>();
-        self.counter = self.counter.wrapping_add(1);
-        self.outstanding += 1;
-        Ok(idx)
+        // The book is CPU-only: native byte order (the two swaps cancel).
+        let rec = self.book.window::<REC>(idx as usize * REC);
+        rec.write_be64::<0>(wr_id.swap_bytes());
+        rec.write_be64::<8>(capacity(sges).swap_bytes());
+        Ok(next_seg.read_be16::<2>())
     }
 
     /// Publish the posted count: WQE stores are ordered before the doorbell
@@ -278,14 +339,24 @@ impl<H: Hal> SrqRing<H> {
     /// not trusted).
     #[inline]
     pub fn complete(&mut self, wqe_index: u16) -> Result<u64, CompleteError> {
+        self.complete_wqe(wqe_index).map(|c| c.wr_id)
+    }
+
+    /// [`SrqRing::complete`] with the capacity of the posted scatter list,
+    /// for checking a completion's byte count. One range check, one book
+    /// record read and freed, one store linking the WQE after the tail.
+    #[inline]
+    pub fn complete_wqe(&mut self, wqe_index: u16) -> Result<CompletedWqe, CompleteError> {
         if wqe_index as usize >= self.geo.wqe_cnt() {
             return Err(CompleteError::OutOfRange { index: wqe_index });
         }
-        if self.state(wqe_index) != STATE_POSTED {
+        let rec = self.book.window::<REC>(wqe_index as usize * REC);
+        let capacity = rec.read_be64::<8>().swap_bytes();
+        if capacity == FREE {
             return Err(CompleteError::NotPosted { index: wqe_index });
         }
-        let wr_id = self.book.read_be64(wqe_index as usize * 8);
-        self.set_state(wqe_index, STATE_FREE);
+        rec.write_be64::<8>(FREE);
+        let wr_id = rec.read_be64::<0>().swap_bytes();
         // Link after the current tail. The tail is never posted, so the
         // device is not positioned on it; it reads a WQE's next pointer when
         // it consumes that WQE, and a posted WQE's next pointer never changes
@@ -294,15 +365,15 @@ impl<H: Hal> SrqRing<H> {
         self.set_next(self.tail, wqe_index);
         self.tail = wqe_index;
         self.outstanding -= 1;
-        Ok(wr_id)
+        Ok(CompletedWqe { wr_id, capacity })
     }
 
     /// The `wr_id` stored for a posted WQE, without completing it.
     pub fn wr_id(&self, wqe_index: u16) -> Option<u64> {
-        if (wqe_index as usize) < self.geo.wqe_cnt() && self.state(wqe_index) == STATE_POSTED {
-            Some(self.book.read_be64(wqe_index as usize * 8))
-        } else {
-            None
+        if wqe_index as usize >= self.geo.wqe_cnt() {
+            return None;
         }
+        let rec = self.book.window::<REC>(wqe_index as usize * REC);
+        (rec.read_be64::<8>() != FREE).then(|| rec.read_be64::<0>().swap_bytes())
     }
 }

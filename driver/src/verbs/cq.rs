@@ -75,6 +75,11 @@ impl<
         Ok(self.cq_entry(cq)?.cq.capacity())
     }
 
+    /// The driver's CQ object (read-only: geometry, ring, consumer index).
+    pub fn cq(&self, cq: CqHandle) -> Result<&Cq<H>, Errno> {
+        Ok(&self.cq_entry(cq)?.cq)
+    }
+
     /// The CQ number firmware assigned.
     pub fn cq_num(&self, cq: CqHandle) -> Result<u32, Errno> {
         Ok(self.cq_entry(cq)?.cq.cqn())

@@ -55,6 +55,7 @@ impl<T, const N: usize> Table<T, N> {
         }
     }
 
+    #[inline]
     pub fn get(&self, k: Key) -> Option<&T> {
         let s = self.slots.get(k.index as usize)?;
         if s.gen == k.gen {
@@ -64,6 +65,7 @@ impl<T, const N: usize> Table<T, N> {
         }
     }
 
+    #[inline]
     pub fn get_mut(&mut self, k: Key) -> Option<&mut T> {
         let s = self.slots.get_mut(k.index as usize)?;
         if s.gen == k.gen {

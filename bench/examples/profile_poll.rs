@@ -1,0 +1,151 @@
+//! Instruction-count probe for `poll_cq`: the verbs facade, the ring API
+//! (`CqRing::poll` + `SrqRing::complete`) and the raw loop, each on an
+//! empty CQ and at batch 1 with one receive CQE waiting (the code the
+//! `facade` benchmark times), for machines whose timers are too noisy:
+//!
+//! ```sh
+//! cargo build --release -p mlx5-bench --example profile_poll
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+//!     target/release/examples/profile_poll
+//! callgrind_annotate --inclusive=yes /tmp/cg.out | grep -E '(facade|ring|raw)_(empty|one)'
+//! ```
+//!
+//! Each probed function is `#[inline(never)]` and called `CALLS` times
+//! (printed); divide callgrind's inclusive count by it.
+
+use std::hint::black_box;
+
+use mlx5_bench::facade::{raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig};
+use mlx5_driver::cq::Cqe;
+use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::verbs::{RecvWr, WorkCompletion};
+use mlx5_sim::SimHal;
+
+const ROUNDS: usize = 40;
+
+#[inline(never)]
+fn facade_empty(rig: &mut Rig, wc: &mut [WorkCompletion; 1]) -> usize {
+    rig.ctx.poll_cq(rig.cq, wc).unwrap()
+}
+
+#[inline(never)]
+fn facade_one(rig: &mut Rig, wc: &mut [WorkCompletion; 1]) -> usize {
+    rig.ctx.poll_cq(rig.cq, wc).unwrap()
+}
+
+#[inline(never)]
+fn ring_empty(r: &mut RingRig<SimHal>, out: &mut [Cqe; 1]) -> usize {
+    r.cq.poll(&r.dbr, out)
+}
+
+#[inline(never)]
+fn ring_one(r: &mut RingRig<SimHal>, out: &mut [Cqe; 1], wr_id: &mut u64) -> usize {
+    let n = r.cq.poll(&r.dbr, out);
+    if n == 1 {
+        *wr_id = r.srq.complete(out[0].wqe_counter).unwrap();
+    }
+    n
+}
+
+#[inline(never)]
+fn raw_empty_probe(ring: *const u8, log: u32, ci: u32) -> bool {
+    // SAFETY: the caller passes the live ring of a `RingRig` of 2^log CQEs.
+    unsafe { raw_empty(ring, log, ci) }
+}
+
+#[inline(never)]
+fn raw_one(
+    ring: *const u8,
+    log: u32,
+    ci: &mut u32,
+    dbr: *mut u32,
+    wrids: &[u64],
+    out: &mut [RawWc; 1],
+) -> usize {
+    // SAFETY: a live ring of 2^log CQEs, an 8-byte record, a 2^k table.
+    unsafe { raw_poll_recv(ring, log, ci, dbr, wrids, out) }
+}
+
+fn main() {
+    const LOG: u8 = 8;
+    const WR: u32 = 255;
+    let mut rig = Rig::new(LOG, WR, 1);
+    let hal = rig.dev.hal();
+    let geo = SrqGeometry::for_request(WR as usize, 1).unwrap();
+    let mut ring = RingRig::new(&hal, LOG, geo);
+    let raw_ring = RingRig::new(&hal, LOG, geo);
+    let raw_dbr = mlx5_hal::Hal::alloc_dma(&hal, 8).unwrap();
+    let wrids: Vec<u64> = (0..geo.wqe_cnt() as u64).collect();
+    let sge = [Sge {
+        addr: 0x10_0000,
+        length: 1024,
+        lkey: 0x42,
+    }];
+    let mut wc = [WorkCompletion::EMPTY; 1];
+    let mut out = [Cqe::EMPTY; 1];
+    let mut raw_out = [RawWc::default(); 1];
+    let (mut f_wqe, mut r_wqe) = (0u32, 0u32);
+    let mut raw_ci = 0u32;
+    let mut calls = 0usize;
+    for _ in 0..ROUNDS {
+        // Facade: fill the SRQ, the device completes every WQE in order.
+        for i in 0..WR {
+            let wr = [RecvWr {
+                wr_id: i as u64,
+                sges: &sge,
+            }];
+            rig.ctx.post_srq_recv(rig.srq, &wr).unwrap();
+        }
+        let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
+        rig.write_recv_cqes(ci, f_wqe, WR as usize);
+        f_wqe = (f_wqe + WR) % (WR + 1);
+        // Ring API: the same.
+        for i in 0..WR {
+            ring.srq.post(i as u64, &sge).unwrap();
+        }
+        ring.srq.ring_doorbell();
+        let ci = ring.cq.consumer_index();
+        write_recv_cqes(&ring.cq, ci, rig.qpn, rig.srqn, r_wqe, WR + 1, WR as usize);
+        r_wqe = (r_wqe + WR) % (WR + 1);
+        write_recv_cqes(
+            &raw_ring.cq,
+            raw_ci,
+            rig.qpn,
+            rig.srqn,
+            raw_ci,
+            WR + 1,
+            WR as usize,
+        );
+        let mut wr_id = 0;
+        for _ in 0..WR {
+            assert_eq!(facade_one(&mut rig, &mut wc), 1);
+            assert_eq!(ring_one(&mut ring, &mut out, &mut wr_id), 1);
+            assert_eq!(
+                raw_one(
+                    raw_ring.cq.region().as_ptr(),
+                    LOG as u32,
+                    &mut raw_ci,
+                    raw_dbr.as_ptr() as *mut u32,
+                    &wrids,
+                    &mut raw_out
+                ),
+                1
+            );
+            black_box((&wc, wr_id, &raw_out));
+            // Empty from here on until the next round's CQEs: one call
+            // each per completion, so the counts divide alike.
+        }
+        for _ in 0..WR {
+            assert_eq!(facade_empty(&mut rig, &mut wc), 0);
+            assert_eq!(ring_empty(&mut ring, &mut out), 0);
+            assert!(raw_empty_probe(
+                raw_ring.cq.region().as_ptr(),
+                LOG as u32,
+                raw_ci
+            ));
+            calls += 1;
+        }
+    }
+    assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+    println!("{calls} calls of each probe (facade/ring/raw, empty and one)");
+}

@@ -1,0 +1,270 @@
+//! The send side of the facade benchmarks: a QP connected to itself on the
+//! model, through the verbs facade and through the QP ring API, on a
+//! platform whose 64-bit doorbell writes the model does not see (so posted
+//! WQEs are never executed: the benchmark plays the device by storing
+//! requester CQEs), and a raw send-WQE writer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mlx5_driver::cq::{Cq, CqOptions, CqRing};
+use mlx5_driver::qp::{Qp, QpLinks, SendQueueCaps, SendSlot};
+use mlx5_driver::verbs::{CqHandle, QpCap, QpHandle, QpInitAttr, Verbs};
+use mlx5_driver::{Hca, HcaConfig};
+use mlx5_hal::{DmaRegion, Hal, HalError, RawDma};
+use mlx5_sim::{Device, SimConfig, SimHal};
+
+/// The model's platform with 64-bit MMIO writes (the send and CQ-arm
+/// doorbells) kept in a register of its own instead of reaching the model:
+/// a store, as a BlueFlame write is, and the model never executes a WQE.
+#[derive(Clone)]
+pub struct QuietHal {
+    inner: SimHal,
+    last_db: Arc<AtomicU64>,
+}
+
+impl QuietHal {
+    /// Wrap the model's platform.
+    pub fn new(inner: SimHal) -> QuietHal {
+        QuietHal {
+            inner,
+            last_db: Arc::new(AtomicU64::new(0)),
+        }
+    }
+    /// The last 64-bit doorbell written.
+    pub fn last_doorbell(&self) -> u64 {
+        self.last_db.load(Ordering::Relaxed)
+    }
+}
+
+// SAFETY: every method but `mmio_write64` forwards to `SimHal`, which
+// upholds the `Hal` contract; `mmio_write64` only stores into an atomic
+// and touches no memory the driver owns.
+unsafe impl Hal for QuietHal {
+    fn bar0_size(&self) -> usize {
+        self.inner.bar0_size()
+    }
+    fn mmio_read32(&self, offset: usize) -> u32 {
+        self.inner.mmio_read32(offset)
+    }
+    fn mmio_write32(&self, offset: usize, value: u32) {
+        self.inner.mmio_write32(offset, value)
+    }
+    #[inline(always)]
+    fn mmio_write64(&self, _offset: usize, value: u64) {
+        self.last_db.store(value, Ordering::Relaxed);
+    }
+    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+        self.inner.dma_alloc(size)
+    }
+    unsafe fn dma_free(&self, region: RawDma) {
+        // SAFETY: forwarded unchanged under the caller's guarantees.
+        unsafe { self.inner.dma_free(region) }
+    }
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    fn delay_us(&self, us: u32) {
+        self.inner.delay_us(us)
+    }
+}
+
+/// Send work requests one QP can hold in every benchmark shape.
+pub const SEND_WR: u32 = 64;
+
+const CAP: SendQueueCaps = SendQueueCaps {
+    max_send_wr: SEND_WR,
+    max_send_sge: 4,
+    max_inline_data: 64,
+};
+
+/// A verbs context with a CQ of `2^log_cq` entries and an RC QP sending
+/// on it (no receive queue), connected to itself and in RTS.
+pub struct SendRig {
+    /// The model (kept alive).
+    pub dev: Device,
+    /// The verbs context.
+    pub ctx: Verbs<QuietHal>,
+    /// The send CQ.
+    pub cq: CqHandle,
+    /// The QP.
+    pub qp: QpHandle,
+    /// Its number.
+    pub qpn: u32,
+}
+
+impl SendRig {
+    /// Bring up and create the objects.
+    pub fn new(log_cq: u8) -> SendRig {
+        let dev = Device::new(SimConfig::default());
+        let hca = Hca::bring_up(QuietHal::new(dev.hal()), HcaConfig::default()).expect("up");
+        let mut ctx: Verbs<QuietHal> = Verbs::open(hca);
+        let (cq, _) = ctx.create_cq((1u32 << log_cq) - 1).expect("create_cq");
+        let (qp, _) = ctx
+            .create_qp(&QpInitAttr {
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: CAP.max_send_wr,
+                    max_send_sge: CAP.max_send_sge,
+                    max_inline_data: CAP.max_inline_data,
+                    ..Default::default()
+                },
+                sq_sig_all: false,
+            })
+            .expect("create_qp");
+        ctx.connect_loopback(qp, qp).expect("connect");
+        SendRig {
+            qpn: ctx.qp_num(qp).expect("qp"),
+            dev,
+            ctx,
+            cq,
+            qp,
+        }
+    }
+
+    /// The WQE counter the next post starts at.
+    pub fn producer(&self) -> u16 {
+        let q = self.ctx.qp(self.qp).expect("qp");
+        q.send_ring().expect("sq").producer_counter()
+    }
+}
+
+/// The same through the driver's objects (the ring API: `Qp::post_send`,
+/// `Cq::poll`, `Qp::complete_send`).
+pub struct RingSendRig {
+    /// The model (kept alive).
+    pub dev: Device,
+    /// The HCA.
+    pub hca: Hca<QuietHal>,
+    /// The send CQ.
+    pub cq: Cq<QuietHal>,
+    /// The QP, in RTS.
+    pub qp: Qp<QuietHal, Vec<SendSlot>>,
+}
+
+impl RingSendRig {
+    /// Bring up and create the objects.
+    pub fn new(log_cq: u8) -> RingSendRig {
+        let dev = Device::new(SimConfig::default());
+        let hca = Hca::bring_up(QuietHal::new(dev.hal()), HcaConfig::default()).expect("up");
+        let mut cq = hca
+            .create_cq((1u32 << log_cq) - 1, CqOptions::default())
+            .expect("cq");
+        let links = QpLinks {
+            send_cq: Some(&mut cq),
+            ..QpLinks::default()
+        };
+        let mut qp = hca
+            .create_qp(Some(CAP), links, vec![SendSlot::EMPTY; 256])
+            .expect("qp");
+        hca.connect_loopback_self(&mut qp).expect("connect");
+        RingSendRig { dev, hca, cq, qp }
+    }
+
+    /// The WQE counter the next post starts at.
+    pub fn producer(&self) -> u16 {
+        self.qp.send_ring().expect("sq").producer_counter()
+    }
+}
+
+/// Requester CQEs (REQ, opcode SEND) into `ring` at running indices
+/// `ci .. ci + n`, naming QP `qpn` and WQE counters `wqe + i·step`.
+pub fn write_req_cqes<H: Hal>(ring: &CqRing<H>, ci: u32, qpn: u32, wqe: u16, step: u16, n: usize) {
+    let r = ring.region();
+    let stride = ring.cqe_size().stride();
+    let mask = ring.nent() as u32 - 1;
+    for i in 0..n as u32 {
+        let idx = ci.wrapping_add(i);
+        let cqe = ring.base_offset() + (idx & mask) as usize * stride + stride - 64;
+        let owner = ((idx >> ring.log_nent()) & 1) as u8;
+        r.write_be32(cqe + 0x2c, 0);
+        r.write_be32(cqe + 0x34, 0);
+        r.write_be32(cqe + 0x38, (0x0a << 24) | qpn);
+        r.write_be16(cqe + 0x3c, wqe.wrapping_add(step.wrapping_mul(i as u16)));
+        r.write_u8(cqe + 0x3f, owner);
+    }
+}
+
+/// A raw send queue: WQEs written with plain stores into a ring of
+/// `wqebbs` 64-byte blocks, a plain `wr_id` table, the doorbell record and
+/// the doorbell. No checks (queue full, gather-list length).
+pub struct RawSq<H: Hal> {
+    ring: DmaRegion<H>,
+    dbr: DmaRegion<H>,
+    hal: H,
+    /// `wr_id` per WQEBB.
+    pub wrids: Vec<u64>,
+    wqebbs: usize,
+    qpn: u32,
+    cur: u16,
+    last: u64,
+}
+
+impl<H: Hal> RawSq<H> {
+    /// A ring of `wqebbs` (a power of two) blocks.
+    pub fn new(hal: &H, wqebbs: usize, qpn: u32) -> RawSq<H> {
+        RawSq {
+            ring: hal.alloc_dma(wqebbs * 64).expect("DMA"),
+            dbr: hal.alloc_dma(8).expect("DMA"),
+            hal: hal.clone(),
+            wrids: vec![0; wqebbs],
+            wqebbs,
+            qpn,
+            cur: 0,
+            last: 0,
+        }
+    }
+
+    /// Write one signaled SEND: the gather list, or `inline` when given.
+    #[inline(always)]
+    pub fn post(&mut self, wr_id: u64, sges: &[mlx5_driver::srq::Sge], inline: Option<&[u8]>) {
+        let idx = self.cur as usize & (self.wqebbs - 1);
+        let p = self.ring.as_ptr();
+        let wqe = idx * 64;
+        let ring_len = self.wqebbs * 64;
+        // SAFETY: (whole block) every store is inside the live ring: the
+        // offset is taken modulo its length, segments are 16-byte aligned.
+        let ds = unsafe {
+            let seg = |u: usize| p.add((wqe + 16 * u) % ring_len);
+            match inline {
+                Some(d) => {
+                    (seg(1) as *mut u32).write_volatile((d.len() as u32 | 0x8000_0000).to_be());
+                    let at = wqe + 20;
+                    let first = d.len().min(ring_len - at);
+                    self.ring.write_bytes(at, &d[..first]);
+                    self.ring.write_bytes(0, &d[first..]);
+                    1 + (4 + d.len()).div_ceil(16)
+                }
+                None => {
+                    for (i, s) in sges.iter().enumerate() {
+                        let q = seg(1 + i);
+                        (q as *mut u32).write_volatile(s.length.to_be());
+                        (q.add(4) as *mut u32).write_volatile(s.lkey.to_be());
+                        (q.add(8) as *mut u64).write_volatile(s.addr.to_be());
+                    }
+                    1 + sges.len()
+                }
+            }
+        };
+        let w0 = ((self.cur as u64) << 40 | 0x0a << 32) | ((self.qpn as u64) << 8 | ds as u64);
+        // SAFETY: the control segment is the first 16 bytes of the WQE.
+        unsafe {
+            (p.add(wqe) as *mut u64).write_volatile(w0.to_be());
+            (p.add(wqe + 8) as *mut u64).write_volatile((8u64 << 32).to_be());
+        }
+        self.wrids[idx] = wr_id;
+        self.last = w0;
+        self.cur = self.cur.wrapping_add(ds.div_ceil(4) as u16);
+    }
+
+    /// Publish: barrier, doorbell record, doorbell.
+    #[inline(always)]
+    pub fn ring(&self) {
+        mlx5_hal::barrier::dma_wmb();
+        self.dbr.write_be32(4, self.cur as u32);
+        mlx5_hal::barrier::mmio_wmb();
+        self.hal.mmio_write64(0x800, self.last);
+    }
+}
