@@ -40,6 +40,8 @@ tests=(
     fuzz_props::cmd_output
     fuzz_props::mailbox
     fuzz_props::sim_cmd
+    stale_events::a_destroyed_cqs_pending_event_never_reaches_its_successor
+    stale_events::a_destroyed_cqs_pending_event_never_reaches_its_successor_threaded
 )
 
 selected=()

@@ -234,6 +234,9 @@ fn dispatch(cli: &Cli) -> Outcome {
                 progress && live.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr()),
                 None,
             );
+            // A VF skips the PF-only HOST_ENDIANNESS write (Linux).
+            let mut cfg = cfg;
+            cfg.virtual_function = mlx5_vfio::pci::is_virtual_function(plat.device_info().device);
             let env = Env {
                 target: &target,
                 model: None,

@@ -36,6 +36,9 @@ const OWNER_BYTE: usize = eqe::owner.bit_off as usize / 8;
 /// polling; firmware treats the EQ as overrun after 128 unreported entries
 /// (`MLX5_NUM_SPARE_EQE`, docs/firmware.md §6.2).
 pub const CI_UPDATE_INTERVAL: u32 = 64;
+/// `ec_function` bit of a page request: the embedded-CPU function's own
+/// (Linux `EC_FUNCTION_MASK`, docs/firmware.md §4.2).
+const EC_FUNCTION: u16 = 0x8000;
 
 /// A decoded event (docs/firmware.md §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +88,9 @@ pub enum Event {
     PageRequest {
         /// `func_id`.
         function_id: u16,
+        /// The request is the embedded-CPU function's (`ec_function` bit 15,
+        /// Linux `EC_FUNCTION_MASK`): answered with `embedded_cpu_function`.
+        ec_function: bool,
         /// Signed page count.
         num_pages: i32,
     },
@@ -199,7 +205,10 @@ impl Event {
 /// let mut raw = [0u8; 64];
 /// raw[1] = 0x0b;                                   // PAGE_REQUEST
 /// raw[0x24..0x28].copy_from_slice(&(-5i32).to_be_bytes());
-/// assert_eq!(decode(&raw), Event::PageRequest { function_id: 0, num_pages: -5 });
+/// assert_eq!(
+///     decode(&raw),
+///     Event::PageRequest { function_id: 0, ec_function: false, num_pages: -5 }
+/// );
 /// ```
 pub fn decode(raw: &[u8; EQE_SIZE]) -> Event {
     let ty = EventType(eqe::event_type.get(raw));
@@ -230,6 +239,7 @@ pub fn decode(raw: &[u8; EQE_SIZE]) -> Event {
         },
         EventType::PAGE_REQUEST => Event::PageRequest {
             function_id: pages_req_event::function_id.get(data),
+            ec_function: pages_req_event::ec_function.get(data) & EC_FUNCTION != 0,
             num_pages: pages_req_event::num_pages.get(data) as i32,
         },
         EventType::CMD => Event::CommandCompletion {
@@ -328,6 +338,25 @@ impl<T: LossMarker, const N: usize> EventSink<T, N> {
             }
             None => None,
         }
+    }
+
+    /// Drop the waiting items `keep` refuses, keeping the others in order;
+    /// returns how many were dropped (not counted as lost: they were
+    /// withdrawn, e.g. events of a destroyed object).
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) -> usize {
+        let n = self.q.len();
+        let mut dropped = 0;
+        for _ in 0..n {
+            if let Some(x) = self.q.pop_front() {
+                if keep(&x) {
+                    // Cannot fail: one slot was just freed.
+                    let _ = self.q.push_back(x);
+                } else {
+                    dropped += 1;
+                }
+            }
+        }
+        dropped
     }
 
     /// Items waiting.

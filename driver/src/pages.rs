@@ -97,6 +97,10 @@ pub struct PageStats {
 pub struct PageRequest {
     /// `func_id` of the event.
     pub function_id: u16,
+    /// The request is for the embedded-CPU function (`ec_function` bit 15 of
+    /// the event); answered with `embedded_cpu_function` = 1 (Linux
+    /// `req_pages_handler`, `give_pages`).
+    pub ec_function: bool,
     /// > 0: firmware wants that many more pages; < 0: it returns |n|.
     pub num_pages: i32,
 }
@@ -188,6 +192,14 @@ impl<H: Hal> PageManager<H> {
             }
         }
         Ok(())
+    }
+
+    /// Take one free page (allocating a chunk if needed) and mark it held.
+    pub fn alloc_page(&mut self, hal: &H) -> Result<u64, Error> {
+        if self.held >= self.max_pages {
+            return Err(Error::OutOfPages { requested: 1 });
+        }
+        self.alloc_one(hal)
     }
 
     fn alloc_one(&mut self, hal: &H) -> Result<u64, Error> {
@@ -360,6 +372,7 @@ mod tests {
         for _ in 0..PENDING_REQUESTS + 3 {
             pm.push_request(PageRequest {
                 function_id: 0,
+                ec_function: false,
                 num_pages: 2,
             });
         }

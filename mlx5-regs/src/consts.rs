@@ -165,6 +165,8 @@ opcodes! {
     MODIFY_RMP = 0x90d => (modify_rmp_in, modify_rmp_out),
     DESTROY_RMP = 0x90e => (destroy_rmp_in, destroy_rmp_out),
     QUERY_RMP = 0x90f => (query_rmp_in, query_rmp_out),
+    CREATE_UMEM = 0xa08 => (create_umem_in, create_umem_out),
+    DESTROY_UMEM = 0xa0a => (destroy_umem_in, destroy_umem_out),
 }
 
 impl core::fmt::Debug for Opcode {

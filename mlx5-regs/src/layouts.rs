@@ -18,9 +18,11 @@
 
 use crate::layouts;
 
+mod devx;
 mod mkey;
 mod qp;
 mod vport;
+pub use devx::*;
 pub use mkey::*;
 pub use qp::*;
 pub use vport::*;
@@ -81,6 +83,13 @@ layouts! {
         embedded_cpu: bool @ 4072 : 1,
         health_buffer: {health_buffer} @ 4096 : 512,
         no_dram_nic_offset: u32 @ 4608 : 32,
+        /// Command execution timeout (0xff8; Linux `struct mlx5_init_seg`
+        /// `cmd_exec_to`, `lib/tout.c`): bits 31:29 unit (0 ms, 1 s, 2 min,
+        /// 3 h), bits 19:0 value; 0 = not provided.
+        cmd_exec_to: u32 @ 32704 : 32,
+        /// Firmware-initialisation timeout (0xffc, `cmd_q_init_to`), same
+        /// encoding; non-zero means the device provides its timeouts.
+        cmd_q_init_to: u32 @ 32736 : 32,
         clear_int: bool @ 32895 : 1,
         health_syndrome: u8 @ 32896 : 8,
         health_counter: u32 @ 32904 : 24,
@@ -783,6 +792,10 @@ layouts! {
     }
     /// EQE data of a page request event (type 0x0b).
     pages_req_event (28) {
+        /// Bit 15: the request is for the embedded-CPU function; bit 14:
+        /// release all pages (Linux `struct mlx5_eqe_page_req`,
+        /// `EC_FUNCTION_MASK`, `RELEASE_ALL_PAGES_MASK`).
+        ec_function: u16 @ 0 : 16,
         function_id: u16 @ 16 : 16,
         num_pages: u32 @ 32 : 32,
     }
@@ -804,6 +817,10 @@ layouts! {
         mini_cqe_res_format: u8 @ 18 : 2,
         st: u8 @ 20 : 4,
         cqe_compression_layout: u8 @ 30 : 2,
+        /// UMEM holding the doorbell record when `dbr_umem_valid` (DevX;
+        /// rdma-core `providers/mlx5/mlx5_ifc.h`, DPDK `mlx5_prm.h`);
+        /// `dbr_addr` is then an offset into it.
+        dbr_umem_id: u32 @ 32 : 32,
         page_offset: u8 @ 84 : 6,
         log_cq_size: u8 @ 99 : 5,
         uar_page: u32 @ 104 : 24,
@@ -823,6 +840,11 @@ layouts! {
         uid: u16 @ 16 : 16,
         op_mod: u16 @ 48 : 16,
         cq_context: {cqc} @ 128 : 512,
+        /// Offset of the CQ buffer in the UMEM `cq_umem_id` (DevX, rdma-core
+        /// `mlx5_ifc.h`), used when `cq_umem_valid`.
+        cq_umem_offset: u64 @ 640 : 64,
+        cq_umem_id: u32 @ 704 : 32,
+        /// The buffer is the UMEM `cq_umem_id` instead of `pas[]`.
         cq_umem_valid: bool @ 736 : 1,
         pas: [u64] @ 2176 : 64,
     }

@@ -219,4 +219,11 @@ all!(
     query_hca_vport_context_out,
     query_vport_state_in,
     query_vport_state_out,
+    // DevX user memory (layouts/devx.rs).
+    umem,
+    mtt,
+    create_umem_in,
+    create_umem_out,
+    destroy_umem_in,
+    destroy_umem_out,
 );

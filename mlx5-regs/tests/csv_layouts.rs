@@ -1,6 +1,12 @@
 //! Every field defined in mlx5-regs against the kernel-derived CSVs
 //! (`tests/data/mlx5-layouts.csv` and `tests/data/mlx5-qp-layouts.csv`, both
-//! extracted from `mlx5_ifc.h`): same bit offset, same width; and every CSV
+//! extracted from `mlx5_ifc.h`) and the DevX CSV (`tests/data/mlx5-devx-layouts.csv`:
+//! the fields the kernel header leaves reserved or does not describe, taken
+//! from rdma-core `providers/mlx5/mlx5_ifc.h` — the UMEM structures and the
+//! `*_umem_id` fields, `create_umem_in`'s translation entries flattened to
+//! `mtt[]` — and from Linux `include/linux/mlx5/device.h` — the page
+//! request's `ec_function` and the init segment's `cmd_exec_to` /
+//! `cmd_q_init_to`): same bit offset, same width; and every CSV
 //! row of the layouts we define is defined here, or on the commented
 //! allow-list below. Every structure of the first CSV is defined; the second
 //! also describes Ethernet and flow-steering structures this crate does not
@@ -17,6 +23,8 @@ const BASE_CSV: &str = include_str!("data/mlx5-layouts.csv");
 /// The second CSV (queue pairs, memory keys, vports, RoCE; also Ethernet and
 /// flow-steering structures).
 const QP_CSV: &str = include_str!("data/mlx5-qp-layouts.csv");
+/// Fields outside the kernel's `mlx5_ifc.h` (see the module docs).
+const DEVX_CSV: &str = include_str!("data/mlx5-devx-layouts.csv");
 
 fn parse_csv(text: &str, rows: &mut Csv) -> BTreeSet<String> {
     let mut structs = BTreeSet::new();
@@ -39,6 +47,7 @@ fn load_csvs() -> (Csv, BTreeSet<String>) {
     let mut rows = Csv::new();
     let base = parse_csv(BASE_CSV, &mut rows);
     let qp = parse_csv(QP_CSV, &mut rows);
+    parse_csv(DEVX_CSV, &mut rows);
     assert!(base.len() > 50 && qp.len() > 100, "CSVs not loaded");
     assert!(
         base.is_disjoint(&qp),
@@ -285,6 +294,13 @@ fn structure_sizes_match_mlx5_ifc() {
         // Queue pairs, memory keys, vports (the second CSV's sizes, summed
         // from `mlx5_ifc.h` by the same extractor).
         ("qpc", 232),
+        // DevX user memory (rdma-core `providers/mlx5/mlx5_ifc.h`).
+        ("umem", 32),
+        ("mtt", 8),
+        ("create_umem_in", 48),
+        ("create_umem_out", 16),
+        ("destroy_umem_in", 16),
+        ("destroy_umem_out", 16),
         ("ads", 44),
         ("create_qp_in", 272),
         ("create_qp_out", 16),

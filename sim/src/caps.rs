@@ -126,6 +126,25 @@ pub struct Caps {
     /// firmware fires on arm is UNCONFIRMED, docs/firmware.md §11.9), so a driver's own
     /// fallback can be tested.
     pub limit_event_on_arm: bool,
+    /// UMEMs may be created with uid 0 (required by rdma-core's VFIO
+    /// driver, `mlx5_vfio_setup_function`).
+    pub umem_uid_0: bool,
+    /// QUERY_SPECIAL_CONTEXTS reports a `terminate_scatter_list_mkey`
+    /// (Linux uses it to end short receive scatter lists).
+    pub terminate_scatter_list_mkey: bool,
+    /// Function property, not a capability: this is an embedded-CPU
+    /// (BlueField Arm) function: init-segment bit `embedded_cpu` (0x1fc bit
+    /// 23) is set and its own commands carry `embedded_cpu_function` = 1.
+    pub embedded_cpu: bool,
+    /// Function property, not a capability: a virtual function, which does
+    /// not own the PF's HOST_ENDIANNESS register.
+    pub virtual_function: bool,
+    /// Init segment 0xff8 `cmd_exec_to` (raw: bits 31:29 unit, 19:0 value;
+    /// 0 = not provided).
+    pub cmd_exec_to: u32,
+    /// Init segment 0xffc `cmd_q_init_to` (same encoding; 0 = the device
+    /// provides no timeouts).
+    pub cmd_q_init_to: u32,
 }
 
 impl Caps {
@@ -188,6 +207,12 @@ impl Caps {
             regular_pages: 0,
             msix_vectors: 64,
             limit_event_on_arm: true,
+            umem_uid_0: true,
+            terminate_scatter_list_mkey: false,
+            embedded_cpu: false,
+            virtual_function: false,
+            cmd_exec_to: 0,
+            cmd_q_init_to: 0,
             pg: true,
             fl_rc_qp_when_roce_disabled: false,
             disable_local_lb_uc: true,
@@ -313,6 +338,8 @@ impl Caps {
             rq_ts_format = self.rq_ts_format,
             log_max_ra_req_qp = self.log_max_ra_req_qp,
             log_max_ra_res_qp = self.log_max_ra_res_qp,
+            umem_uid_0 = self.umem_uid_0,
+            terminate_scatter_list_mkey = self.terminate_scatter_list_mkey,
         );
     }
 

@@ -114,6 +114,13 @@ impl SimHal {
         &self.dev
     }
 
+    /// Reset the function, as the VFIO platform does with
+    /// `VFIO_DEVICE_RESET` when it opens and closes a device
+    /// ([`Device::function_reset`]).
+    pub fn reset(&self) -> crate::ResetReport {
+        self.dev.function_reset()
+    }
+
     fn check(&self, offset: usize, width: usize) {
         let size = self.dev.lock().bar0_size();
         assert!(
@@ -188,6 +195,9 @@ unsafe impl Hal for SimHal {
         let (lo, hi) = (region.iova, region.iova + region.len as u64);
         let inside = |a: u64| a >= lo && a < hi;
         let mut users = Vec::new();
+        // A device in a fatal state performs no more DMA: software frees
+        // everything after a fatal error (Linux, `mlx5_internal_err_ret_value`).
+        let dead = st.fatal.is_some();
         if st.pages.held.iter().any(|&p| inside(p)) {
             users.push("firmware pages".to_string());
         }
@@ -214,7 +224,12 @@ unsafe impl Hal for SimHal {
                 users.push(format!("SRQ {n:#x} buffer/doorbell record"));
             }
         }
-        if !users.is_empty() {
+        for (n, u) in &st.umems {
+            if u.overlaps(lo, hi) {
+                users.push(format!("UMEM {n:#x}"));
+            }
+        }
+        if !users.is_empty() && !dead {
             st.violations.push(Violation::FreedWhileInUse(format!(
                 "DMA region {lo:#x}+{:#x} freed while in use by {}",
                 region.len,

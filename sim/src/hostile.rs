@@ -177,13 +177,13 @@ impl State {
     }
 
     fn never_issued_srqn(&self) -> u32 {
-        State::never_issued(self.next_srqn.wrapping_add(0x7_7777), |n| {
+        State::never_issued(self.srqn_base.wrapping_add(0x7_7777), |n| {
             self.srqs.contains_key(&n)
         })
     }
 
     fn never_issued_cqn(&self) -> u32 {
-        State::never_issued(self.next_cqn.wrapping_add(0x3_3333), |n| {
+        State::never_issued(self.cqn_base.wrapping_add(0x3_3333), |n| {
             self.cqs.contains_key(&n)
         })
     }

@@ -98,10 +98,27 @@ impl Injector<'_> {
         self.dev.lock().inj.corrupt = Some(kind);
     }
 
-    /// Enter a fatal state: the health syndrome shows in the health buffer,
-    /// the health counter stops and the command interface stops answering.
+    /// Enter a fatal state: the health syndrome shows in the health buffer
+    /// with the reset-requested (RFR) bit, the health counter stops and the
+    /// command interface stops answering.
     pub fn fatal(&self, health_syndrome: u8) {
         self.dev.lock().go_fatal(health_syndrome);
+    }
+
+    /// Show a non-fatal health syndrome (valid, severity WARNING, no
+    /// reset requested): firmware reports a condition and keeps working
+    /// (Linux `poll_health` reports such a syndrome; it is fatal only with
+    /// the RFR bit, `mlx5_health_check_fatal_sensors`). `None` clears it.
+    pub fn health_syndrome(&self, syndrome: Option<(u8, u16)>) {
+        self.dev.lock().health_warning = syndrome;
+    }
+
+    /// The next SRQ limit event that an arm above the current count would
+    /// raise at once is raised only after `commands` more commands have
+    /// completed (a firmware that fires late), so a driver's own fallback
+    /// and a late firmware event can meet.
+    pub fn srq_limit_late(&self, commands: u32) {
+        self.dev.lock().limit_late = Some(commands);
     }
 
     /// The initializing bit never clears.

@@ -37,10 +37,12 @@ mod mmio;
 mod objects;
 mod port;
 mod qp;
+mod reset;
 mod state;
 pub mod syndrome;
 mod trace;
 mod traffic;
+mod umem;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -53,6 +55,7 @@ pub use hostile::HostileKind;
 pub use inject::{Corruption, Injector};
 pub use port::GidEntry;
 pub use qp::QpState;
+pub use reset::ResetReport;
 pub use trace::TraceEntry;
 pub use traffic::{Delivery, Traffic, TrafficStats};
 
@@ -140,6 +143,8 @@ pub struct ObjectCounts {
     pub xrcds: usize,
     /// Programmed RoCE GID table entries.
     pub gids: usize,
+    /// UMEM objects (DevX user memory).
+    pub umems: usize,
 }
 
 impl ObjectCounts {
@@ -155,6 +160,7 @@ impl ObjectCounts {
             + self.mkeys
             + self.xrcds
             + self.gids
+            + self.umems
     }
 }
 
@@ -397,6 +403,23 @@ impl Device {
         )
     }
 
+    /// Function-level reset (PCIe FLR; what `VFIO_DEVICE_RESET` triggers,
+    /// see [`SimHal::reset`]): every firmware object, every page firmware
+    /// held, the command queue address and a fatal state are dropped; the
+    /// HCA is Disabled and firmware initialises again (initializing bit set
+    /// for `fw_init_delay_us`). DMA memory stays the host's; it may be
+    /// freed afterwards. Returns what was dropped.
+    pub fn function_reset(&self) -> ResetReport {
+        let r = self.lock().function_reset();
+        self.shared.cv.notify_all();
+        r
+    }
+
+    /// Function resets so far.
+    pub fn resets(&self) -> u64 {
+        self.lock().resets
+    }
+
     /// Firmware state.
     pub fn hca_state(&self) -> HcaState {
         self.lock().hca
@@ -481,6 +504,12 @@ impl Device {
             srqn: q.srqn,
             cqe_version: if q.cqe_v1() { 1 } else { 0 },
         })
+    }
+
+    /// What the last arm doorbell of CQ `cqn` asked for: `Some(true)` for
+    /// solicited completions only, `Some(false)` for the next completion.
+    pub fn cq_last_arm(&self, cqn: u32) -> Option<bool> {
+        self.lock().cqs.get(&cqn)?.last_arm_solicited
     }
 
     /// Numbers of the live QPs, ascending.

@@ -46,14 +46,33 @@ impl State {
         initial_seg::initializing
             .set(s, self.initializing())
             .expect("flag");
+        initial_seg::embedded_cpu
+            .set(s, self.caps.embedded_cpu)
+            .expect("flag");
+        initial_seg::cmd_exec_to
+            .set(s, self.caps.cmd_exec_to)
+            .expect("32-bit");
+        initial_seg::cmd_q_init_to
+            .set(s, self.caps.cmd_q_init_to)
+            .expect("32-bit");
         let hb = initial_seg::health_buffer.get_mut(s);
         health_buffer::fw_version
             .set(hb, ((maj as u32) << 24) | ((min as u32) << 16) | sub as u32)
             .expect("32-bit");
         if let Some(synd) = self.fatal {
+            // A fatal error: firmware asks for a reset (RFR, Linux
+            // `sensor_fw_synd_rfr`), severity CRIT.
             health_buffer::synd.set(hb, synd).expect("8-bit");
+            health_buffer::rfr.set(hb, true).expect("flag");
             health_buffer::valid.set(hb, true).expect("flag");
-            health_buffer::severity.set(hb, 2).expect("3-bit"); // CRIT
+            health_buffer::severity.set(hb, 2).expect("3-bit");
+        } else if let Some((synd, ext)) = self.health_warning {
+            // A reported, non-fatal condition: syndrome without RFR, the
+            // device keeps working (Linux reports it and carries on).
+            health_buffer::synd.set(hb, synd).expect("8-bit");
+            health_buffer::ext_synd.set(hb, ext).expect("16-bit");
+            health_buffer::valid.set(hb, true).expect("flag");
+            health_buffer::severity.set(hb, 4).expect("3-bit"); // WARNING
         }
         let counter = match self.fatal {
             Some(_) => self.fatal_counter,
@@ -211,16 +230,18 @@ impl State {
             )));
             return;
         }
-        cq.arm = Some(crate::objects::Arm {
-            sn,
-            solicited: a.solicited,
-        });
+        // A request for the next completion is not downgraded by a later
+        // request for a solicited one while armed (IB "Request Completion
+        // Notification"; Linux `mlx5_ib_arm_cq` keeps `IB_CQ_NEXT_COMP`).
+        cq.last_arm_solicited = Some(a.solicited);
+        let solicited = a.solicited && cq.arm.is_none_or(|old| old.solicited);
+        cq.arm = Some(crate::objects::Arm { sn, solicited });
         // CQEs beyond the arm's consumer index already present: fire now.
         let m = 0x00ff_ffff;
         let beyond = cq.pc.wrapping_sub(a.consumer_index) & m;
         let n = 1u32 << cq.log_size;
         if beyond > 0 && beyond <= n {
-            let fire = if a.solicited {
+            let fire = if solicited {
                 cq.last_solicit
                     .is_some_and(|s| (s.wrapping_sub(a.consumer_index) & m) < beyond)
             } else {

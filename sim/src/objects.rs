@@ -91,6 +91,11 @@ pub(crate) struct Cq {
     pub last_solicit: Option<u32>,
     /// SRQs (ISSI 0 srqc.cqn) referencing this CQ.
     pub users: u32,
+    /// UMEMs holding the buffer or doorbell record (DevX).
+    pub umems: Vec<u32>,
+    /// What the last arm doorbell asked for: `Some(true)` solicited only
+    /// (test API `Device::cq_last_arm`).
+    pub last_arm_solicited: Option<bool>,
 }
 
 impl Cq {
@@ -137,4 +142,6 @@ pub(crate) struct Srq {
     /// `next_wqe_index` read from each WQE at the moment it is consumed
     /// (docs/firmware.md §9.4; see docs/fidelity.md "SRQ free-list walk").
     pub next: u16,
+    /// UMEMs holding the buffer or doorbell record (DevX).
+    pub umems: Vec<u32>,
 }

@@ -120,6 +120,8 @@ pub(crate) struct Qp {
     pub sq_ci: u16,
     /// The head WQE waits for an RNR or ACK timer.
     pub wait: Option<Wait>,
+    /// UMEMs holding the send ring or doorbell record (DevX).
+    pub umems: Vec<u32>,
 }
 
 impl Qp {

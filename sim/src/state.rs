@@ -19,6 +19,7 @@ use crate::objects::{Cq, Eq, Srq};
 use crate::port::Port;
 use crate::qp::Qp;
 use crate::trace::TraceEntry;
+use crate::umem::Umem;
 use crate::{HcaState, ObjectCounts, SimConfig, Violation};
 
 /// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
@@ -82,6 +83,15 @@ pub(crate) struct State {
     pub cmdq_l: u32,
     pub nic_interface: u8,
     pub fatal: Option<u8>,
+    /// A non-fatal health syndrome shown in the health buffer (no RFR).
+    pub health_warning: Option<(u8, u16)>,
+    /// Limit events of arms above the count are deferred until this many
+    /// more commands completed (`Injector::srq_limit_late`).
+    pub limit_late: Option<u32>,
+    /// Deferred limit events: (commands still to complete, SRQ number).
+    pub late_limits: Vec<(u32, u32)>,
+    /// Function resets so far.
+    pub resets: u64,
     pub fatal_counter: u32,
     pub slots: Vec<Slot>,
     pub slot_rung_at: Vec<u64>,
@@ -96,16 +106,26 @@ pub(crate) struct State {
     pub next_pd: u32,
     pub eqs: BTreeMap<u8, Eq>,
     pub cqs: BTreeMap<u32, Cq>,
-    pub next_cqn: u32,
+    /// Lowest CQ number handed out (seed-derived).
+    pub cqn_base: u32,
     pub srqs: BTreeMap<u32, Srq>,
-    pub next_srqn: u32,
+    /// Lowest SRQ/RMP number handed out (seed-derived).
+    pub srqn_base: u32,
     pub resd_lkey: u32,
+    /// QUERY_SPECIAL_CONTEXTS `terminate_scatter_list_mkey` (seed-derived,
+    /// reported with the capability of the same name).
+    pub term_mkey: u32,
     pub qps: BTreeMap<u32, Qp>,
-    pub next_qpn: u32,
+    /// Lowest QP number handed out (seed-derived).
+    pub qpn_base: u32,
     /// Memory keys by index (key >> 8).
     pub mkeys: BTreeMap<u32, Mkey>,
     pub next_mkey: u32,
     pub xrcds: BTreeSet<u32>,
+    /// UMEM objects (DevX user memory) by id.
+    pub umems: BTreeMap<u32, Umem>,
+    /// Lowest UMEM id handed out (seed-derived).
+    pub umem_base: u32,
     pub next_xrcd: u32,
     pub port: Port,
     pub leaked_at_teardown: Option<ObjectCounts>,
@@ -138,6 +158,10 @@ impl State {
             cmdq_l: 0,
             nic_interface: 0,
             fatal: None,
+            health_warning: None,
+            limit_late: None,
+            late_limits: Vec::new(),
+            resets: 0,
             fatal_counter: 0,
             slots: vec![Slot::Idle; 1 << LOG_CMDQ_SIZE],
             slot_rung_at: vec![0; 1 << LOG_CMDQ_SIZE],
@@ -151,15 +175,18 @@ impl State {
             next_pd: 1 + (h & 0xff) as u32,
             eqs: BTreeMap::new(),
             cqs: BTreeMap::new(),
-            next_cqn: 0x400 + ((h >> 8) & 0x3ff) as u32,
+            cqn_base: 0x400 + ((h >> 8) & 0x3ff) as u32,
             srqs: BTreeMap::new(),
-            next_srqn: 0x100 + ((h >> 20) & 0x3ff) as u32,
+            srqn_base: 0x100 + ((h >> 20) & 0x3ff) as u32,
             resd_lkey: 0x2000 | (((h >> 32) & 0xff) as u32) << 8,
+            term_mkey: 0x4000 | (((h >> 36) & 0xff) as u32) << 8,
             qps: BTreeMap::new(),
-            next_qpn: 0x200 + ((h >> 40) & 0x3ff) as u32,
+            qpn_base: 0x200 + ((h >> 40) & 0x3ff) as u32,
             mkeys: BTreeMap::new(),
             next_mkey: 0x1000 + ((h >> 50) & 0xfff) as u32,
             xrcds: BTreeSet::new(),
+            umems: BTreeMap::new(),
+            umem_base: 0x10 + ((h >> 28) & 0xff) as u32,
             next_xrcd: 0x10 + ((h >> 12) & 0xff) as u32,
             port: Port::new(cfg.seed),
             leaked_at_teardown: None,
@@ -180,6 +207,22 @@ impl State {
         self.pages.boot_needed = self.caps.boot_pages;
         self.pages.init_needed = self.caps.init_pages;
         self.pages.regular_needed = 0;
+    }
+
+    /// The lowest object number at or above `base` that `used` says is
+    /// free (never 0). Firmware reuses the numbers of destroyed CQs,
+    /// SRQs/RMPs, QPs and EQs; the model hands out the lowest free one so a
+    /// destroy followed by a create gets the same number back
+    /// (docs/fidelity.md §15).
+    pub fn alloc_number(&self, used: impl Fn(&State, u32) -> bool, base: u32) -> u32 {
+        let mut n = base.max(1);
+        while used(self, n) {
+            n = (n + 1) & 0x00ff_ffff;
+            if n == 0 {
+                n = 1;
+            }
+        }
+        n
     }
 
     pub fn caps_changed(&mut self) {
@@ -332,6 +375,7 @@ impl State {
             mkeys: self.mkeys.len(),
             xrcds: self.xrcds.len(),
             gids: self.port.gids.len(),
+            umems: self.umems.len(),
         }
     }
 

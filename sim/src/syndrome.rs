@@ -59,7 +59,7 @@ syndromes! {
     UNKNOWN_OPCODE = 0x010c_0000, BAD_OP_ERR, true, "opcode not implemented by this firmware";
     // ---- bring-up ----
     SET_ISSI_UNSUPPORTED = 0x0200_0001, BAD_PARAM_ERR, false, "SET_ISSI to a value not in supported_issi";
-    ENABLE_FUNC_ID = 0x0200_0002, BAD_PARAM_ERR, false, "ENABLE/DISABLE_HCA/QUERY/MANAGE_PAGES function_id or embedded_cpu_function not 0";
+    ENABLE_FUNC_ID = 0x0200_0002, BAD_PARAM_ERR, false, "ENABLE/DISABLE_HCA/QUERY/MANAGE_PAGES function_id not 0, or embedded_cpu_function not the function's own (1 on an embedded-CPU function, else 0)";
     DISABLE_PAGES_HELD = 0x0200_0003, BAD_RES_STATE_ERR, false, "DISABLE_HCA while firmware still holds pages";
     INIT_HCA_NO_PAGES = 0x0200_0004, BAD_SYS_STATE_ERR, false, "INIT_HCA before the boot and init pages were given";
     INIT_HCA_SW_OWNER = 0x0200_0005, BAD_PARAM_ERR, false, "INIT_HCA sw_owner_id/sw_vhca_id set without the sw_owner_id capability";
@@ -217,6 +217,19 @@ syndromes! {
     ROCE_ADDR_VERSION = 0x0a00_0008, BAD_PARAM_ERR, false, "roce_version not 0 (v1) or 2 (v2), or not in the roce_version capability";
     ROCE_ADDR_L3_TYPE = 0x0a00_0009, BAD_PARAM_ERR, false, "roce_l3_type not 0 (IPv4) or 1 (IPv6)";
     ROCE_ADDR_VHCA_PORT = 0x0a00_000a, BAD_PARAM_ERR, false, "vhca_port_num not 0 (num_vhca_ports is 0)";
+    // ---- UMEM objects (DevX) ----
+    UMEM_UID_0_CAP = 0x0b00_0001, BAD_PARAM_ERR, false, "CREATE_UMEM with uid 0 while the umem_uid_0 capability is absent";
+    UMEM_PAGE_SIZE = 0x0b00_0002, BAD_PARAM_ERR, false, "umem.log_page_size above 19 (pages larger than 2 GiB)";
+    UMEM_NUM_MTT = 0x0b00_0003, BAD_PARAM_ERR, false, "umem.num_of_mtt 0 or above 2^24";
+    UMEM_MTT_SHORT = 0x0b00_0004, BAD_INP_LEN_ERR, false, "CREATE_UMEM input too short for the translation entries it announces";
+    UMEM_PAGE_OFFSET = 0x0b00_0005, BAD_PARAM_ERR, false, "umem.page_offset not inside the first page";
+    UMEM_MTT_ALIGN = 0x0b00_0006, BAD_PARAM_ERR, false, "UMEM translation entry not aligned to the page size, or with reserved bits 7:2 set";
+    UMEM_NOT_FOUND = 0x0b00_0007, BAD_RES_ERR, false, "umem_id (or a context's *_umem_id) names no UMEM";
+    UMEM_IN_USE = 0x0b00_0008, RES_BUSY, false, "DESTROY_UMEM while a CQ, RMP or QP keeps its buffer or doorbell record there";
+    UMEM_RANGE = 0x0b00_0009, BAD_PARAM_ERR, false, "buffer or doorbell record beyond its UMEM, or on pages without the permission the device needs (write for CQ buffers)";
+    UMEM_FIELDS = 0x0b00_000a, BAD_PARAM_ERR, false, "*_umem_id or *_umem_offset set while the matching *_umem_valid is clear";
+    // ---- platform properties ----
+    HOST_ENDIANNESS_VF = 0x0200_0019, BAD_PARAM_ERR, false, "ACCESS_REG HOST_ENDIANNESS on a virtual function (the PF's register; Linux writes it on a PF only)";
 }
 
 /// Syndrome of a generic, per-opcode check.

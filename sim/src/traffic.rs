@@ -30,6 +30,12 @@ pub struct TrafficStats {
     pub flushed: u64,
     /// Calls of the side door (`deliver*`, `complete_send*`, `raise_*`).
     pub side_door_uses: u64,
+    /// Receive scatter lists ended by the invalid lkey 0x100
+    /// (`MLX5_INVALID_LKEY`, what rdma-core uses).
+    pub terminators_invalid_lkey: u64,
+    /// Receive scatter lists ended by the device's own
+    /// `terminate_scatter_list_mkey` (what Linux uses when offered).
+    pub terminators_device_key: u64,
 }
 
 /// `MLX5_OPCODE_SEND`, reported in requester CQEs.

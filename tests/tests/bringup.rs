@@ -231,7 +231,7 @@ fn commands_from_several_threads() {
             s.spawn(|| {
                 for _ in 0..50 {
                     let mut out = [0u8; mlx5_driver::cmd::encode::QUERY_PAGES_OUT];
-                    hca.exec(&mlx5_driver::cmd::encode::query_pages(3), &mut out)
+                    hca.exec(&mlx5_driver::cmd::encode::query_pages(3, false), &mut out)
                         .unwrap();
                 }
             });

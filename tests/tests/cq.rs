@@ -359,3 +359,43 @@ fn resize_while_completions_arrive_from_the_device_thread_loses_nothing() {
     hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     teardown(&dev, hca, "threaded resize");
 }
+
+/// Once armed for the next completion, a solicited-only request does not
+/// narrow the arm until the event comes (Linux `mlx5_ib_arm_cq`): the
+/// doorbell still asks for the next completion, and a plain completion
+/// raises the event.
+#[test]
+fn a_solicited_arm_does_not_downgrade_a_next_completion_arm() {
+    use mlx5_driver::cq::CqOptions;
+    use mlx5_driver::Event;
+    use mlx5_sim::Profile;
+    for mode in mlx5_tests::MODES {
+        let dev = mlx5_tests::device(Profile::ConnectX5, mode);
+        let hca = mlx5_tests::bring_up(&dev);
+        let mut cq = hca.create_cq(15, CqOptions::default()).unwrap();
+        hca.arm_cq(&mut cq, false).unwrap();
+        hca.arm_cq(&mut cq, true).unwrap();
+        dev.quiesce();
+        assert_eq!(dev.cq_last_arm(cq.cqn()), Some(false), "{mode:?}");
+        let mut seq = 0;
+        mlx5_tests::inject_sends(&dev, &cq, &mut seq, 1);
+        dev.quiesce();
+        hca.poll_events().unwrap();
+        assert_eq!(
+            hca.next_completion(),
+            Some(Event::Completion { cqn: cq.cqn() })
+        );
+        assert_eq!(mlx5_tests::drain_byte_lens(&mut cq), vec![0]);
+        // After the event a solicited-only arm is one again.
+        hca.arm_cq(&mut cq, true).unwrap();
+        dev.quiesce();
+        assert_eq!(dev.cq_last_arm(cq.cqn()), Some(true), "{mode:?}");
+        mlx5_tests::inject_sends(&dev, &cq, &mut seq, 1);
+        dev.quiesce();
+        hca.poll_events().unwrap();
+        assert_eq!(hca.next_completion(), None, "not solicited");
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
+        hca.teardown().unwrap();
+        mlx5_tests::assert_clean(&dev, &format!("{mode:?}"));
+    }
+}

@@ -158,7 +158,7 @@ fn raw_exec_refuses_manage_pages_and_short_buffers() {
     let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
     let hca = bring_up(&dev);
     let mut out = [0u8; 16];
-    let mp = mlx5_driver::cmd::encode::manage_pages_take(0, 1);
+    let mp = mlx5_driver::cmd::encode::manage_pages_take(0, false, 1);
     assert!(matches!(
         hca.exec(&mp, &mut out),
         Err(Error::InvalidArgument(_))

@@ -35,8 +35,9 @@ fn storms_after_bring_up_give_and_take() {
         poll_until_quiet(&hca, &dev);
         assert_eq!(hca.pages_held_by_firmware(), base + 100 * 37, "{mode:?}");
         assert_eq!(dev.pages_held(), hca.pages_held_by_firmware(), "{mode:?}");
-        // Requests larger than one MANAGE_PAGES carries (512 pages), each
-        // served before the next is raised.
+        // Requests larger than a command's preallocated mailboxes carry
+        // (512 pages; given in one command all the same), each served
+        // before the next is raised.
         for n in [1500, -1400, 3] {
             dev.inject().page_request(n);
             poll_until_quiet(&hca, &dev);
@@ -74,7 +75,7 @@ fn a_command_needing_pages_does_not_deadlock() {
         dev.inject().page_request_on_next(Opcode::QUERY_PAGES.0, 64);
         dev.inject().page_request_storm(40, 5);
         let mut qp = [0u8; encode::QUERY_PAGES_OUT];
-        hca.exec(&encode::query_pages(3), &mut qp).unwrap();
+        hca.exec(&encode::query_pages(3, false), &mut qp).unwrap();
         poll_until_quiet(&hca, &dev);
         assert_eq!(dev.pages_held(), hca.pages_held_by_firmware(), "{mode:?}");
         assert_eq!(
@@ -153,4 +154,112 @@ fn requests_beyond_the_page_budget_are_refused_with_manage_pages_0() {
     assert_eq!(mp.failures, 0, "op_mod 0 answered, accepted by firmware");
     hca.teardown().unwrap();
     assert_clean(&dev, "budget");
+}
+
+/// MANAGE_PAGES gives, from the trace: (op_mod 1 commands, entries of each).
+fn gives(dev: &mlx5_sim::Device) -> Vec<u32> {
+    use mlx5_regs::layouts::manage_pages_in;
+    dev.trace()
+        .iter()
+        .filter(|t| t.opcode == Opcode::MANAGE_PAGES.0 && t.op_mod == 1 && t.status == 0)
+        .map(|t| manage_pages_in::input_num_entries.get(&t.input))
+        .collect()
+}
+
+/// Every page firmware asks for goes in one MANAGE_PAGES, as Linux gives
+/// them (`give_pages`): boot, init and regular pages at bring-up and each
+/// page request afterwards, on every profile, including a request larger
+/// than one command's preallocated mailboxes carry.
+#[test]
+fn one_manage_pages_per_request_on_every_profile() {
+    let profiles = [
+        Profile::ConnectX4Lx,
+        Profile::ConnectX5,
+        Profile::ConnectX6Dx,
+        Profile::ConnectX7,
+    ];
+    for p in profiles {
+        for mode in MODES {
+            let dev = device(p, mode);
+            dev.caps_mut(|c| c.regular_pages = 700);
+            let caps = dev.caps();
+            let hca = bring_up(&dev);
+            assert_eq!(
+                gives(&dev),
+                vec![
+                    caps.boot_pages as u32,
+                    caps.init_pages as u32,
+                    caps.regular_pages as u32
+                ],
+                "{p:?} {mode:?}"
+            );
+            dev.clear_trace();
+            for n in [2500, 1, 513] {
+                dev.inject().page_request(n);
+                poll_until_quiet(&hca, &dev);
+            }
+            assert_eq!(gives(&dev), vec![2500, 1, 513], "{p:?} {mode:?}");
+            assert_eq!(dev.pages_held(), hca.pages_held_by_firmware());
+            hca.teardown().unwrap();
+            assert_clean(&dev, &format!("{p:?} {mode:?}"));
+        }
+    }
+}
+
+/// A real ConnectX-4 asks for 12,868 init pages (about 50 MiB) and takes
+/// them in one 103 KB command; the driver's default cap (65,536 pages)
+/// holds five times that.
+#[test]
+fn connectx4_sized_init_request_in_one_command() {
+    let dev = device(Profile::ConnectX4Lx, ExecMode::Synchronous);
+    dev.caps_mut(|c| c.init_pages = 12_868);
+    let hca = bring_up(&dev);
+    let g = gives(&dev);
+    assert_eq!(g[1], 12_868, "{g:?}");
+    assert_eq!(g.len(), 2);
+    let t = dev
+        .trace()
+        .into_iter()
+        .find(|t| t.opcode == Opcode::MANAGE_PAGES.0 && t.op_mod == 1 && t.input.len() > 100_000)
+        .expect("one input of 16 + 8 × 12,868 bytes");
+    assert_eq!(t.input.len(), 16 + 8 * 12_868);
+    assert!(mlx5_driver::HcaConfig::default().max_fw_pages >= 5 * 12_868);
+    hca.teardown().unwrap();
+    assert_clean(&dev, "12,868 init pages");
+}
+
+/// On an embedded-CPU function (init segment bit 23) every page command
+/// carries `embedded_cpu_function`, as ENABLE_HCA does (Linux
+/// `mlx5_core_is_ecpf`), and a page request's `ec_function` is answered in
+/// kind; the model refuses a page command addressed to another function.
+#[test]
+fn embedded_cpu_function_page_commands_carry_the_flag() {
+    use mlx5_regs::layouts::{manage_pages_in, query_pages_in};
+    for mode in MODES {
+        let dev = device(Profile::ConnectX6Dx, mode);
+        dev.caps_mut(|c| c.embedded_cpu = true);
+        let hca = bring_up(&dev);
+        dev.inject().page_request(40);
+        poll_until_quiet(&hca, &dev);
+        dev.inject().page_request(-25);
+        poll_until_quiet(&hca, &dev);
+        assert_eq!(dev.pages_held(), hca.pages_held_by_firmware(), "{mode:?}");
+        hca.teardown().unwrap();
+        assert_clean(&dev, &format!("{mode:?}"));
+        let t = dev.trace();
+        let pages: Vec<_> = t
+            .iter()
+            .filter(|e| [Opcode::QUERY_PAGES.0, Opcode::MANAGE_PAGES.0].contains(&e.opcode))
+            .collect();
+        assert!(pages.len() >= 7, "{mode:?}");
+        for e in pages {
+            assert_eq!(e.status, 0, "{mode:?}: {}", e.render());
+            let flag = if e.opcode == Opcode::QUERY_PAGES.0 {
+                query_pages_in::embedded_cpu_function.get(&e.input)
+            } else {
+                manage_pages_in::embedded_cpu_function.get(&e.input)
+            };
+            assert!(flag, "{mode:?}: {}", e.render());
+        }
+    }
 }

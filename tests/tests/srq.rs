@@ -450,3 +450,93 @@ fn when_firmware_does_not_fire_on_arm_the_driver_says_raise_now_and_disarms_it()
         assert_clean(&dev, "raise now");
     }
 }
+
+/// Short scatter lists end with the device's `terminate_scatter_list_mkey`
+/// when it offers one (Linux), else with 0x100; the model counts which
+/// terminator each receive met.
+#[test]
+fn the_terminator_is_the_device_key_when_offered() {
+    for offered in [true, false] {
+        for issi in [0, 1] {
+            let dev = device(issi);
+            dev.caps_mut(|c| c.terminate_scatter_list_mkey = offered);
+            let hca = bring_up(&dev);
+            let term = hca.srq_terminator();
+            if offered {
+                assert_eq!(term, hca.terminate_scatter_list_mkey());
+                assert_ne!(term, 0x100);
+            } else {
+                assert_eq!(term, 0x100);
+            }
+            let mut cq = hca.create_cq(63, CqOptions::default()).unwrap();
+            // Two scatter entries per WQE, one used: every WQE terminated.
+            let mut srq = hca.create_srq(15, 2, Some(&mut cq)).unwrap();
+            assert_eq!(srq.ring().terminator(), term);
+            let bufs = dev.hal().alloc_dma(BUF * 8).unwrap();
+            let sges: Vec<[Sge; 1]> = (0..4u64)
+                .map(|i| {
+                    [Sge {
+                        addr: bufs.iova() + i * BUF as u64,
+                        length: BUF as u32,
+                        lkey: hca.reserved_lkey(),
+                    }]
+                })
+                .collect();
+            let reqs: Vec<RecvRequest> = sges
+                .iter()
+                .zip(0..)
+                .map(|(s, wr_id)| RecvRequest { wr_id, sges: s })
+                .collect();
+            srq.post(&reqs).unwrap();
+            for _ in 0..4 {
+                let d = dev
+                    .traffic()
+                    .deliver(srq.srqn(), cq.cqn(), QPN, &[7u8; 100])
+                    .unwrap();
+                assert!(matches!(d, Delivery::Completed { .. }), "{d:?}");
+            }
+            let s = dev.traffic().stats();
+            let want = if offered { (4, 0) } else { (0, 4) };
+            assert_eq!(
+                (s.terminators_device_key, s.terminators_invalid_lkey),
+                want,
+                "offered {offered} ISSI {issi}"
+            );
+            let mut out = [Cqe::EMPTY; 8];
+            assert_eq!(cq.poll(&mut out), 4);
+            for c in &out[..4] {
+                assert_eq!(c.byte_len, 100);
+                srq.complete(c.wqe_counter).unwrap();
+            }
+            hca.destroy_srq(srq, Some(&mut cq))
+                .map_err(|e| e.error())
+                .unwrap();
+            hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
+            drop(bufs);
+            hca.teardown().unwrap();
+            assert_clean(&dev, &format!("offered {offered} ISSI {issi}"));
+        }
+    }
+}
+
+/// Firmware raising the limit event late — after the driver's query found
+/// the limit still armed, before its disarm — and the driver's own fallback
+/// must not both deliver: exactly one event, firmware's, and the arm says
+/// `Armed` (before the fix: `RaiseNow` plus firmware's event, two).
+#[test]
+fn a_late_firmware_limit_event_is_delivered_exactly_once() {
+    for issi in [0, 1] {
+        let mut f = fixture(issi, 15, 1);
+        f.post(0, 2).unwrap();
+        f.dev.inject().srq_limit_late(1);
+        let arm = f.hca.arm_srq_limit(&mut f.srq, 5).unwrap();
+        assert_eq!(arm, LimitArm::Armed, "ISSI {issi}: firmware's event counts");
+        assert_eq!(f.limit_events(), 1, "ISSI {issi}");
+        assert_eq!(f.hca.query_srq(&f.srq).unwrap().lwm, 0);
+        // And a later on-time arm still behaves as before.
+        let arm = f.hca.arm_srq_limit(&mut f.srq, 6).unwrap();
+        assert_eq!(arm, LimitArm::Armed);
+        assert_eq!(f.limit_events(), 1, "ISSI {issi}: the on-time event");
+        f.finish(&format!("late limit ISSI {issi}"));
+    }
+}

@@ -199,3 +199,76 @@ fn delayed_completions_are_waited_for() {
     hca.teardown().unwrap();
     assert_clean(&dev, "delayed");
 }
+
+/// The device's own command timeout from the init segment replaces the
+/// default 60 s, as Linux's `mlx5_tout_query_iseg` does; a device that
+/// publishes none (`cmd_q_init_to` 0) keeps the configured one.
+#[test]
+fn the_device_command_timeout_is_used_when_published() {
+    for mode in MODES {
+        let dev = device(Profile::ConnectX7, mode);
+        dev.caps_mut(|c| {
+            c.cmd_exec_to = (1 << 29) | 2; // 2 s
+            c.cmd_q_init_to = (1 << 29) | 5; // 5 s
+        });
+        let hca = bring_up(&dev);
+        assert_eq!(hca.device_timeouts(), Some((2_000_000_000, 5_000_000_000)));
+        assert_eq!(hca.config().cmd_timeout_ns, 2_000_000_000);
+        if mode == ExecMode::Synchronous {
+            dev.inject().stall_next(Opcode::NOP.0);
+            let mut out = [0u8; encode::NOP_OUT];
+            match hca.exec(&encode::nop(), &mut out) {
+                Err(Error::Timeout { waited_ns, .. }) => assert!(
+                    (2_000_000_000..2_100_000_000).contains(&waited_ns),
+                    "{waited_ns}"
+                ),
+                r => panic!("{r:?}"),
+            }
+        }
+        let _ = hca.teardown();
+    }
+    // Not published: the configuration stands.
+    let dev = device(Profile::ConnectX7, ExecMode::Synchronous);
+    dev.caps_mut(|c| c.cmd_exec_to = (1 << 29) | 2);
+    let hca = bring_up(&dev);
+    assert_eq!(hca.device_timeouts(), None);
+    assert_eq!(hca.config().cmd_timeout_ns, 60_000_000_000);
+    hca.teardown().unwrap();
+    // Switched off: the configuration stands too.
+    let dev = device(Profile::ConnectX7, ExecMode::Synchronous);
+    dev.caps_mut(|c| {
+        c.cmd_exec_to = (1 << 29) | 2;
+        c.cmd_q_init_to = (1 << 29) | 5;
+    });
+    let cfg = HcaConfig {
+        device_timeouts: false,
+        ..mlx5_tests::config()
+    };
+    let hca = Hca::bring_up(dev.hal(), cfg).unwrap();
+    assert_eq!(hca.device_timeouts(), None);
+    assert_eq!(hca.config().cmd_timeout_ns, 60_000_000_000);
+    hca.teardown().unwrap();
+}
+
+/// A virtual function does not own HOST_ENDIANNESS: the driver skips it
+/// (Linux `mlx5_function_setup`), and the model refuses it from a VF.
+#[test]
+fn host_endianness_is_skipped_on_a_virtual_function() {
+    let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
+    dev.caps_mut(|c| c.virtual_function = true);
+    let cfg = HcaConfig {
+        virtual_function: true,
+        ..mlx5_tests::config()
+    };
+    let hca = Hca::bring_up(dev.hal(), cfg).unwrap();
+    assert!(!dev.trace().iter().any(|t| t.opcode == Opcode::ACCESS_REG.0));
+    hca.teardown().unwrap();
+    assert_clean(&dev, "VF");
+    // A driver configured as a PF on a VF is caught.
+    let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
+    dev.caps_mut(|c| c.virtual_function = true);
+    match Hca::bring_up(dev.hal(), mlx5_tests::config()) {
+        Err(Error::Command { opcode, .. }) => assert_eq!(opcode, Opcode::ACCESS_REG),
+        r => panic!("{:?}", r.map(|_| ())),
+    }
+}

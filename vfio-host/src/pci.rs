@@ -25,6 +25,18 @@ pub const CONNECTX_DEVICE_IDS: &[u16] = &[
     0x1011, 0x1012,
 ];
 
+/// Device ids of virtual functions (Linux `mlx5_core_pci_table` entries
+/// marked `MLX5_PCI_DEV_IS_VF`): set `HcaConfig::virtual_function` for
+/// them, the driver then skips the PF-only HOST_ENDIANNESS write.
+pub const VF_DEVICE_IDS: &[u16] = &[
+    0x1012, 0x1014, 0x1016, 0x1018, 0x101a, 0x101c, 0x101e, 0xa2d3,
+];
+
+/// True if `device` is a ConnectX virtual function.
+pub fn is_virtual_function(device: u16) -> bool {
+    VF_DEVICE_IDS.contains(&device)
+}
+
 /// True if `vendor:device` is a function this driver supports.
 pub fn is_connectx(vendor: u16, device: u16) -> bool {
     vendor == MELLANOX_VENDOR_ID && CONNECTX_DEVICE_IDS.contains(&device)
@@ -184,6 +196,15 @@ pub fn check_device(
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn virtual_functions_are_the_vf_ids_of_the_supported_set() {
+        assert!(is_virtual_function(0x1018) && is_virtual_function(0x101e));
+        assert!(!is_virtual_function(0x1017) && !is_virtual_function(0x1021));
+        for id in VF_DEVICE_IDS {
+            assert!(CONNECTX_DEVICE_IDS.contains(id), "{id:#x}");
+        }
+    }
 
     /// A throw-away fake `/sys` under the system temp directory.
     struct FakeSys {

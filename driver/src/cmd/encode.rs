@@ -9,7 +9,7 @@
 //! ```
 //! use mlx5_driver::cmd::encode;
 //! use mlx5_regs::Opcode;
-//! let input = encode::query_pages(mlx5_regs::consts::op_mod::QUERY_PAGES_BOOT);
+//! let input = encode::query_pages(mlx5_regs::consts::op_mod::QUERY_PAGES_BOOT, false);
 //! assert_eq!(encode::header_opcode(&input), Opcode::QUERY_PAGES.0);
 //! assert_eq!(encode::header_op_mod(&input), 1);
 //! ```
@@ -121,9 +121,12 @@ pub fn set_issi(issi: u16) -> [u8; set_issi_in::SIZE] {
 
 /// Output length of QUERY_PAGES.
 pub const QUERY_PAGES_OUT: usize = query_pages_out::SIZE;
-/// QUERY_PAGES with op_mod 1 boot, 2 init, 3 regular.
-pub fn query_pages(op_mod: u16) -> [u8; query_pages_in::SIZE] {
-    header(Opcode::QUERY_PAGES, op_mod)
+/// QUERY_PAGES with op_mod 1 boot, 2 init, 3 regular; `embedded_cpu` as
+/// ENABLE_HCA had it (Linux `mlx5_cmd_query_pages`).
+pub fn query_pages(op_mod: u16, embedded_cpu: bool) -> [u8; query_pages_in::SIZE] {
+    let mut b = header(Opcode::QUERY_PAGES, op_mod);
+    let _ = query_pages_in::embedded_cpu_function.set(&mut b, embedded_cpu);
+    b
 }
 /// QUERY_PAGES output: (function_id, num_pages signed).
 pub fn parse_query_pages(out: &[u8]) -> (u16, i32) {
@@ -149,32 +152,57 @@ pub const MANAGE_PAGES_OUT: usize = manage_pages_out::SIZE;
 pub fn manage_pages_give(
     buf: &mut [u8],
     function_id: u16,
+    embedded_cpu: bool,
     pages: &[u64],
 ) -> Result<usize, RegError> {
     let len = manage_pages_give_len(pages.len());
     let b = command_prefix(buf, len, Opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_GIVE)?;
-    manage_pages_in::function_id.set(b, function_id)?;
-    manage_pages_in::input_num_entries.set(b, pages.len() as u32)?;
+    b[..manage_pages_in::SIZE].copy_from_slice(&manage_pages_give_header(
+        function_id,
+        embedded_cpu,
+        pages.len() as u32,
+    ));
     for (i, &p) in pages.iter().enumerate() {
         manage_pages_in::pas.set(b, i, p)?;
     }
     Ok(len)
 }
 
+/// The first 16 bytes of MANAGE_PAGES op_mod 1 (give) of `n` pages, whose
+/// addresses follow at byte 0x10 (`pas[]`; for a chain built in DMA memory,
+/// see [`crate::cmd::CmdQueue::post_chain`]).
+pub fn manage_pages_give_header(
+    function_id: u16,
+    embedded_cpu: bool,
+    n: u32,
+) -> [u8; manage_pages_in::SIZE] {
+    let mut b = header(Opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_GIVE);
+    let _ = manage_pages_in::function_id.set(&mut b, function_id);
+    let _ = manage_pages_in::embedded_cpu_function.set(&mut b, embedded_cpu);
+    let _ = manage_pages_in::input_num_entries.set(&mut b, n);
+    b
+}
+
 /// MANAGE_PAGES op_mod 2 (take back `n` pages); output length is
 /// [`manage_pages_take_out_len`]`(n)`.
-pub fn manage_pages_take(function_id: u16, n: u32) -> [u8; manage_pages_in::SIZE] {
+pub fn manage_pages_take(
+    function_id: u16,
+    embedded_cpu: bool,
+    n: u32,
+) -> [u8; manage_pages_in::SIZE] {
     let mut b = header(Opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_TAKE);
     let _ = manage_pages_in::function_id.set(&mut b, function_id);
+    let _ = manage_pages_in::embedded_cpu_function.set(&mut b, embedded_cpu);
     let _ = manage_pages_in::input_num_entries.set(&mut b, n);
     b
 }
 
 /// MANAGE_PAGES op_mod 0: "cannot give" answer to a page request (Linux
 /// `page_notify_fail`).
-pub fn manage_pages_fail(function_id: u16) -> [u8; manage_pages_in::SIZE] {
+pub fn manage_pages_fail(function_id: u16, embedded_cpu: bool) -> [u8; manage_pages_in::SIZE] {
     let mut b = header(Opcode::MANAGE_PAGES, op_mod::MANAGE_PAGES_ALLOC_FAIL);
     let _ = manage_pages_in::function_id.set(&mut b, function_id);
+    let _ = manage_pages_in::embedded_cpu_function.set(&mut b, embedded_cpu);
     b
 }
 
@@ -403,7 +431,7 @@ mod tests {
     #[test]
     fn give_lays_out_pas_at_0x10() {
         let mut buf = [0u8; 64];
-        let n = manage_pages_give(&mut buf, 0, &[0x1000, 0x2_0000_3000]).unwrap();
+        let n = manage_pages_give(&mut buf, 0, false, &[0x1000, 0x2_0000_3000]).unwrap();
         assert_eq!(n, 32);
         assert_eq!(header_opcode(&buf), 0x108);
         assert_eq!(header_op_mod(&buf), 1);
@@ -413,7 +441,7 @@ mod tests {
             u64::from_be_bytes(buf[24..32].try_into().unwrap()),
             0x2_0000_3000
         );
-        assert!(manage_pages_give(&mut buf[..20], 0, &[1, 2]).is_err());
+        assert!(manage_pages_give(&mut buf[..20], 0, false, &[1, 2]).is_err());
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //! MANAGE_PAGES so page traffic is never starved (docs/firmware.md §2.1, Linux
 //! `cmd_work_handler`). A slot whose command timed out is *abandoned*: it is
 //! not reused until firmware clears its ownership bit.
+//!
+//! An input too long for the slot's preallocated mailboxes (MANAGE_PAGES
+//! giving thousands of pages at once, as Linux does) travels in a chain
+//! allocated from DMA memory for that command ([`CmdQueue::alloc_chain`],
+//! [`CmdQueue::post_chain`]; Linux allocates every command's mailboxes,
+//! `mlx5_alloc_cmd_msg`).
 
 pub mod encode;
 
@@ -77,6 +83,9 @@ pub struct CmdQueue<H: Hal> {
     n_slots: usize,
     slots: [SlotState; MAX_SLOTS],
     mailboxes: heapless::Vec<DmaRegion<H>, MAX_SLOTS>,
+    /// Per-command chains of abandoned slots: firmware may still read them,
+    /// so they live until the slot is reaped.
+    chains: [Option<DmaRegion<H>>; MAX_SLOTS],
     next_token: u8,
 }
 
@@ -142,6 +151,7 @@ impl<H: Hal> CmdQueue<H> {
             n_slots,
             slots: [SlotState::Free; MAX_SLOTS],
             mailboxes,
+            chains: core::array::from_fn(|_| None),
             next_token: 0,
         })
     }
@@ -181,11 +191,13 @@ impl<H: Hal> CmdQueue<H> {
         (0..self.n_slots - 1).find(|&s| self.slots[s] == SlotState::Free)
     }
 
-    /// Free abandoned slots that firmware has given back.
+    /// Free abandoned slots that firmware has given back (and the chains
+    /// their commands used).
     pub fn reap(&mut self) {
         for s in 0..self.n_slots {
             if self.slots[s] == SlotState::Abandoned && self.owner_is_sw(s) {
                 self.slots[s] = SlotState::Free;
+                self.chains[s] = None;
             }
         }
     }
@@ -217,14 +229,26 @@ impl<H: Hal> CmdQueue<H> {
     /// Write a chain of `n` blocks starting at block index `first` of the
     /// slot's mailbox area, carrying `data` (zero-filled past its end).
     fn write_chain(&self, slot: usize, first: usize, n: usize, data: &[u8], token: u8) {
-        let area = &self.mailboxes[slot];
+        Self::write_blocks(&self.mailboxes[slot], first, n, Some(data), token);
+    }
+
+    /// Write the blocks `first..first + n` of `area`: their data from
+    /// `data` (zero-filled past its end), or, with `None`, the data already
+    /// in the area; then the control part (next pointer, block number,
+    /// token, signatures).
+    fn write_blocks(area: &DmaRegion<H>, first: usize, n: usize, data: Option<&[u8]>, token: u8) {
         let mut block = [0u8; mbox::SIZE];
         for k in 0..n {
             block.fill(0);
-            let start = k * BLOCK_DATA;
-            if start < data.len() {
-                let end = (start + BLOCK_DATA).min(data.len());
-                block[..end - start].copy_from_slice(&data[start..end]);
+            match data {
+                Some(data) => {
+                    let start = k * BLOCK_DATA;
+                    if start < data.len() {
+                        let end = (start + BLOCK_DATA).min(data.len());
+                        block[..end - start].copy_from_slice(&data[start..end]);
+                    }
+                }
+                None => area.read_bytes((first + k) * BLOCK_STRIDE, &mut block[..BLOCK_DATA]),
             }
             let next = if k + 1 < n {
                 area.iova_at((first + k + 1) * BLOCK_STRIDE)
@@ -252,7 +276,6 @@ impl<H: Hal> CmdQueue<H> {
     /// doorbell (docs/firmware.md §2.5 steps 1–2). The slot must be free.
     pub fn post(&mut self, slot: usize, input: &[u8], out_len: usize) -> Result<Posted, Error> {
         let opcode = Opcode(encode::header_opcode(input));
-        let op_mod = encode::header_op_mod(input);
         if input.len() < 8 || out_len < 8 {
             return Err(Error::InvalidArgument("command shorter than its header"));
         }
@@ -268,15 +291,83 @@ impl<H: Hal> CmdQueue<H> {
         assert!(slot < self.n_slots && self.slots[slot] == SlotState::Free);
         let token = self.token();
         let n_in = Self::blocks_for(input.len());
-        let n_out = Self::blocks_for(out_len);
         let in_tail = &input[input.len().min(INLINE_LEN)..];
         self.write_chain(slot, 0, n_in, in_tail, token);
+        let in_ptr = if n_in > 0 {
+            self.mailboxes[slot].iova()
+        } else {
+            0
+        };
+        let inl = input.len().min(INLINE_LEN);
+        Ok(self.post_entry(slot, &input[..inl], input.len(), in_ptr, out_len, token))
+    }
+
+    /// DMA memory for the input chain of a command of `in_len` bytes that
+    /// does not fit the slot's mailboxes: the caller writes the data of
+    /// block `k` (input bytes `16 + 512k ..`) at offset `k *`
+    /// [`BLOCK_STRIDE`], then posts with [`CmdQueue::post_chain`].
+    pub fn alloc_chain(&self, in_len: usize) -> Result<DmaRegion<H>, Error> {
+        let n = Self::blocks_for(in_len).max(1);
+        Ok(self.hal.alloc_dma(n * BLOCK_STRIDE)?)
+    }
+
+    /// Post a command whose first 16 input bytes are `inline` and whose
+    /// other `in_len - 16` bytes are in `chain` (from
+    /// [`CmdQueue::alloc_chain`]): the control part of every block is
+    /// written, then the entry, then the doorbell. The output must fit the
+    /// slot's mailboxes. `chain` must live until the command completes; a
+    /// caller that gives up on the command hands it to
+    /// [`CmdQueue::retain_chain`].
+    pub fn post_chain(
+        &mut self,
+        slot: usize,
+        inline: &[u8],
+        in_len: usize,
+        out_len: usize,
+        chain: &DmaRegion<H>,
+    ) -> Result<Posted, Error> {
+        let opcode = Opcode(encode::header_opcode(inline));
+        if inline.len() != INLINE_LEN || in_len <= INLINE_LEN || out_len < 8 {
+            return Err(Error::InvalidArgument("chained command shape"));
+        }
+        let n_in = Self::blocks_for(in_len);
+        if out_len > MAX_CMD_LEN || chain.len() < n_in * BLOCK_STRIDE {
+            return Err(Error::CommandTooLarge {
+                opcode,
+                len: out_len.max(in_len),
+                max: MAX_CMD_LEN,
+            });
+        }
+        assert!(slot < self.n_slots && self.slots[slot] == SlotState::Free);
+        let token = self.token();
+        Self::write_blocks(chain, 0, n_in, None, token);
+        Ok(self.post_entry(slot, inline, in_len, chain.iova(), out_len, token))
+    }
+
+    /// Keep the chain of a command given up on (timeout, fatal) until its
+    /// slot is reaped: firmware may still read it.
+    pub fn retain_chain(&mut self, slot: usize, chain: DmaRegion<H>) {
+        self.chains[slot] = Some(chain);
+    }
+
+    /// Write the output chain, the entry (with `inline`, the first bytes of
+    /// the input, and the input chain at `in_ptr`) and ring the doorbell.
+    fn post_entry(
+        &mut self,
+        slot: usize,
+        inline: &[u8],
+        in_len: usize,
+        in_ptr: u64,
+        out_len: usize,
+        token: u8,
+    ) -> Posted {
+        let opcode = Opcode(encode::header_opcode(inline));
+        let op_mod = encode::header_op_mod(inline);
+        let n_out = Self::blocks_for(out_len);
         // Output blocks zeroed (rdma-core `mlx5_vfio_cmd_prep_out`), chained,
         // tokened.
         self.write_chain(slot, MAILBOX_BLOCKS, n_out, &[], token);
-
         let area = &self.mailboxes[slot];
-        let in_ptr = if n_in > 0 { area.iova() } else { 0 };
         let out_ptr = if n_out > 0 {
             area.iova_at(MAILBOX_BLOCKS * BLOCK_STRIDE)
         } else {
@@ -284,11 +375,10 @@ impl<H: Hal> CmdQueue<H> {
         };
         let mut e = [0u8; ent::SIZE];
         let _ = ent::r#type.set(&mut e, ctx::CMD_TRANSPORT_PCIE);
-        let _ = ent::input_length.set(&mut e, input.len() as u32);
+        let _ = ent::input_length.set(&mut e, in_len as u32);
         let _ = ent::input_mailbox_pointer_63_32.set(&mut e, (in_ptr >> 32) as u32);
         let _ = ent::input_mailbox_pointer_31_9.set(&mut e, (in_ptr as u32) >> 9);
-        let inl = input.len().min(INLINE_LEN);
-        ent::command_input_inline_data.get_mut(&mut e)[..inl].copy_from_slice(&input[..inl]);
+        ent::command_input_inline_data.get_mut(&mut e)[..inline.len()].copy_from_slice(inline);
         let _ = ent::output_mailbox_pointer_63_32.set(&mut e, (out_ptr >> 32) as u32);
         let _ = ent::output_mailbox_pointer_31_9.set(&mut e, (out_ptr as u32) >> 9);
         let _ = ent::output_length.set(&mut e, out_len as u32);
@@ -311,13 +401,13 @@ impl<H: Hal> CmdQueue<H> {
             posted_ns,
         };
         self.hal.mmio_write32(CMD_DOORBELL, 1u32 << slot);
-        Ok(Posted {
+        Posted {
             slot,
             token,
             opcode,
             op_mod,
             posted_ns,
-        })
+        }
     }
 
     /// Has firmware returned ownership of `slot`?

@@ -47,6 +47,10 @@ pub struct Cq<H: Hal> {
     uar_offset: usize,
     eqn: u8,
     arm_sn: u32,
+    /// Armed for the next completion since the last event: a solicited
+    /// arm does not downgrade it (Linux `mlx5_ib_arm_cq` keeps
+    /// `IB_CQ_NEXT_COMP`; IB "Request Completion Notification").
+    armed_next: bool,
     users: u32,
 }
 
@@ -154,6 +158,16 @@ impl<H: Hal> Cq<H> {
         })
     }
 
+    /// Remove the unpolled receive completions naming SRQ/RMP `srqn` from
+    /// this CQ, keeping the others in order; returns how many. For an SRQ
+    /// just destroyed: firmware reuses its number, and a completion left
+    /// here would otherwise be matched to the SRQ that gets it next.
+    pub fn discard_srq(&mut self, srqn: u32) -> u32 {
+        let srqn = srqn & 0x00ff_ffff;
+        self.ring
+            .remove_where(&self.dbr, |c| !c.is_requester() && c.srqn == srqn)
+    }
+
     /// The arm sequence number the next arm carries (its low two bits go
     /// on the wire, docs/firmware.md §5): one more for every completion
     /// event of this CQ, counted by [`Hca::arm_cq`].
@@ -168,6 +182,7 @@ impl<H: Hal> Cq<H> {
     /// needs this: [`Hca::arm_cq`] counts every event it consumes.
     pub fn count_lost_event(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
+        self.armed_next = false;
     }
 
     /// Objects that report to this CQ (SRQs at ISSI 0, queue pairs);
@@ -239,6 +254,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             uar_offset: uar_page_offset(uar),
             eqn,
             arm_sn: 0,
+            armed_next: false,
             users: 0,
         })
     }
@@ -264,9 +280,10 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let mut out = [0u8; cmd::DESTROY_CQ_OUT];
         match self.exec(&input, &mut out) {
             // The ring and record are freed when `cq` drops here, after
-            // firmware stopped using them.
+            // firmware stopped using them; its events still queued go too.
             Ok(()) => {
-                self.core_lock().cq_arms.remove(cq.cqn);
+                // Also drops its record of arms (Hca::arm_cq).
+                self.forget_events(crate::hca::Gone::Cq(cq.cqn));
                 Ok(())
             }
             Err(e) => Err(DestroyError::new(cq, e)),
@@ -275,9 +292,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
     /// Request one completion event for `cq` (docs/firmware.md §5): for its
     /// next CQE, or with `solicited_only` for its next solicited (or error)
-    /// CQE. Exactly one event follows each arm; it arrives through
-    /// [`Hca::poll_events`] as [`crate::Event::Completion`] and
-    /// [`Hca::next_completion`].
+    /// CQE. Exactly one event follows each arm; a solicited-only request
+    /// after a request for the next completion, with no event in between,
+    /// stays a request for the next completion (Linux `mlx5_ib_arm_cq`).
+    /// The event arrives through [`Hca::poll_events`] as
+    /// [`crate::Event::Completion`] and [`Hca::next_completion`].
     ///
     /// The arm sequence number needs no help from the caller: firmware
     /// ignores an arm that repeats the number of the event it already
@@ -306,7 +325,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             Some(fired) => {
                 if fired {
                     cq.arm_sn = cq.arm_sn.wrapping_add(1);
+                    cq.armed_next = false;
                 }
+                // Once armed for the next completion, a solicited-only
+                // request does not narrow it until the event comes (Linux
+                // `mlx5_ib_arm_cq`, IB semantics).
+                let solicited_only = solicited_only && !cq.armed_next;
+                cq.armed_next |= !solicited_only;
                 cq.ring.arm(
                     &cq.hal,
                     &cq.dbr,

@@ -96,6 +96,7 @@ impl fmt::Display for PostError {
             PostError::TooManySges { given, max } => {
                 write!(f, "{given} scatter entries, a WQE holds {max}")
             }
+            PostError::DeviceDead => f.write_str("the device is dead"),
         }
     }
 }
@@ -157,6 +158,7 @@ impl fmt::Display for SendError {
                 write!(f, "the QP is in state {state:?} (send needs RTS or SQD)")
             }
             SendError::NoSendQueue => f.write_str("the QP has no send queue"),
+            SendError::DeviceDead => f.write_str("the device is dead"),
         }
     }
 }

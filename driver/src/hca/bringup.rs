@@ -15,19 +15,45 @@ use crate::error::Error;
 use crate::health::{mmio_field, Heartbeat};
 use crate::stats::CmdObserver;
 
-/// Wait until the initializing bit clears (docs/firmware.md §1.2).
-fn wait_fw_init<H: Hal>(hal: &H, cfg: &HcaConfig) -> Result<(), Error> {
+/// Wait until the initializing bit clears, at most `limit_ns`
+/// (docs/firmware.md §1.2).
+fn wait_fw_init<H: Hal>(hal: &H, cfg: &HcaConfig, limit_ns: u64) -> Result<(), Error> {
     let start = hal.now_ns();
     loop {
         if !mmio_field(hal, 0, &initial_seg::initializing) {
             return Ok(());
         }
         let waited = hal.now_ns().saturating_sub(start);
-        if waited > cfg.fw_init_timeout_ns {
+        if waited > limit_ns {
             return Err(Error::FirmwareInitTimeout { waited_ns: waited });
         }
         hal.delay_us(cfg.fw_init_poll_us.max(1));
     }
+}
+
+/// An init-segment timeout register in nanoseconds: bits 31:29 the unit
+/// (0 ms, 1 s, 2 min, 3 h; bit 31 ignored as Linux masks it), bits 19:0
+/// the count (Linux `tout_convert_iseg_to_ms`).
+pub(crate) fn iseg_timeout_ns(reg: u32) -> u64 {
+    let value = (reg & 0xf_ffff) as u64;
+    let ms = match (reg >> 29) & 3 {
+        0 => value,
+        1 => value * 1_000,
+        2 => value * 60_000,
+        _ => value * 3_600_000,
+    };
+    ms * 1_000_000
+}
+
+/// The device's own (command, fw-init) timeouts, if it publishes them: only
+/// when `cmd_q_init_to` is non-zero (Linux `tout_is_supported`).
+fn read_device_timeouts<H: Hal>(hal: &H) -> Option<(u64, u64)> {
+    let init = mmio_field::<H, u32>(hal, 0, &initial_seg::cmd_q_init_to);
+    if init == 0 {
+        return None;
+    }
+    let cmd = mmio_field::<H, u32>(hal, 0, &initial_seg::cmd_exec_to);
+    Some((iseg_timeout_ns(cmd), iseg_timeout_ns(init)))
 }
 
 impl<H: Hal> Hca<H> {
@@ -62,10 +88,21 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// [`Hca::new_down`]), in place: the command queue and the bring-up
     /// steps; on failure everything done is undone.
     pub(super) fn start(&mut self) -> Result<(), Error> {
-        // 1. Pre-init wait, 2. command queue, 3. wait again (docs/firmware.md §4.1).
-        wait_fw_init(&self.hal, &self.cfg)?;
+        // 1. Pre-init wait, 2. command queue, 3. the device's timeouts and
+        // the wait again (docs/firmware.md §4.1, Linux `mlx5_function_enable`).
+        wait_fw_init(&self.hal, &self.cfg, self.cfg.fw_init_timeout_ns)?;
         let cmd = CmdQueue::new(&self.hal)?;
-        wait_fw_init(&self.hal, &self.cfg)?;
+        self.device_timeouts = if self.cfg.device_timeouts {
+            read_device_timeouts(&self.hal)
+        } else {
+            None
+        };
+        let mut init_limit = self.cfg.fw_init_timeout_ns;
+        if let Some((cmd_ns, init_ns)) = self.device_timeouts {
+            self.cfg.cmd_timeout_ns = cmd_ns;
+            init_limit = init_ns;
+        }
+        wait_fw_init(&self.hal, &self.cfg, init_limit)?;
         let hal = &self.hal;
         self.fw = FwVersion {
             major: mmio_field(hal, 0, &initial_seg::fw_rev_major),
@@ -83,11 +120,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         );
         let now = hal.now_ns();
         let cfg = self.cfg;
+        let embedded_cpu = self.embedded_cpu;
         {
             // Field by field: the big parts (page manager, event queues,
             // scratch buffers) stay where they are, never copied.
             let core = self.core.get_mut();
             core.cmd = Some(cmd);
+            core.embedded_cpu = embedded_cpu;
             core.pages
                 .set_limits(cfg.page_chunk_pages, cfg.max_fw_pages);
             core.heartbeat = Heartbeat::new(cfg.heartbeat_timeout_ns, now);
@@ -114,7 +153,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     fn startup_pages(&self, kind: u16) -> Result<(), Error> {
-        let out: [u8; encode::QUERY_PAGES_OUT] = self.run(encode::query_pages(kind))?;
+        let ec = self.embedded_cpu;
+        let out: [u8; encode::QUERY_PAGES_OUT] = self.run(encode::query_pages(kind, ec))?;
         let (function_id, n) = encode::parse_query_pages(&out);
         let mut core = self.core.lock();
         core.function_id = function_id;
@@ -124,6 +164,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 &self.observer,
                 &self.cfg,
                 function_id,
+                ec,
                 n as usize,
             );
             drop(core);
@@ -180,10 +221,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         // 7. Boot pages.
         self.startup_pages(op_mod::QUERY_PAGES_BOOT)?;
 
-        // 9. Host endianness.
-        let _: [u8; encode::ACCESS_REG_HOST_ENDIANNESS_LEN] = self.run(
-            encode::access_reg_host_endianness(cfg!(target_endian = "big")),
-        )?;
+        // 9. Host endianness: a PF register, skipped on a VF as Linux does
+        // (`mlx5_function_setup`: `if (mlx5_core_is_pf(dev))`).
+        if !self.cfg.virtual_function {
+            let _: [u8; encode::ACCESS_REG_HOST_ENDIANNESS_LEN] = self.run(
+                encode::access_reg_host_endianness(cfg!(target_endian = "big")),
+            )?;
+        }
 
         // 10. QUERY_HCA_CAP max + current, SET_HCA_CAP (general). Changed
         // from current: cmdif_checksum = 0 (Linux and rdma-core: firmware

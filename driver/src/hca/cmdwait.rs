@@ -15,6 +15,33 @@ use crate::diag::{self, Show};
 use crate::error::Error;
 use crate::stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats};
 
+/// Commands that succeed, without reaching the device, once it is dead:
+/// the ones that free an object, so software can release each object's
+/// memory (Linux `mlx5_internal_err_ret_value`: destroy, dealloc, 2ERR,
+/// 2RST, MANAGE_PAGES, TEARDOWN/DISABLE_HCA, MODIFY_NIC_VPORT_CONTEXT).
+/// Every other command fails with the fatal error.
+pub fn succeeds_when_dead(op: Opcode) -> bool {
+    matches!(
+        op,
+        Opcode::TEARDOWN_HCA
+            | Opcode::DISABLE_HCA
+            | Opcode::MANAGE_PAGES
+            | Opcode::DESTROY_MKEY
+            | Opcode::DESTROY_EQ
+            | Opcode::DESTROY_CQ
+            | Opcode::DESTROY_QP
+            | Opcode::DESTROY_SRQ
+            | Opcode::DESTROY_RMP
+            | Opcode::DEALLOC_PD
+            | Opcode::DEALLOC_UAR
+            | Opcode::DEALLOC_XRCD
+            | Opcode::QP_2ERR
+            | Opcode::QP_2RST
+            | Opcode::MODIFY_NIC_VPORT_CONTEXT
+            | Opcode::DESTROY_UMEM
+    )
+}
+
 pub(super) fn outcome_of(delivery: DeliveryStatus, output: &[u8]) -> CmdOutcome {
     if delivery != DeliveryStatus::OK {
         return CmdOutcome::Delivery(delivery);
@@ -164,10 +191,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         output: &mut [u8],
         timeout_ns: u64,
     ) -> Result<(), Error> {
-        self.check_alive()?;
         if input.len() < 8 || output.len() < 8 {
             return Err(Error::InvalidArgument("command shorter than its header"));
         }
+        let op = Opcode(encode::header_opcode(input));
+        if self.is_dead() && succeeds_when_dead(op) {
+            // Dead device: the object is gone with it; software frees it
+            // (Linux `mlx5_internal_err_ret_value`). Nothing is sent.
+            output.fill(0);
+            return Ok(());
+        }
+        self.check_alive()?;
         if encode::header_opcode(input) == Opcode::MANAGE_PAGES.0 {
             return Err(Error::InvalidArgument(
                 "MANAGE_PAGES is issued by the page manager only",
@@ -236,7 +270,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                             waited,
                         );
                         drop(core);
-                        return Err(self.note_fatal(e));
+                        let e = self.note_fatal(e);
+                        // A destroy in flight when the device died frees
+                        // its object all the same (Linux flushes it with
+                        // the same answer, `mlx5_cmd_flush`).
+                        if succeeds_when_dead(p.opcode) {
+                            output.fill(0);
+                            return Ok(());
+                        }
+                        return Err(e);
                     }
                 }
                 if waited > timeout_ns {

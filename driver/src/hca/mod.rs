@@ -27,10 +27,13 @@ use crate::pages::PageStats;
 use crate::qp::Mtu;
 use crate::stats::{CmdObserver, CmdStats};
 
-pub(crate) use service::Core;
+pub use cmdwait::succeeds_when_dead;
+pub(crate) use service::{Core, Gone};
 
-/// Pages per MANAGE_PAGES command: what the preallocated mailboxes carry
-/// ((4112 − 16) / 8 = 512).
+/// Pages per MANAGE_PAGES *take* command: what the preallocated output
+/// mailboxes hold ((4112 − 16) / 8 = 512; Linux takes 768 at a time at
+/// teardown, `optimal_reclaimed_pages`). A give carries every page firmware
+/// asked for in one command, whatever the count.
 pub const PAGES_PER_COMMAND: usize = (MAX_CMD_LEN - 16) / 8;
 
 /// Configuration of [`Hca::bring_up`]. Defaults follow Linux's timeouts
@@ -43,10 +46,23 @@ pub const PAGES_PER_COMMAND: usize = (MAX_CMD_LEN - 16) / 8;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HcaConfig {
-    /// Timeout of every command (default 60 s).
+    /// Timeout of every command (default 60 s, Linux's `MLX5_TO_CMD_MS`).
+    /// Replaced by the device's own (`cmd_exec_to`) when it provides its
+    /// timeouts and [`HcaConfig::device_timeouts`] is set.
     pub cmd_timeout_ns: u64,
-    /// Wait for the initializing bit to clear (default 120 s).
+    /// Wait for the initializing bit to clear (default 120 s). The wait
+    /// after the command queue is programmed uses the device's
+    /// `cmd_q_init_to` instead when it provides one.
     pub fw_init_timeout_ns: u64,
+    /// Use the timeouts the device publishes in its init segment
+    /// (`cmd_exec_to` 0xff8, `cmd_q_init_to` 0xffc) where it provides them,
+    /// as Linux does (`mlx5_tout_query_iseg`, `lib/tout.c`); default true.
+    pub device_timeouts: bool,
+    /// The function is a virtual function (PCI device ids of Linux's
+    /// `mlx5_core_pci_table` marked `MLX5_PCI_DEV_IS_VF`): it skips the
+    /// PF-only HOST_ENDIANNESS write, as Linux does (`mlx5_function_setup`).
+    /// Default false.
+    pub virtual_function: bool,
     /// Polling step while firmware initializes (default 2 ms, as Linux).
     pub fw_init_poll_us: u32,
     /// Page reclaim at teardown gives up after this long without progress
@@ -86,6 +102,8 @@ impl HcaConfig {
     pub const DEFAULT: HcaConfig = HcaConfig {
         cmd_timeout_ns: 60_000_000_000,
         fw_init_timeout_ns: 120_000_000_000,
+        device_timeouts: true,
+        virtual_function: false,
         fw_init_poll_us: 2_000,
         reclaim_timeout_ns: 5_000_000_000,
         poll_max_delay_us: 1_000,
@@ -199,6 +217,8 @@ pub struct Hca<H: Hal, O: CmdObserver = (), const CE: usize = 256, const AE: usi
     progress: Progress,
     torn_down: bool,
     fw: FwVersion,
+    /// Device-provided (command, fw-init) timeouts in use.
+    device_timeouts: Option<(u64, u64)>,
     embedded_cpu: bool,
     issi: u16,
     caps: Option<Caps>,
@@ -361,6 +381,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         self.terminate_mkey
     }
 
+    /// The lkey that ends a short receive scatter list: the device's
+    /// `terminate_scatter_list_mkey` when the capability of that name is set
+    /// (Linux `mlx5_ib_stage_init_init` reads it; `MLX5_TERMINATE_SCATTER_LIST_LKEY`
+    /// 0x100 otherwise).
+    pub fn srq_terminator(&self) -> u32 {
+        match &self.caps {
+            Some(c) if c.terminate_scatter_list_mkey => self.terminate_mkey,
+            _ => mlx5_regs::consts::ctx::INVALID_LKEY,
+        }
+    }
+
     /// EQ number of the async EQ.
     pub fn async_eqn(&self) -> u8 {
         self.core.lock().async_eq.as_ref().map_or(0, |e| e.eqn())
@@ -391,6 +422,14 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         self.core.lock()
     }
 
+    /// The timeouts the device published in its init segment and the
+    /// driver uses: (command, firmware initialisation) in nanoseconds;
+    /// `None` when the device provides none (`cmd_q_init_to` reads 0) or
+    /// [`HcaConfig::device_timeouts`] is off.
+    pub fn device_timeouts(&self) -> Option<(u64, u64)> {
+        self.device_timeouts
+    }
+
     /// Is the device known dead?
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
@@ -399,17 +438,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
 /// The EQE event types this driver subscribes its async EQ to: Linux's
 /// `MLX5_ASYNC_EVENT_MASK` (0x1f02be, which holds the QP events:
-/// communication established, WQ errors, last WQE reached, SRQ limit),
-/// PAGE_REQUEST (Linux has a separate pages EQ for it) and INTERNAL_ERROR
-/// (so the upper layers see it as an event, not only through the health
-/// buffer).
+/// communication established, WQ errors, last WQE reached, SRQ limit) and
+/// PAGE_REQUEST (Linux has a separate pages EQ for it). Not INTERNAL_ERROR
+/// (0x08): neither Linux (`gather_async_events_mask`) nor rdma-core's VFIO
+/// driver subscribes to it; a dead device is found by the health checks
+/// (`crate::health`).
 pub fn async_event_mask() -> EventMask {
     // QP_EVENTS (COMM_EST, WQ errors, last WQE) are inside Linux's mask
     // already; named here because the QP code relies on them.
-    EventMask::LINUX_ASYNC
-        | EventMask::QP_EVENTS
-        | EventMask::PAGE_REQUEST
-        | EventMask::INTERNAL_ERROR
+    EventMask::LINUX_ASYNC | EventMask::QP_EVENTS | EventMask::PAGE_REQUEST
 }
 
 #[cfg(test)]
@@ -419,15 +456,25 @@ mod tests {
     use mlx5_regs::EventType;
 
     #[test]
-    fn async_mask_is_linux_plus_page_request_and_internal_error() {
-        assert_eq!(
-            async_event_mask().bits(),
-            0x1f02be | (1 << 0x0b) | (1 << 0x08)
-        );
+    fn async_mask_is_linux_plus_page_request() {
+        assert_eq!(async_event_mask().bits(), 0x1f02be | (1 << 0x0b));
+        assert!(!async_event_mask().contains(EventMask::INTERNAL_ERROR));
         assert_eq!(
             EventType::PAGE_REQUEST.mask_bit(),
             EventMask::PAGE_REQUEST.bits()
         );
+    }
+
+    #[test]
+    fn init_segment_timeouts_convert_as_linux() {
+        use super::bringup::iseg_timeout_ns;
+        assert_eq!(iseg_timeout_ns(0), 0);
+        assert_eq!(iseg_timeout_ns(250), 250_000_000, "milliseconds");
+        assert_eq!(iseg_timeout_ns((1 << 29) | 60), 60_000_000_000, "seconds");
+        assert_eq!(iseg_timeout_ns((2 << 29) | 2), 120_000_000_000, "minutes");
+        assert_eq!(iseg_timeout_ns((3 << 29) | 1), 3_600_000_000_000, "hours");
+        // Bit 31 and bits 28:20 are not part of the value (Linux masks).
+        assert_eq!(iseg_timeout_ns((1 << 31) | (1 << 25) | 7), 7_000_000);
     }
 
     #[test]

@@ -2,13 +2,13 @@
 //! health checks, EQ polling and dispatch, and the firmware page service
 //! (MANAGE_PAGES on the reserved command slot, docs/firmware.md §2.1, §4.2).
 
-use mlx5_hal::Hal;
+use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::Opcode;
 
 use super::cmdwait::{backoff, outcome_of, outcome_to_result, record};
 use super::{Hca, HcaConfig, PollReport, PAGES_PER_COMMAND};
 use crate::cmd::encode;
-use crate::cmd::{CmdQueue, MAX_CMD_LEN};
+use crate::cmd::{CmdQueue, BLOCK_DATA, BLOCK_STRIDE, MAX_CMD_LEN};
 use crate::cq::ArmTable;
 use crate::diag::{self, Show};
 use crate::eq::{Event, EventQueue, EventSink};
@@ -17,27 +17,45 @@ use crate::health::Heartbeat;
 use crate::pages::{PageManager, PageRequest};
 use crate::stats::{CmdObserver, CmdOutcome, CmdStats};
 
+/// Offset in a MANAGE_PAGES give chain of page `i`'s address: `pas[]`
+/// starts right after the 16 inline bytes, so block `k` carries entries
+/// `64k .. 64k + 63`.
+fn give_pas_offset(i: usize) -> usize {
+    let per_block = BLOCK_DATA / 8;
+    (i / per_block) * BLOCK_STRIDE + (i % per_block) * 8
+}
+
 /// Where an event goes: page requests to the page manager, completions to
 /// their sink (noting the event for the CQ's next arm, as Linux's
-/// `mlx5_eq_comp_int` bumps `arm_sn`), the rest to the async sink.
+/// `mlx5_eq_comp_int` bumps `arm_sn`), SRQ limit events to the limit
+/// watch and the async sink, the rest to the async sink.
 fn dispatch<H: Hal, const CE: usize, const AE: usize>(
     ev: Event,
     pages: &mut PageManager<H>,
     completions: &mut EventSink<Event, CE>,
     cq_arms: &mut ArmTable<CE>,
     events: &mut EventSink<Event, AE>,
+    limit_watch: &mut heapless::Vec<(u32, bool), LIMIT_WATCHES>,
 ) {
     match ev {
         Event::PageRequest {
             function_id,
+            ec_function,
             num_pages,
         } => pages.push_request(PageRequest {
             function_id,
+            ec_function,
             num_pages,
         }),
         Event::Completion { cqn } => {
             cq_arms.fired(cqn);
             completions.push(ev)
+        }
+        Event::SrqLimit { srqn } => {
+            for w in limit_watch.iter_mut().filter(|w| w.0 == srqn) {
+                w.1 = true;
+            }
+            events.push(ev)
         }
         _ => events.push(ev),
     }
@@ -62,9 +80,19 @@ pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
     /// `poll_events` calls since the last health check.
     pub(super) polls_since_health: u32,
     pub(super) function_id: u16,
+    /// The function is an embedded-CPU one (init segment bit 23): its own
+    /// page commands carry `embedded_cpu_function` (Linux
+    /// `mlx5_core_is_ecpf`).
+    pub(super) embedded_cpu: bool,
     pub(super) scratch_in: [u8; MAX_CMD_LEN],
     pub(super) scratch_out: [u8; MAX_CMD_LEN],
+    /// SRQs whose limit arm is being checked, and whether a limit event of
+    /// theirs was dispatched meanwhile ([`Hca::arm_srq_limit`]).
+    pub(super) limit_watch: heapless::Vec<(u32, bool), LIMIT_WATCHES>,
 }
+
+/// Limit arms checked at the same time, at most.
+pub(super) const LIMIT_WATCHES: usize = 8;
 
 impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
     /// Poll both EQs once and dispatch: page requests to the page manager,
@@ -77,13 +105,14 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             completions,
             cq_arms,
             events,
+            limit_watch,
             ..
         } = self;
         let mut n = 0;
         for eq in [async_eq, comp_eq].into_iter().flatten() {
             n += eq
                 .poll(hal, budget, |ev| {
-                    dispatch(ev, pages, completions, cq_arms, events)
+                    dispatch(ev, pages, completions, cq_arms, events, limit_watch)
                 })
                 .eqes;
         }
@@ -99,11 +128,12 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             completions,
             cq_arms,
             events,
+            limit_watch,
             ..
         } = self;
         if let Some(eq) = comp_eq {
             eq.poll(hal, budget, |ev| {
-                dispatch(ev, pages, completions, cq_arms, events)
+                dispatch(ev, pages, completions, cq_arms, events, limit_watch)
             });
         }
     }
@@ -118,9 +148,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         in_len: usize,
         out_len: usize,
     ) -> Result<(), Error> {
-        let Some(cmd) = self.cmd.as_mut() else {
-            return Err(NOT_UP);
-        };
+        let cmd = self.cmd.as_mut().ok_or(NOT_UP)?;
         let slot = cmd.reserved_slot();
         cmd.reap();
         if !cmd.is_free(slot) {
@@ -132,6 +160,74 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         }
         self.scratch_out[..out_len].fill(0);
         let p = cmd.post(slot, &self.scratch_in[..in_len], out_len)?;
+        self.wait_reserved(hal, obs, cfg, p, in_len, out_len)
+    }
+
+    /// [`Core::exec_reserved`] for an input whose first 16 bytes are in
+    /// `scratch_in` and the rest in `chain` (MANAGE_PAGES give of any
+    /// size). The chain comes back once firmware is done with it; on a
+    /// timeout or fatal error it stays with the slot (firmware may still
+    /// read it) and `None` comes back.
+    fn exec_reserved_chain<O: CmdObserver>(
+        &mut self,
+        hal: &H,
+        obs: &O,
+        cfg: &HcaConfig,
+        in_len: usize,
+        chain: DmaRegion<H>,
+    ) -> (Result<(), Error>, Option<DmaRegion<H>>) {
+        let Some(cmd) = self.cmd.as_mut() else {
+            return (Err(NOT_UP), Some(chain));
+        };
+        let slot = cmd.reserved_slot();
+        cmd.reap();
+        let out_len = encode::MANAGE_PAGES_OUT;
+        if !cmd.is_free(slot) {
+            let e = Error::Timeout {
+                opcode: Opcode(encode::header_opcode(&self.scratch_in[..16])),
+                op_mod: encode::header_op_mod(&self.scratch_in[..16]),
+                waited_ns: 0,
+            };
+            return (Err(e), Some(chain));
+        }
+        self.scratch_out[..out_len].fill(0);
+        let posted = cmd.post_chain(slot, &self.scratch_in[..16], in_len, out_len, &chain);
+        let p = match posted {
+            Ok(p) => p,
+            Err(e) => return (Err(e), Some(chain)),
+        };
+        // The trace sees the header and as many page addresses as a
+        // command record holds (the first 512).
+        let rec_len = in_len.min(MAX_CMD_LEN);
+        for k in 0..(rec_len - 16).div_ceil(BLOCK_DATA) {
+            let start = 16 + k * BLOCK_DATA;
+            let end = (start + BLOCK_DATA).min(rec_len);
+            chain.read_bytes(k * BLOCK_STRIDE, &mut self.scratch_in[start..end]);
+        }
+        match self.wait_reserved(hal, obs, cfg, p, rec_len, out_len) {
+            r @ (Ok(()) | Err(Error::Command { .. } | Error::Delivery { .. })) => (r, Some(chain)),
+            Err(e) => {
+                // (The queue exists: the command was posted on it.)
+                if let Some(cmd) = self.cmd.as_mut() {
+                    cmd.retain_chain(slot, chain);
+                }
+                (Err(e), None)
+            }
+        }
+    }
+
+    /// Wait for the command `p` on the reserved slot with the lock held.
+    fn wait_reserved<O: CmdObserver>(
+        &mut self,
+        hal: &H,
+        obs: &O,
+        cfg: &HcaConfig,
+        p: crate::cmd::Posted,
+        in_len: usize,
+        out_len: usize,
+    ) -> Result<(), Error> {
+        let slot = p.slot;
+        let cmd = self.cmd.as_mut().ok_or(NOT_UP)?;
         let mut delay = 0;
         loop {
             let now = hal.now_ns();
@@ -181,41 +277,115 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         }
     }
 
-    /// Give `n` pages to firmware (MANAGE_PAGES op_mod 1, in commands of at
-    /// most [`PAGES_PER_COMMAND`]). Pages are accounted as held once the
-    /// command succeeds, or when its fate is unknown (timeout, fatal).
+    /// Give `n` pages to firmware in one MANAGE_PAGES op_mod 1, as Linux
+    /// does (`give_pages`: a real ConnectX-4 takes its 12,868 init pages in
+    /// one command). Up to 512 pages fit the slot's own mailboxes; beyond,
+    /// the page addresses are written straight into a mailbox chain
+    /// allocated from DMA memory for this command, and the command record
+    /// the observer sees holds the header and the first 512 addresses. Pages are
+    /// accounted as held once the command succeeds, or when its fate is
+    /// unknown (timeout, fatal). `ec`: the embedded-CPU function's pages.
     pub(super) fn give_pages<O: CmdObserver>(
         &mut self,
         hal: &H,
         obs: &O,
         cfg: &HcaConfig,
         function_id: u16,
-        mut n: usize,
+        ec: bool,
+        n: usize,
     ) -> Result<(), Error> {
-        let mut pas = [0u64; PAGES_PER_COMMAND];
+        if n == 0 {
+            return Ok(());
+        }
         // A count beyond what the manager may hold is refused before any
         // page is given (a hostile or broken device asking for 8 TiB).
         self.pages.check_room(n)?;
-        while n > 0 {
-            let k = n.min(PAGES_PER_COMMAND);
-            self.pages.alloc(hal, &mut pas[..k])?;
-            let in_len = encode::manage_pages_give(&mut self.scratch_in, function_id, &pas[..k])?;
-            match self.exec_reserved(hal, obs, cfg, in_len, encode::MANAGE_PAGES_OUT) {
-                Ok(()) => self.pages.note_given(k),
+        let in_len = encode::manage_pages_give_len(n);
+        let header = encode::manage_pages_give_header(function_id, ec, n as u32);
+        if in_len <= MAX_CMD_LEN {
+            // Fits the slot's own mailboxes: built in place, as any command.
+            for i in 0..n {
+                match self.pages.alloc_page(hal) {
+                    Ok(pa) => {
+                        let at = header.len() + 8 * i;
+                        self.scratch_in[at..at + 8].copy_from_slice(&pa.to_be_bytes());
+                    }
+                    Err(e) => {
+                        self.free_given_inline(i);
+                        return Err(e);
+                    }
+                }
+            }
+            self.scratch_in[..header.len()].copy_from_slice(&header);
+            return match self.exec_reserved(hal, obs, cfg, in_len, encode::MANAGE_PAGES_OUT) {
+                Ok(()) => {
+                    self.pages.note_given(n);
+                    Ok(())
+                }
                 Err(e @ (Error::Command { .. } | Error::Delivery { .. })) => {
                     // Firmware refused: the pages are ours again.
-                    for &pa in &pas[..k] {
-                        let _ = self.pages.free(pa);
-                    }
-                    self.pages.release_empty();
-                    return Err(e);
+                    self.free_given_inline(n);
+                    Err(e)
                 }
                 // Timeout / fatal: firmware may hold them; keep them held.
-                Err(e) => return Err(e),
-            }
-            n -= k;
+                Err(e) => Err(e),
+            };
         }
-        Ok(())
+        let chain = self
+            .cmd
+            .as_mut()
+            .ok_or(NOT_UP)?
+            .alloc_chain(in_len)
+            .map_err(|_| Error::OutOfPages { requested: n })?;
+        for i in 0..n {
+            match self.pages.alloc_page(hal) {
+                Ok(pa) => chain.write_be64(give_pas_offset(i), pa),
+                Err(e) => {
+                    self.free_given(&chain, i);
+                    return Err(e);
+                }
+            }
+        }
+        self.scratch_in[..header.len()].copy_from_slice(&header);
+        match self.exec_reserved_chain(hal, obs, cfg, in_len, chain) {
+            (Ok(()), _) => {
+                self.pages.note_given(n);
+                Ok(())
+            }
+            (Err(e @ (Error::Command { .. } | Error::Delivery { .. })), Some(chain)) => {
+                // Firmware refused: the pages are ours again.
+                self.free_given(&chain, n);
+                Err(e)
+            }
+            // Not posted: nothing reached firmware.
+            (Err(e), Some(chain)) => {
+                self.free_given(&chain, n);
+                Err(e)
+            }
+            // Timeout / fatal: firmware may hold them; keep them held.
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    /// Take back from the page manager the first `n` pages of a give built
+    /// in `scratch_in`.
+    fn free_given_inline(&mut self, n: usize) {
+        for i in 0..n {
+            let at = 16 + 8 * i;
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&self.scratch_in[at..at + 8]);
+            let _ = self.pages.free(u64::from_be_bytes(b));
+        }
+        self.pages.release_empty();
+    }
+
+    /// Take back from the page manager the first `n` pages written into a
+    /// give chain.
+    fn free_given(&mut self, chain: &DmaRegion<H>, n: usize) {
+        for i in 0..n {
+            let _ = self.pages.free(chain.read_be64(give_pas_offset(i)));
+        }
+        self.pages.release_empty();
     }
 
     /// Take up to `n` pages back (one MANAGE_PAGES op_mod 2); returns how
@@ -226,10 +396,11 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         obs: &O,
         cfg: &HcaConfig,
         function_id: u16,
+        ec: bool,
         n: usize,
     ) -> Result<usize, Error> {
         let k = n.min(PAGES_PER_COMMAND);
-        let input = encode::manage_pages_take(function_id, k as u32);
+        let input = encode::manage_pages_take(function_id, ec, k as u32);
         self.scratch_in[..input.len()].copy_from_slice(&input);
         let out_len = encode::manage_pages_take_out_len(k);
         self.exec_reserved(hal, obs, cfg, input.len(), out_len)?;
@@ -282,7 +453,8 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
                 req.function_id
             );
             let r = if req.num_pages > 0 {
-                match self.give_pages(hal, obs, cfg, req.function_id, req.num_pages as usize) {
+                let (f, ec, n) = (req.function_id, req.ec_function, req.num_pages as usize);
+                match self.give_pages(hal, obs, cfg, f, ec, n) {
                     Err(e @ (Error::OutOfPages { .. } | Error::Dma(_))) => {
                         diag::warn!(
                             "cannot give {} pages ({}): firmware is told so",
@@ -291,7 +463,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
                         );
                         // Linux `page_notify_fail`: MANAGE_PAGES op_mod 0.
                         self.pages.note_give_failure();
-                        let f = encode::manage_pages_fail(req.function_id);
+                        let f = encode::manage_pages_fail(req.function_id, req.ec_function);
                         self.scratch_in[..f.len()].copy_from_slice(&f);
                         self.exec_reserved(hal, obs, cfg, f.len(), encode::MANAGE_PAGES_OUT)
                     }
@@ -301,7 +473,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
                 let mut left = req.num_pages.unsigned_abs() as usize;
                 let mut r = Ok(());
                 while left > 0 {
-                    match self.take_pages(hal, obs, cfg, req.function_id, left) {
+                    match self.take_pages(hal, obs, cfg, req.function_id, req.ec_function, left) {
                         Ok(0) => break,
                         Ok(got) => left -= got,
                         Err(e) => {
@@ -369,7 +541,58 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
     }
 }
 
+/// A destroyed object whose events must not reach the object that reuses
+/// its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// A CQ: completion and CQ-error events.
+    Cq(u32),
+    /// An SRQ or RMP: limit and catastrophic-error events.
+    Srq(u32),
+    /// A QP: its QP events (WQ errors, last WQE reached, ...).
+    Qp(u32),
+}
+
+impl Gone {
+    fn names(self, ev: &Event) -> bool {
+        match (self, ev) {
+            (Gone::Cq(n), Event::Completion { cqn } | Event::CqError { cqn, .. }) => *cqn == n,
+            (Gone::Srq(n), Event::SrqLimit { srqn } | Event::SrqCatastrophic { srqn }) => {
+                *srqn == n
+            }
+            (Gone::Qp(n), ev) => ev.qp_event().is_some_and(|(q, _)| q == n),
+            _ => false,
+        }
+    }
+}
+
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
+    /// After a successful destroy: dispatch what the EQs hold (firmware
+    /// raises nothing more for the object once its destroy completed) and
+    /// withdraw every queued event naming it, so none reaches an object that
+    /// gets its number next (firmware reuses numbers). Linux gets the same by
+    /// removing the object from its table and synchronising the EQ's
+    /// interrupt before freeing (`mlx5_core_destroy_cq`: `mlx5_eq_del_cq`,
+    /// `synchronize_irq`). Returns how many events were withdrawn.
+    pub(crate) fn forget_events(&self, gone: Gone) -> usize {
+        let mut core = self.core.lock();
+        if !self.is_dead() {
+            core.poll_eqs(&self.hal, u32::MAX);
+        }
+        let Core {
+            completions,
+            events,
+            cq_arms,
+            ..
+        } = &mut *core;
+        if let Gone::Cq(cqn) = gone {
+            // Its arm record goes too (after the poll above noted its last
+            // events): a CQ that reuses the number starts afresh.
+            cq_arms.remove(cqn);
+        }
+        completions.retain(|e| !gone.names(e)) + events.retain(|e| !gone.names(e))
+    }
+
     /// Poll the EQs once: consume EQEs (reporting the consumer index), serve
     /// page requests, queue completion and async events for
     /// [`Hca::next_completion`] / [`Hca::next_event`]. The health buffer is
@@ -385,10 +608,41 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
     /// Read the health buffer now (fatal sensors and heartbeat, docs/firmware.md
     /// §1.3), whatever [`HcaConfig::poll_health_interval`] says. A fatal
-    /// finding sticks: every later call fails fast with it.
+    /// finding sticks: every later call fails fast with it. A syndrome
+    /// without the reset-requested bit is not fatal: it is kept for
+    /// [`Hca::health_warning`] and the HCA stays usable.
     pub fn check_health(&self) -> Result<(), Error> {
         self.check_alive()?;
         let r = self.core.lock().heartbeat.check(&self.hal);
         r.map_err(|e| self.note_fatal(e))
+    }
+
+    /// Start watching SRQ `srqn`'s limit events: what the EQs hold now is
+    /// dispatched first, so only events raised from here on count.
+    pub(crate) fn watch_srq_limit(&self, srqn: u32) -> Result<(), Error> {
+        let mut core = self.core.lock();
+        core.poll_eqs(&self.hal, u32::MAX);
+        core.limit_watch
+            .push((srqn, false))
+            .map_err(|_| Error::Busy("too many SRQ limit arms at once"))
+    }
+
+    /// Stop watching: dispatch what the EQs hold and tell whether a limit
+    /// event of `srqn` came since [`Hca::watch_srq_limit`].
+    pub(crate) fn unwatch_srq_limit(&self, srqn: u32) -> bool {
+        let mut core = self.core.lock();
+        core.poll_eqs(&self.hal, u32::MAX);
+        match core.limit_watch.iter().position(|w| w.0 == srqn) {
+            Some(i) => core.limit_watch.swap_remove(i).1,
+            None => false,
+        }
+    }
+
+    /// The non-fatal health syndrome the last health check saw (`None`
+    /// once firmware cleared it), and how many distinct ones were seen
+    /// since bring-up. Linux reports such a syndrome (its devlink "fw"
+    /// reporter) and keeps the device; so does this driver.
+    pub fn health_warning(&self) -> (Option<crate::health::HealthWarning>, u64) {
+        self.core.lock().heartbeat.warning()
     }
 }

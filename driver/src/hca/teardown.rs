@@ -158,8 +158,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             if held == 0 {
                 return first.map_or(Ok(()), Err);
             }
-            let f = core.function_id;
-            let r = core.take_pages(&self.hal, &self.observer, &self.cfg, f, held);
+            let (f, ec) = (core.function_id, core.embedded_cpu);
+            let r = core.take_pages(&self.hal, &self.observer, &self.cfg, f, ec, held);
             drop(core);
             match r {
                 Ok(n) if n > 0 => {

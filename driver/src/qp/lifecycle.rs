@@ -17,7 +17,8 @@ use super::cmd::{self, CreateQpParams, QpQuery, RtrFields, RtsFields};
 use super::opt::{self, QpOptional};
 use super::queue::{Qp, QpLinks};
 use super::ring::{SendQueueCaps, SendRing, SqGeometry};
-use super::wr::SendSlot;
+use super::wr::{SendError, SendRequest, SendSlot};
+use super::PostSendFailure;
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
@@ -426,6 +427,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if let Err(e) = r {
             return Err(DestroyError::new(qp, e));
         }
+        self.forget_events(crate::hca::Gone::Qp(qp.qpn));
         for c in [send_cq, recv_cq].into_iter().flatten() {
             c.remove_user();
         }
@@ -436,6 +438,25 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         // go of them.
         let Qp { slots, .. } = qp;
         Ok(slots)
+    }
+
+    /// [`Qp::post_send`] on a device that may have died: once the HCA is
+    /// dead (fatal health) nothing is posted and the first request fails
+    /// with [`SendError::DeviceDead`] (`EIO`; Linux `mlx5_ib_post_send`:
+    /// `*bad_wr = wr; return -EIO`). The object-level `Qp::post_send`
+    /// cannot know the device's state.
+    pub fn post_send<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        reqs: &[SendRequest<'_>],
+    ) -> Result<(), PostSendFailure> {
+        if self.is_dead() && !reqs.is_empty() {
+            return Err(PostSendFailure {
+                index: 0,
+                error: SendError::DeviceDead,
+            });
+        }
+        qp.post_send(reqs)
     }
 
     /// Connect a QP to itself in the loopback mode of bring-up

@@ -174,6 +174,9 @@ pub enum SendError {
     },
     /// The QP was created without a send queue (`EINVAL`).
     NoSendQueue,
+    /// The device is dead (fatal health): nothing is posted (`EIO`, as
+    /// `mlx5_ib_post_send` on an internal error).
+    DeviceDead,
 }
 
 impl SendError {
@@ -185,6 +188,7 @@ impl SendError {
             SendError::TooManySges { .. } | SendError::BadState { .. } | SendError::NoSendQueue => {
                 errno::EINVAL
             }
+            SendError::DeviceDead => errno::EIO,
         }
     }
 }

@@ -303,7 +303,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             (false, Some(c)) => Some(c.cqn()),
             (false, None) => return Err(Error::InvalidArgument("an ISSI 0 SRQ names a CQ")),
         };
-        let (ring, pages) = SrqRing::new_paged(self.hal(), geo, MAX_CONTEXT_PAGES)?;
+        let (mut ring, pages) = SrqRing::new_paged(self.hal(), geo, MAX_CONTEXT_PAGES)?;
+        ring.set_terminator(self.srq_terminator());
         let params = SrqParams {
             log_wqe_cnt: geo.log_wqe_cnt,
             log_stride: geo.log_stride,
@@ -358,26 +359,68 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// When the limit is above the WQEs outstanding, the event is due at
     /// once. Firmware raises it itself (its count of unconsumed WQEs is never
     /// above the driver's); if it did not — the limit still reads back
-    /// armed — the driver disarms it and returns [`LimitArm::RaiseNow`], so
-    /// the event is delivered exactly once either way.
+    /// armed — the driver disarms it and returns [`LimitArm::RaiseNow`].
+    /// The event is delivered exactly once either way, even when firmware
+    /// raises it late, between the query and the disarm: the driver watches
+    /// the SRQ's limit events from the arm to after the disarm (when
+    /// firmware can raise no more) and returns [`LimitArm::Armed`] if one
+    /// came. (With several threads consuming events at once, a firmware
+    /// event taken by another thread still counts: the watch is on
+    /// dispatch, not on the queue.)
     pub fn arm_srq_limit(&self, srq: &mut Srq<H>, limit: u32) -> Result<LimitArm, Error> {
         if limit as usize > srq.max_wr() {
             return Err(Error::InvalidArgument("SRQ limit above the SRQ's capacity"));
         }
-        self.set_srq_lwm(srq, limit as u16)?;
         if limit == 0 {
+            self.set_srq_lwm(srq, 0)?;
             return Ok(LimitArm::Disarmed);
         }
+        let srqn = srq.srqn;
+        self.watch_srq_limit(srqn)?;
+        let r = self.arm_and_check(srq, limit);
+        let fired = self.unwatch_srq_limit(srqn);
+        match r? {
+            Some(a) => Ok(a),
+            // Disarmed by the driver: firmware can raise nothing more. Did it
+            // raise the event after the query anyway?
+            None if fired => Ok(LimitArm::Armed),
+            None => Ok(LimitArm::RaiseNow),
+        }
+    }
+
+    /// Arm, and if the event is due at once and firmware has not raised it,
+    /// disarm (`None`).
+    fn arm_and_check(&self, srq: &mut Srq<H>, limit: u32) -> Result<Option<LimitArm>, Error> {
+        self.set_srq_lwm(srq, limit as u16)?;
         if srq.outstanding() >= limit as usize {
-            return Ok(LimitArm::Armed);
+            return Ok(Some(LimitArm::Armed));
         }
         let state = self.query_srq(srq)?;
         if state.lwm == 0 {
             // Firmware fired; its SRQ_RQ_LIMIT EQE is on the async EQ.
-            return Ok(LimitArm::Armed);
+            return Ok(Some(LimitArm::Armed));
         }
         self.set_srq_lwm(srq, 0)?;
-        Ok(LimitArm::RaiseNow)
+        Ok(None)
+    }
+
+    /// [`Srq::post`] on a device that may have died: once the HCA is dead
+    /// (fatal health) nothing is posted and the first request fails with
+    /// [`PostError::DeviceDead`] (`EIO`; Linux `mlx5_ib_post_srq_recv`:
+    /// `*bad_wr = wr; return -EIO`). The object-level `Srq::post` cannot
+    /// know the device's state.
+    pub fn post_srq_recv(
+        &self,
+        srq: &mut Srq<H>,
+        reqs: &[RecvRequest<'_>],
+    ) -> Result<(), PostFailure> {
+        if self.is_dead() && !reqs.is_empty() {
+            return Err(PostFailure {
+                index: 0,
+                error: PostError::DeviceDead,
+            });
+        }
+        srq.post(reqs)
     }
 
     /// Query the SRQ context: state, current limit (0 when disarmed or after
@@ -438,6 +481,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         };
         match r {
             Ok(()) => {
+                self.forget_events(crate::hca::Gone::Srq(srq.srqn));
                 if srq.cqn.is_some() {
                     if let Some(c) = cq {
                         c.remove_user();

@@ -44,6 +44,9 @@ pub enum PostError {
         /// Entries a WQE holds.
         max: usize,
     },
+    /// The device is dead (fatal health): nothing is posted (`EIO` in
+    /// verbs, as `mlx5_ib_post_srq_recv` on an internal error).
+    DeviceDead,
 }
 
 impl PostError {
@@ -52,6 +55,7 @@ impl PostError {
         match self {
             PostError::Full => mlx5_regs::consts::errno::ENOMEM,
             PostError::TooManySges { .. } => mlx5_regs::consts::errno::EINVAL,
+            PostError::DeviceDead => mlx5_regs::consts::errno::EIO,
         }
     }
 }
@@ -92,13 +96,14 @@ pub struct CompletedWqe {
 }
 
 /// Bytes a scatter list holds as the device reads it: entries up to the
-/// first terminator-like one (length 0, the invalid lkey), each length's
-/// low 31 bits with 0 meaning 2 GiB (docs/firmware.md §9.4).
+/// first terminator-like one (length 0, the invalid lkey or the ring's
+/// terminating key `term`), each length's low 31 bits with 0 meaning 2 GiB
+/// (docs/firmware.md §9.4).
 #[inline(always)]
-fn capacity(sges: &[Sge]) -> u64 {
+fn capacity(sges: &[Sge], term: u32) -> u64 {
     let mut total = 0u64;
     for s in sges {
-        if s.length == 0 && s.lkey == INVALID_LKEY {
+        if s.length == 0 && (s.lkey == INVALID_LKEY || s.lkey == term) {
             break;
         }
         let len = s.length & 0x7fff_ffff;
@@ -161,6 +166,9 @@ pub struct SrqRing<H: Hal> {
     tail: u16,
     counter: u16,
     outstanding: usize,
+    /// lkey of the entry that ends a short scatter list: the device's
+    /// `terminate_scatter_list_mkey` when offered, else 0x100.
+    term_lkey: u32,
 }
 
 impl<H: Hal> SrqRing<H> {
@@ -192,12 +200,26 @@ impl<H: Hal> SrqRing<H> {
             tail: (n - 1) as u16,
             counter: 0,
             outstanding: 0,
+            term_lkey: INVALID_LKEY,
         };
         for i in 0..n {
             ring.set_next(i as u16, ((i + 1) & (n - 1)) as u16);
             ring.book.write_be64(i * REC + 8, FREE);
         }
         Ok((ring, pages))
+    }
+
+    /// End short scatter lists with `lkey` (a zero-length entry): the
+    /// device's `terminate_scatter_list_mkey` when it offers one, as Linux
+    /// does (`mlx5_ib_post_srq_recv`, `dev->mkeys.terminate_scatter_list_mkey`);
+    /// 0x100 (`MLX5_INVALID_LKEY`) otherwise, the default.
+    pub fn set_terminator(&mut self, lkey: u32) {
+        self.term_lkey = lkey;
+    }
+
+    /// The lkey that ends a short scatter list.
+    pub fn terminator(&self) -> u32 {
+        self.term_lkey
     }
 
     /// The geometry.
@@ -314,15 +336,15 @@ impl<H: Hal> SrqRing<H> {
             d.write_be64::<8>(sge.addr);
         }
         if let Some(d) = segs.next() {
-            // Terminator: a zero-length entry with the invalid lkey.
+            // Terminator: a zero-length entry with the terminating lkey.
             d.write_be32::<0>(0);
-            d.write_be32::<4>(INVALID_LKEY);
+            d.write_be32::<4>(self.term_lkey);
             d.write_be64::<8>(0);
         }
         // The book is CPU-only: native byte order (the two swaps cancel).
         let rec = self.book.window::<REC>(idx as usize * REC);
         rec.write_be64::<0>(wr_id.swap_bytes());
-        rec.write_be64::<8>(capacity(sges).swap_bytes());
+        rec.write_be64::<8>(capacity(sges, self.term_lkey).swap_bytes());
         Ok(next_seg.read_be16::<2>())
     }
 

@@ -358,10 +358,15 @@ impl<
     /// `SIGNALED` (or `sq_sig_all`) asks for a completion on success,
     /// `SOLICITED` sets the solicited bit, `INLINE` copies
     /// [`SendWr::inline_data`]; `FENCE` has nothing to wait for (no RDMA
-    /// reads or atomics are posted) and `IP_CSUM` does not apply to RC.
+    /// reads or atomics are posted) and `IP_CSUM` does not apply to RC. On
+    /// a dead device nothing is posted and the first request fails with
+    /// `EIO` (`mlx5_ib_post_send`).
     #[inline]
     pub fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostSendError> {
         let fail = |index, errno| PostSendError { index, errno };
+        if self.hca.is_dead() && !wrs.is_empty() {
+            return Err(fail(0, Errno::EIO));
+        }
         let e = self.qps.get_mut(qp.0).ok_or(fail(0, Errno::EINVAL))?;
         let max_gs = e.book.cap.max_send_sge as usize;
         let can_send = e.book.can_send;

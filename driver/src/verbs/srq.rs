@@ -162,8 +162,10 @@ impl<
 
     /// `ibv_post_srq_recv`: post the list in order. On the first failure
     /// (`ENOMEM` full, `EINVAL` too many scatter entries, `EIO` SRQ in
-    /// error) the error names the request; the ones before it stay posted.
-    /// A slot is free again only once its completion was polled.
+    /// error or the device dead — then at the first request, as
+    /// `mlx5_ib_post_srq_recv`) the error names the request; the ones
+    /// before it stay posted. A slot is free again only once its
+    /// completion was polled.
     pub fn post_srq_recv(
         &mut self,
         srq: SrqHandle,
@@ -174,12 +176,13 @@ impl<
         if e.book.error {
             return Err(fail(0, Errno::EIO));
         }
-        e.srq.post(wrs).map_err(|f| {
+        self.hca.post_srq_recv(&mut e.srq, wrs).map_err(|f| {
             fail(
                 f.index,
                 match f.error {
                     PostError::Full => Errno::ENOMEM,
                     PostError::TooManySges { .. } => Errno::EINVAL,
+                    PostError::DeviceDead => Errno::EIO,
                 },
             )
         })
@@ -188,8 +191,10 @@ impl<
     /// `ibv_destroy_srq`. `EBUSY`, nothing changed: a QP is attached (ib
     /// core's `usecnt`), or an async event of the SRQ was read and not
     /// acknowledged (libibverbs would block forever).
-    /// Unread events of the SRQ are discarded. Completions of this SRQ
-    /// still in a CQ are reported as unmatched afterwards.
+    /// Unread events of the SRQ are discarded, and its completions still in
+    /// this context's CQs are removed (firmware reuses the SRQ number; left
+    /// there they would complete a WQE of the SRQ that gets it next). On a
+    /// dead device the destroy succeeds and frees the SRQ (Linux).
     pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), Errno> {
         let b = self.srq_entry(srq)?.book;
         if b.qp_users > 0 || b.async_reported != b.async_acked {
@@ -208,6 +213,12 @@ impl<
                 self.srqns.remove(srqn);
                 if let Some(c) = b.cq.and_then(|h| self.cqs.get_mut(h.0)) {
                     c.book.srq_users = c.book.srq_users.saturating_sub(1);
+                }
+                for (_, c) in self.cqs.iter_mut() {
+                    c.cq.discard_srq(srqn);
+                }
+                if let Some(c) = self.internal_cq.as_mut() {
+                    c.discard_srq(srqn);
                 }
                 self.purge_events(EventElement::Srq(srq));
                 Ok(())

@@ -141,6 +141,10 @@ layouts! {
         cs_res: u8 @ 1592 : 8,
         dc_access_key: u64 @ 1600 : 64,
         dbr_umem_valid: bool @ 1667 : 1,
+        /// UMEM holding the doorbell record when `dbr_umem_valid` (DevX,
+        /// rdma-core `providers/mlx5/mlx5_ifc.h`); `dbr_addr` is then an
+        /// offset into it.
+        dbr_umem_id: u32 @ 1824 : 32,
     }
     /// Input of the `CREATE_QP` command; the page list `pas[]` starts at 0x110
     /// (Linux `mlx5_qpc_create_qp`, `drivers/infiniband/hw/mlx5/qpc.c`).

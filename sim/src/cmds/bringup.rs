@@ -101,7 +101,7 @@ impl State {
     pub(super) fn enable_hca(&mut self, inp: &[u8]) -> R {
         ensure(
             enable_hca_in::function_id.get(inp) == 0
-                && !enable_hca_in::embedded_cpu_function.get(inp),
+                && enable_hca_in::embedded_cpu_function.get(inp) == self.caps.embedded_cpu,
             bad_param(sy::ENABLE_FUNC_ID),
         )?;
         self.reset_function();
@@ -113,7 +113,7 @@ impl State {
     pub(super) fn disable_hca(&mut self, inp: &[u8]) -> R {
         ensure(
             disable_hca_in::function_id.get(inp) == 0
-                && !disable_hca_in::embedded_cpu_function.get(inp),
+                && disable_hca_in::embedded_cpu_function.get(inp) == self.caps.embedded_cpu,
             bad_param(sy::ENABLE_FUNC_ID),
         )?;
         ensure(
@@ -156,6 +156,7 @@ impl State {
         self.qps.clear();
         self.mkeys.clear();
         self.xrcds.clear();
+        self.umems.clear();
         self.port.gids.clear();
         self.hca = HcaState::TornDown;
         self.pages.regular_needed = -(self.pages.held.len() as i32);
@@ -166,7 +167,7 @@ impl State {
     pub(super) fn query_pages(&mut self, inp: &[u8], op_mod: u16, out: &mut [u8]) -> R {
         ensure(
             query_pages_in::function_id.get(inp) == 0
-                && !query_pages_in::embedded_cpu_function.get(inp),
+                && query_pages_in::embedded_cpu_function.get(inp) == self.caps.embedded_cpu,
             bad_param(sy::ENABLE_FUNC_ID),
         )?;
         let n = match op_mod {
@@ -184,7 +185,7 @@ impl State {
         let opc = Opcode::MANAGE_PAGES.0;
         ensure(
             manage_pages_in::function_id.get(inp) == 0
-                && !manage_pages_in::embedded_cpu_function.get(inp),
+                && manage_pages_in::embedded_cpu_function.get(inp) == self.caps.embedded_cpu,
             bad_param(sy::ENABLE_FUNC_ID),
         )?;
         let n = manage_pages_in::input_num_entries.get(inp) as usize;
@@ -329,6 +330,10 @@ impl State {
         let mut e = State::make_eqe(EventType::PAGE_REQUEST, 0);
         let d = eqe::event_data.get_mut(&mut e);
         pages_req_event::function_id.set(d, 0).expect("16-bit");
+        // Bit 15: the request is the embedded-CPU function's own (Linux
+        // `EC_FUNCTION_MASK`).
+        let ec = if self.caps.embedded_cpu { 0x8000 } else { 0 };
+        pages_req_event::ec_function.set(d, ec).expect("16-bit");
         pages_req_event::num_pages.set(d, n as u32).expect("32-bit");
         self.raise(e);
     }
@@ -411,6 +416,12 @@ impl State {
         ensure(
             access_register_in::register_id.get(inp) == reg_id::HOST_ENDIANNESS,
             bad_param(sy::ACCESS_REG_ID),
+        )?;
+        // The host-endianness register belongs to the PF; Linux writes it
+        // only there (`mlx5_function_setup`: `if (mlx5_core_is_pf(dev))`).
+        ensure(
+            !self.caps.virtual_function,
+            bad_param(sy::HOST_ENDIANNESS_VF),
         )?;
         ensure(
             access_register_in::argument.get(inp) == 0,

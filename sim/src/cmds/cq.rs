@@ -32,15 +32,22 @@ impl State {
             bad_param(sy::CQ_CTX_FIELD),
         )?;
         ensure(
-            !cqc::dbr_umem_valid.get(c)
-                && !cqc::apu_cq.get(c)
+            !cqc::apu_cq.get(c)
                 && !cqc::cc.get(c)
                 && !cqc::cqe_comp_en.get(c)
                 && cqc::mini_cqe_res_format.get(c) == 0
                 && cqc::cqe_compression_layout.get(c) == 0
-                && !cqc::scqe_break_moderation_en.get(c)
-                && !create_cq_in::cq_umem_valid.get(inp),
+                && !cqc::scqe_break_moderation_en.get(c),
             bad_param(sy::CQ_UNSUPPORTED_FEATURE),
+        )?;
+        let buf_umem = create_cq_in::cq_umem_valid.get(inp);
+        let dbr_umem = cqc::dbr_umem_valid.get(c);
+        ensure(
+            (buf_umem
+                || (create_cq_in::cq_umem_id.get(inp) == 0
+                    && create_cq_in::cq_umem_offset.get(inp) == 0))
+                && (dbr_umem || cqc::dbr_umem_id.get(c) == 0),
+            bad_param(sy::UMEM_FIELDS),
         )?;
         let cqe_sz = cqc::cqe_sz.get(c);
         ensure(cqe_sz <= ctx::CQE_SIZE_128, bad_param(sy::CQ_CQE_SZ))?;
@@ -77,20 +84,49 @@ impl State {
         let shift = 12 + lps as u32;
         let pofs = cqc::page_offset.get(c) as u64 * ((1u64 << shift) / 64);
         let stride = if cqe_sz == 0 { 64u64 } else { 128 };
-        let npas = QBuf::pages_needed(stride << log_size, pofs, shift);
-        let pas = read_pas(
-            inp,
-            create_cq_in::pas,
-            npas,
-            shift,
-            fail(CmdStatus::BAD_INP_LEN_ERR, sy::CQ_PAS_SHORT),
-            bad_param(sy::CQ_PAS_ALIGN),
-        )?;
-        while self.cqs.contains_key(&self.next_cqn) || self.next_cqn == 0 {
-            self.next_cqn = (self.next_cqn + 1) & M24;
-        }
-        let cqn = self.next_cqn;
-        self.next_cqn = (self.next_cqn + 1) & M24;
+        let mut umems = Vec::new();
+        // DevX: the doorbell record at offset `dbr_addr` of a UMEM (the
+        // device reads the consumer index there).
+        let dbr = if dbr_umem {
+            let id = cqc::dbr_umem_id.get(c);
+            umems.push(id);
+            self.umem_dbr(devx::UmemUse {
+                id,
+                off: dbr,
+                len: 8,
+                write: false,
+            })?
+        } else {
+            dbr
+        };
+        // DevX: the ring in a UMEM (the device writes CQEs there); the
+        // context's page size and offset describe nothing then.
+        let buf = if buf_umem {
+            let id = create_cq_in::cq_umem_id.get(inp);
+            umems.push(id);
+            self.umem_buf(devx::UmemUse {
+                id,
+                off: create_cq_in::cq_umem_offset.get(inp),
+                len: stride << log_size,
+                write: true,
+            })?
+        } else {
+            let npas = QBuf::pages_needed(stride << log_size, pofs, shift);
+            let pas = read_pas(
+                inp,
+                create_cq_in::pas,
+                npas,
+                shift,
+                fail(CmdStatus::BAD_INP_LEN_ERR, sy::CQ_PAS_SHORT),
+                bad_param(sy::CQ_PAS_ALIGN),
+            )?;
+            QBuf {
+                pas,
+                page_shift: shift,
+                offset: pofs,
+            }
+        };
+        let cqn = self.alloc_number(|st, n| st.cqs.contains_key(&n), self.cqn_base);
         self.cqs.insert(
             cqn,
             Cq {
@@ -99,11 +135,7 @@ impl State {
                 uar,
                 eqn: eqn as u8,
                 dbr,
-                buf: QBuf {
-                    pas,
-                    page_shift: shift,
-                    offset: pofs,
-                },
+                buf,
                 log_page_size: lps,
                 page_offset: cqc::page_offset.get(c),
                 oi: cqc::oi.get(c),
@@ -117,6 +149,8 @@ impl State {
                 last_notified: 0,
                 last_solicit: None,
                 users: 0,
+                umems,
+                last_arm_solicited: None,
             },
         );
         create_cq_out::cqn.set(out, cqn).expect("24-bit");

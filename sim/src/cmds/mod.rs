@@ -18,6 +18,7 @@ use crate::{HcaState, Violation};
 
 mod bringup;
 mod cq;
+mod devx;
 mod eq;
 mod mkey;
 mod qp;
@@ -135,6 +136,7 @@ fn spec(op: Opcode) -> Option<Spec> {
         | Opcode::QUERY_ROCE_ADDRESS
         | Opcode::SET_ROCE_ADDRESS
         | Opcode::QUERY_HCA_VPORT_CONTEXT => (I, &[0], Any),
+        Opcode::CREATE_UMEM | Opcode::DESTROY_UMEM => (I, &[0], Any),
         Opcode::CREATE_SRQ | Opcode::DESTROY_SRQ | Opcode::QUERY_SRQ => (I, &[0], Issi0),
         Opcode::ARM_RQ => (I, &[1], Issi0),
         Opcode::CREATE_RMP | Opcode::MODIFY_RMP | Opcode::DESTROY_RMP | Opcode::QUERY_RMP => {
@@ -236,6 +238,29 @@ fn write_pas(out: &mut [u8], arr: mlx5_regs::Array<u64>, pas: &[u64]) {
     }
 }
 
+/// Older, shorter forms of a command that clients still send, which
+/// firmware accepts: (opcode, shortest input, shortest output). Missing
+/// bytes read as zero; an output is cut to the length the client gave.
+/// `docs/fidelity.md` §3 lists each with the client that sends it.
+const OLDER_FORMS: &[(Opcode, usize, usize)] = &[
+    // INIT_HCA before `sw_owner_id` (16 bytes): older Linux and rdma-core
+    // `providers/mlx5/mlx5_vfio.c` (`mlx5_vfio_init_hca`).
+    (Opcode::INIT_HCA, 16, 16),
+    // QUERY_QP without the QPC extension (272-byte output): rdma-core
+    // `providers/mlx5/mlx5_ifc.h` `query_qp_out`, sent by its DevX users.
+    (Opcode::QUERY_QP, 16, 272),
+];
+
+/// The shortest input and output firmware takes for `op`.
+fn min_lengths(op: Opcode, sp: &Spec) -> (usize, usize) {
+    OLDER_FORMS
+        .iter()
+        .find(|(o, _, _)| *o == op)
+        .map_or((sp.input.size, sp.output.size), |&(_, i, o)| {
+            (i.min(sp.input.size), o.min(sp.output.size))
+        })
+}
+
 impl State {
     /// Run one command: returns (status, syndrome) and fills `out`.
     pub(crate) fn execute(&mut self, inp: &[u8], out: &mut [u8]) -> (u8, u32) {
@@ -244,11 +269,12 @@ impl State {
         let snapshot = self.hostile_pages_snapshot(Opcode(op), op_mod);
         let r = match self.inj.take_fail(op) {
             Some((status, synd)) => Err(fail(CmdStatus(status), synd)),
-            None => self.run(Opcode(op), inp, out),
+            None => self.run_padded(Opcode(op), inp, out),
         };
         if r.is_ok() {
             self.hostile_output(Opcode(op), op_mod, inp, out, snapshot);
         }
+        self.late_limits_tick();
         let (status, synd) = match r {
             Ok(()) => (0, 0),
             Err(f) => {
@@ -259,6 +285,28 @@ impl State {
         cmd_out::status.set(out, status).expect("8-bit");
         cmd_out::syndrome.set(out, synd).expect("32-bit");
         (status, synd)
+    }
+
+    /// [`State::run`] for an input or output in an older, shorter form
+    /// ([`OLDER_FORMS`]): the input is zero-extended to today's layout, the
+    /// output written in full and cut to the client's length.
+    fn run_padded(&mut self, op: Opcode, inp: &[u8], out: &mut [u8]) -> R {
+        let Some(sp) = spec(op) else {
+            return self.run(op, inp, out);
+        };
+        let (min_in, min_out) = min_lengths(op, &sp);
+        let short_in = inp.len() < sp.input.size && inp.len() >= min_in;
+        let short_out = out.len() < sp.output.size && out.len() >= min_out;
+        if !short_in && !short_out {
+            return self.run(op, inp, out);
+        }
+        let mut i = inp.to_vec();
+        i.resize(i.len().max(sp.input.size), 0);
+        let mut o = vec![0u8; out.len().max(sp.output.size)];
+        let r = self.run(op, &i, &mut o);
+        let n = out.len();
+        out.copy_from_slice(&o[..n]);
+        r
     }
 
     fn run(&mut self, op: Opcode, inp: &[u8], out: &mut [u8]) -> R {
@@ -329,6 +377,11 @@ impl State {
                 query_special_contexts_out::resd_lkey
                     .set(out, self.resd_lkey)
                     .expect("32-bit");
+                if self.caps.terminate_scatter_list_mkey {
+                    query_special_contexts_out::terminate_scatter_list_mkey
+                        .set(out, self.term_mkey)
+                        .expect("32-bit");
+                }
                 Ok(())
             }
             Opcode::ALLOC_UAR => self.alloc_uar(out),
@@ -383,6 +436,8 @@ impl State {
             Opcode::QUERY_ROCE_ADDRESS => self.query_roce_address(inp, out),
             Opcode::SET_ROCE_ADDRESS => self.set_roce_address(inp),
             Opcode::QUERY_HCA_VPORT_CONTEXT => self.query_hca_vport_context(inp, out),
+            Opcode::CREATE_UMEM => self.create_umem(inp, out),
+            Opcode::DESTROY_UMEM => self.destroy_umem(inp),
             _ => Err(bad_op(per_opcode(sy::UNKNOWN_OPCODE, op.0))),
         }
     }

@@ -36,16 +36,12 @@ impl State {
             || create_qp_in::input_qpn.get(inp) != 0
             || create_qp_in::opt_param_mask.get(inp) != 0
             || create_qp_in::ece.get(inp) != 0
-            || create_qp_in::wq_umem_valid.get(inp)
-            || create_qp_in::wq_umem_id.get(inp) != 0
-            || create_qp_in::wq_umem_offset.get(inp) != 0
             || qpc::offload_type.get(c) != 0
             || qpc::end_padding_mode.get(c) != 0
             || qpc::wq_signature.get(c)
             || qpc::cd_slave_receive.get(c)
             || qpc::cd_slave_send.get(c)
             || qpc::cd_master.get(c)
-            || qpc::dbr_umem_valid.get(c)
             || qpc::cgs.get(c)
             || qpc::cs_req.get(c) != 0
             || qpc::cs_res.get(c) != 0
@@ -54,6 +50,17 @@ impl State {
             || qpc::atomic_like_write_en.get(c)
             || qpc::retry_mode.get(c) != 0;
         ensure(!unsupported, bad_param(sy::QP_UNSUPPORTED))?;
+        let (buf_umem, dbr_umem) = (
+            create_qp_in::wq_umem_valid.get(inp),
+            qpc::dbr_umem_valid.get(c),
+        );
+        ensure(
+            (buf_umem
+                || (create_qp_in::wq_umem_id.get(inp) == 0
+                    && create_qp_in::wq_umem_offset.get(inp) == 0))
+                && (dbr_umem || qpc::dbr_umem_id.get(c) == 0),
+            bad_param(sy::UMEM_FIELDS),
+        )?;
         let ctx_set = qpc::state.get(c) != 0
             || qpc::hw_sq_wqebb_counter.get(c) != 0
             || qpc::sw_sq_wqebb_counter.get(c) != 0
@@ -135,8 +142,33 @@ impl State {
         let shift = 12 + lps as u32;
         let po = qpc::page_offset.get(c);
         let pofs = po as u64 * ((1u64 << shift) / 64);
+        let mut umems = Vec::new();
+        // DevX: the doorbell record at offset `dbr_addr` of a UMEM.
+        let dbr = if dbr_umem {
+            let id = qpc::dbr_umem_id.get(c);
+            umems.push(id);
+            self.umem_dbr(devx::UmemUse {
+                id,
+                off: dbr,
+                len: 8,
+                write: false,
+            })?
+        } else {
+            dbr
+        };
         let sq = if no_sq {
+            // A UMEM named without a send ring holds nothing the model uses.
+            ensure(!buf_umem, bad_param(sy::UMEM_FIELDS))?;
             None
+        } else if buf_umem {
+            let id = create_qp_in::wq_umem_id.get(inp);
+            umems.push(id);
+            Some(self.umem_buf(devx::UmemUse {
+                id,
+                off: create_qp_in::wq_umem_offset.get(inp),
+                len: 64u64 << log_sq,
+                write: false,
+            })?)
         } else {
             // QP buffer = the send ring only (no RQ ring with an SRQ or a
             // zero-length RQ), in 64-byte WQEBBs.
@@ -155,11 +187,10 @@ impl State {
                 offset: pofs,
             })
         };
-        while self.qps.contains_key(&self.next_qpn) || self.next_qpn < MIN_QPN {
-            self.next_qpn = (self.next_qpn + 1) & M24;
-        }
-        let qpn = self.next_qpn;
-        self.next_qpn = (self.next_qpn + 1) & M24;
+        let qpn = self.alloc_number(
+            |st, n| n < MIN_QPN || st.qps.contains_key(&n),
+            self.qpn_base,
+        );
         self.qps.insert(
             qpn,
             Qp {
@@ -201,6 +232,7 @@ impl State {
                 log_ack_req_freq: 0,
                 sq_ci: 0,
                 wait: None,
+                umems,
             },
         );
         create_qp_out::qpn.set(out, qpn).expect("24-bit");

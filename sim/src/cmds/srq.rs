@@ -36,12 +36,7 @@ impl State {
     }
 
     pub(super) fn alloc_srqn(&mut self) -> u32 {
-        while self.srqs.contains_key(&self.next_srqn) || self.next_srqn == 0 {
-            self.next_srqn = (self.next_srqn + 1) & M24;
-        }
-        let n = self.next_srqn;
-        self.next_srqn = (self.next_srqn + 1) & M24;
-        n
+        self.alloc_number(|st, n| st.srqs.contains_key(&n), self.srqn_base)
     }
 
     pub(super) fn create_srq(&mut self, inp: &[u8], out: &mut [u8]) -> R {
@@ -115,6 +110,7 @@ impl State {
                 state: ctx::SRQ_STATE_GOOD,
                 consumed: 0,
                 next: 0,
+                umems: Vec::new(),
             },
         );
         create_srq_out::srqn.set(out, n).expect("24-bit");
@@ -134,16 +130,11 @@ impl State {
             && wq::uar_page.get(w) == 0
             && wq::hw_counter.get(w) == 0
             && wq::sw_counter.get(w) == 0
-            && !wq::dbr_umem_valid.get(w)
-            && !wq::wq_umem_valid.get(w)
             && wq::log_hairpin_num_packets.get(w) == 0
             && wq::log_hairpin_data_sz.get(w) == 0
             && wq::log_wqe_num_of_strides.get(w) == 0
             && !wq::two_byte_shift_en.get(w)
             && wq::log_wqe_stride_size.get(w) == 0
-            && wq::dbr_umem_id.get(w) == 0
-            && wq::wq_umem_id.get(w) == 0
-            && wq::wq_umem_offset.get(w) == 0
             && wq::headers_mkey.get(w) == 0
             && !wq::shampo_enable.get(w)
             && wq::shampo_mode.get(w) == 0
@@ -154,6 +145,12 @@ impl State {
         ensure(
             rmpc::state.get(r) == ctx::RMP_STATE_RDY && zero_fields,
             bad_param(sy::SRQ_CTX_FIELD),
+        )?;
+        let (buf_umem, dbr_umem) = (wq::wq_umem_valid.get(w), wq::dbr_umem_valid.get(w));
+        ensure(
+            (buf_umem || (wq::wq_umem_id.get(w) == 0 && wq::wq_umem_offset.get(w) == 0))
+                && (dbr_umem || wq::dbr_umem_id.get(w) == 0),
+            bad_param(sy::UMEM_FIELDS),
         )?;
         let nrmp = self.srqs.values().filter(|x| x.rmp).count() as u64;
         ensure(
@@ -177,22 +174,54 @@ impl State {
         )?;
         let shift = 12 + lps as u32;
         let pofs = wq::page_offset.get(w) as u64 * ((1u64 << shift) / 64);
-        let npas = QBuf::pages_needed(1u64 << (log_size + log_stride), pofs, shift);
-        // wq.pas starts right after the rmpc: byte 0x110 of the command.
-        let pas_arr = mlx5_regs::Array::<u64>::new(
-            "pas",
-            create_rmp_in::ctx.bit_off + rmpc::wq.bit_off + wq::pas.bit_off,
-            64,
-            0,
-        );
-        let pas = read_pas(
-            inp,
-            pas_arr,
-            npas,
-            shift,
-            fail(CmdStatus::BAD_INP_LEN_ERR, sy::SRQ_PAS_SHORT),
-            bad_param(sy::SRQ_PAS_ALIGN),
-        )?;
+        let bytes = 1u64 << (log_size + log_stride);
+        let mut umems = Vec::new();
+        // DevX: doorbell record and WQE ring in UMEMs (the device reads
+        // both); `dbr_addr` is then an offset.
+        let dbr = if dbr_umem {
+            let id = wq::dbr_umem_id.get(w);
+            umems.push(id);
+            self.umem_dbr(devx::UmemUse {
+                id,
+                off: dbr,
+                len: 4,
+                write: false,
+            })?
+        } else {
+            dbr
+        };
+        let buf = if buf_umem {
+            let id = wq::wq_umem_id.get(w);
+            umems.push(id);
+            self.umem_buf(devx::UmemUse {
+                id,
+                off: wq::wq_umem_offset.get(w),
+                len: bytes,
+                write: false,
+            })?
+        } else {
+            let npas = QBuf::pages_needed(bytes, pofs, shift);
+            // wq.pas starts right after the rmpc: byte 0x110 of the command.
+            let pas_arr = mlx5_regs::Array::<u64>::new(
+                "pas",
+                create_rmp_in::ctx.bit_off + rmpc::wq.bit_off + wq::pas.bit_off,
+                64,
+                0,
+            );
+            let pas = read_pas(
+                inp,
+                pas_arr,
+                npas,
+                shift,
+                fail(CmdStatus::BAD_INP_LEN_ERR, sy::SRQ_PAS_SHORT),
+                bad_param(sy::SRQ_PAS_ALIGN),
+            )?;
+            QBuf {
+                pas,
+                page_shift: shift,
+                offset: pofs,
+            }
+        };
         let n = self.alloc_srqn();
         self.srqs.insert(
             n,
@@ -200,11 +229,7 @@ impl State {
                 rmp: true,
                 log_size,
                 log_stride,
-                buf: QBuf {
-                    pas,
-                    page_shift: shift,
-                    offset: pofs,
-                },
+                buf,
                 log_page_size: lps,
                 page_offset: wq::page_offset.get(w),
                 pd,
@@ -217,6 +242,7 @@ impl State {
                 state: ctx::RMP_STATE_RDY,
                 consumed: 0,
                 next: 0,
+                umems,
             },
         );
         create_rmp_out::rmpn.set(out, n).expect("24-bit");
@@ -334,9 +360,33 @@ impl State {
         ensure((lwm as u32) < (1u32 << s.log_size), bad_param(sy::SRQ_LWM))?;
         s.lwm = lwm;
         if self.caps.limit_event_on_arm {
-            self.srq_check_limit(n);
+            match self.limit_late.take() {
+                // Injected: fire only after more commands completed (+1:
+                // this command's own completion counts down first).
+                Some(k) if lwm > 0 => self.late_limits.push((k + 1, n)),
+                _ => self.srq_check_limit(n),
+            }
         }
         Ok(())
+    }
+
+    /// Count a completed command down for the deferred limit events and
+    /// raise those that are due (if still armed and below the limit).
+    pub(crate) fn late_limits_tick(&mut self) {
+        if self.late_limits.is_empty() {
+            return;
+        }
+        let mut due = Vec::new();
+        for (k, n) in self.late_limits.iter_mut() {
+            *k = k.saturating_sub(1);
+            if *k == 0 {
+                due.push(*n);
+            }
+        }
+        self.late_limits.retain(|(k, _)| *k > 0);
+        for n in due {
+            self.srq_check_limit(n);
+        }
     }
 
     /// Raise the limit event once the posted-but-unconsumed count is below

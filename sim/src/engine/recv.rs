@@ -88,7 +88,15 @@ impl State {
         for seg in wqe[16..].chunks_exact(16) {
             let bc = wqe_data_seg::byte_count.get(seg);
             let lkey = wqe_data_seg::lkey.get(seg);
+            // Terminator: byte count 0 with the invalid lkey 0x100, or with
+            // the device's own terminate key when it offers one (Linux
+            // `mlx5_ib_post_srq_recv`, rdma-core `mlx5_post_srq_recv`).
             if bc == 0 && lkey == ctx::INVALID_LKEY {
+                self.stats.terminators_invalid_lkey += 1;
+                break;
+            }
+            if bc == 0 && self.caps.terminate_scatter_list_mkey && lkey == self.term_mkey {
+                self.stats.terminators_device_key += 1;
                 break;
             }
             let n = if bc & 0x7fff_ffff == 0 {

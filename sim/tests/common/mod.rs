@@ -10,6 +10,7 @@ use mlx5_regs::layouts::*;
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Device, SimConfig, SimHal};
 
+pub mod devx;
 pub mod qp;
 pub mod wire;
 
@@ -72,9 +73,15 @@ impl Fw {
         let cmdq = hal.alloc_dma(4096).unwrap();
         hal.mmio_write32(0x10, (cmdq.iova() >> 32) as u32);
         hal.mmio_write32(0x14, cmdq.iova() as u32);
+        Fw::adopt(dev, cmdq)
+    }
+
+    /// A test driver for a device whose command queue is already
+    /// programmed at `cmdq` (e.g. after a function reset).
+    pub fn adopt(dev: Device, cmdq: Region) -> Fw {
         Fw {
+            hal: dev.hal(),
             dev,
-            hal,
             cmdq,
             pool: Vec::new(),
             token: 1,

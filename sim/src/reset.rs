@@ -1,0 +1,67 @@
+//! Function-level reset (PCIe FLR, what `VFIO_DEVICE_RESET` does when a
+//! VFIO device is opened or closed): the function forgets every firmware
+//! object, every page it was given and its command queue, and comes back
+//! Disabled with the initializing bit set until firmware is ready again.
+//! rdma-core's VFIO driver relies on it: it never reclaims pages or sends
+//! DISABLE_HCA (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_free_context`).
+
+use crate::port::Port;
+use crate::state::{Slot, State};
+use crate::{HcaState, ObjectCounts};
+
+/// What a function reset dropped (`Device::function_reset`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResetReport {
+    /// The firmware state the reset found.
+    pub hca_state: Option<HcaState>,
+    /// Objects that were alive.
+    pub objects: ObjectCounts,
+    /// Pages firmware held.
+    pub pages: usize,
+    /// The device was in a fatal state.
+    pub was_fatal: bool,
+}
+
+impl State {
+    /// Drop all firmware state of the function (see the module docs).
+    pub fn function_reset(&mut self) -> ResetReport {
+        let report = ResetReport {
+            hca_state: Some(self.hca),
+            objects: self.object_counts(),
+            pages: self.pages.held.len(),
+            was_fatal: self.fatal.is_some(),
+        };
+        self.eqs.clear();
+        self.cqs.clear();
+        self.srqs.clear();
+        self.uars.clear();
+        self.pds.clear();
+        self.qps.clear();
+        self.mkeys.clear();
+        self.xrcds.clear();
+        self.umems.clear();
+        // The vport context is the function's: power-on values again.
+        self.port = Port::new(self.cfg.seed);
+        self.pages.held.clear();
+        self.pages.queued_requests.clear();
+        self.hca = HcaState::Disabled;
+        self.reset_function();
+        self.host_be = false;
+        // The command queue is forgotten: the driver programs it again.
+        self.cmdq_h = 0;
+        self.cmdq_l = 0;
+        self.nic_interface = 0;
+        self.slots.iter_mut().for_each(|s| *s = Slot::Idle);
+        self.slot_rung_at.iter_mut().for_each(|t| *t = 0);
+        self.mmio_queue.clear();
+        self.fatal = None;
+        self.fatal_counter = 0;
+        self.health_warning = None;
+        self.late_limits.clear();
+        self.leaked_at_teardown = None;
+        // Firmware initialises again after the reset.
+        self.created_ns = self.now_ns();
+        self.resets += 1;
+        report
+    }
+}
