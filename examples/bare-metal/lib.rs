@@ -5,7 +5,7 @@
 //! `.bss` holds the DMA pool), enables bus mastering, knows the TSC
 //! frequency, and calls [`mlx5_main`]. From there the driver does the rest:
 //!
-//! * the 58 KiB `Hca` is a `static`, built in place ([`StaticCell`],
+//! * the 60 KiB `Hca` is a `static`, built in place ([`StaticCell`],
 //!   `Hca::new_down`, `Hca::bring_up_in_place`): it never sits on the
 //!   boot stack;
 //! * DMA memory is a static [`DmaPool`] of 4 MiB in `.bss`;
