@@ -32,6 +32,9 @@ use core::ptr::NonNull;
 
 use mlx5_hal::{Hal, HalError, RawDma, PAGE_SIZE};
 
+mod cell;
+pub use cell::StaticCell;
+
 /// One 4 KiB page of the pool.
 #[repr(C, align(4096))]
 pub struct Page(UnsafeCell<[u8; PAGE_SIZE]>);
@@ -148,7 +151,32 @@ unsafe impl Send for IdentityHal {}
 // (single volatile accesses) or the locked pool.
 unsafe impl Sync for IdentityHal {}
 
+/// The pool of [`IdentityHal::UNSET`]: no page, ever.
+struct NoPages;
+
+impl PagePool for NoPages {
+    fn alloc_pages(&self, _n: usize) -> Option<NonNull<u8>> {
+        None
+    }
+    fn free_pages_at(&self, _ptr: NonNull<u8>, _n: usize) {
+        unreachable!("NoPages hands out no page, so none comes back")
+    }
+}
+
 impl IdentityHal {
+    /// A platform that reaches nothing: no BAR0 (every MMIO access panics
+    /// on the bounds check before touching memory), no DMA memory (every
+    /// allocation fails), a clock. The placeholder of an `Hca` made in a
+    /// `static` with `Hca::new_down`, replaced at
+    /// `Hca::bring_up_in_place`.
+    pub const UNSET: IdentityHal = IdentityHal {
+        bar0: NonNull::dangling(),
+        bar0_len: 0,
+        pool: &NoPages,
+        tsc_hz: 1,
+        phys_offset: 0,
+    };
+
     /// Build the platform.
     ///
     /// # Safety
@@ -240,7 +268,7 @@ unsafe impl Hal for IdentityHal {
         unsafe { p.write_volatile(value.to_be()) }
     }
 
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
         if size == 0 {
             return Err(HalError::InvalidRequest);
         }
@@ -256,7 +284,7 @@ unsafe impl Hal for IdentityHal {
         })
     }
 
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         self.pool
             .free_pages_at(region.vaddr, region.len / PAGE_SIZE);
     }
@@ -294,6 +322,18 @@ mod tests {
         // SAFETY: the "BAR" is a leaked host array; the pool is static;
         // there is no device.
         unsafe { IdentityHal::new(bar as *mut u8, words * 8, &POOL, 1_000_000_000, 0) }
+    }
+
+    #[test]
+    fn unset_reaches_nothing() {
+        let hal = IdentityHal::UNSET;
+        assert_eq!(hal.bar0_size(), 0);
+        assert_eq!(
+            hal.alloc_dma_raw(4096).unwrap_err(),
+            HalError::OutOfDmaMemory { requested: 4096 }
+        );
+        let mmio = std::panic::catch_unwind(|| IdentityHal::UNSET.mmio_read32(0));
+        assert!(mmio.is_err(), "MMIO outside the (empty) BAR0 panics");
     }
 
     #[test]

@@ -172,7 +172,7 @@ fn resize_on_model(c: &mut Criterion) {
                 r.unwrap();
                 assert_eq!(cq.pending(), n);
                 sum.add(s);
-                hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+                hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
             }
             sum
         });

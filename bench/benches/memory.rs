@@ -41,15 +41,15 @@ unsafe impl Hal for Counting {
     fn mmio_write64(&self, offset: usize, value: u64) {
         self.inner.mmio_write64(offset, value)
     }
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
-        let r = self.inner.dma_alloc(size)?;
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
+        let r = self.inner.alloc_dma_raw(size)?;
         self.live.fetch_add(r.len, Ordering::Relaxed);
         Ok(r)
     }
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         self.live.fetch_sub(region.len, Ordering::Relaxed);
         // SAFETY: forwarded unchanged under the caller's guarantees.
-        unsafe { self.inner.dma_free(region) }
+        unsafe { self.inner.free_dma_raw(region) }
     }
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()
@@ -136,7 +136,7 @@ fn main() {
                 size.stride(),
                 kib(used)
             );
-            hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+            hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         }
     }
 
@@ -161,11 +161,11 @@ fn main() {
                 kib(used)
             );
             hca.destroy_srq(srq, issi0.then_some(&mut cq))
-                .map_err(|(_, e)| e)
+                .map_err(|e| e.error())
                 .unwrap();
         }
     }
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     hca.teardown().unwrap();
     println!();
 }

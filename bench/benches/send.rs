@@ -142,9 +142,9 @@ impl Sender {
                     ..QpLinks::default()
                 },
             )
-            .map_err(|(_, e)| e)
+            .map_err(|d| d.error())
             .unwrap();
-        self.hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        self.hca.destroy_cq(cq).map_err(|d| d.error()).unwrap();
         let Sender { hca, buf, .. } = self;
         drop(buf);
         hca.teardown().unwrap();
@@ -374,7 +374,7 @@ impl Pair {
                 ..QpLinks::default()
             },
         )
-        .map_err(|(_, e)| e)
+        .map_err(|d| d.error())
         .unwrap();
         hca.destroy_qp(
             b,
@@ -384,14 +384,14 @@ impl Pair {
                 ..QpLinks::default()
             },
         )
-        .map_err(|(_, e)| e)
+        .map_err(|d| d.error())
         .unwrap();
         let issi0 = hca.issi() == 0;
         hca.destroy_srq(srq, issi0.then_some(&mut rcq))
-            .map_err(|(_, e)| e)
+            .map_err(|d| d.error())
             .unwrap();
-        hca.destroy_cq(scq).map_err(|(_, e)| e).unwrap();
-        hca.destroy_cq(rcq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(scq).map_err(|d| d.error()).unwrap();
+        hca.destroy_cq(rcq).map_err(|d| d.error()).unwrap();
         drop(buf);
         hca.teardown().unwrap();
     }

@@ -54,12 +54,12 @@ unsafe impl Hal for QuietHal {
     fn mmio_write64(&self, _offset: usize, value: u64) {
         self.last_db.store(value, Ordering::Relaxed);
     }
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
-        self.inner.dma_alloc(size)
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
+        self.inner.alloc_dma_raw(size)
     }
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         // SAFETY: forwarded unchanged under the caller's guarantees.
-        unsafe { self.inner.dma_free(region) }
+        unsafe { self.inner.free_dma_raw(region) }
     }
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()

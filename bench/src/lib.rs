@@ -257,12 +257,12 @@ unsafe impl Hal for BenchHal {
         }
         self.timed(|| self.inner.mmio_write64(offset, value))
     }
-    fn dma_alloc(&self, size: usize) -> Result<mlx5_hal::RawDma, HalError> {
-        self.inner.dma_alloc(size)
+    fn alloc_dma_raw(&self, size: usize) -> Result<mlx5_hal::RawDma, HalError> {
+        self.inner.alloc_dma_raw(size)
     }
-    unsafe fn dma_free(&self, region: mlx5_hal::RawDma) {
+    unsafe fn free_dma_raw(&self, region: mlx5_hal::RawDma) {
         // SAFETY: forwarded unchanged under the caller's guarantees.
-        unsafe { self.inner.dma_free(region) }
+        unsafe { self.inner.free_dma_raw(region) }
     }
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()

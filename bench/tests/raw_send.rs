@@ -109,9 +109,9 @@ fn same_bytes(sges_n: usize, inline: Option<&[u8]>) {
             ..QpLinks::default()
         },
     )
-    .map_err(|(_, e)| e)
+    .map_err(|d| d.error())
     .unwrap();
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|d| d.error()).unwrap();
     drop(buf);
     hca.teardown().unwrap();
 }

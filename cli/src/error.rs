@@ -312,3 +312,23 @@ impl CliError {
         v
     }
 }
+
+/// The message, then the hint on its own line when there is one.
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())?;
+        if let Some(h) = self.hint() {
+            write!(f, "\nhint: {h}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Driver { err, .. } => Some(err),
+            _ => None,
+        }
+    }
+}

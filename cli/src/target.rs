@@ -25,12 +25,7 @@ pub const PROFILES: &[(&str, Profile)] = &[
 
 /// Human name of a profile.
 pub fn profile_name(p: Profile) -> &'static str {
-    match p {
-        Profile::ConnectX4Lx => "ConnectX-4 Lx",
-        Profile::ConnectX5 => "ConnectX-5",
-        Profile::ConnectX6Dx => "ConnectX-6 Dx",
-        Profile::ConnectX7 => "ConnectX-7",
-    }
+    p.name()
 }
 
 /// Short name of a profile (`cx5`).

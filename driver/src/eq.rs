@@ -42,6 +42,7 @@ const EC_FUNCTION: u16 = 0x8000;
 
 /// A decoded event (docs/firmware.md §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// Type 0x00: a CQ has a new completion.
     Completion {
@@ -129,6 +130,7 @@ pub enum Event {
 /// A queue-pair event, typed (event types of QPF/Linux
 /// `qp_allowed_event_types`, `drivers/infiniband/hw/mlx5/qpc.c`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QpEvent {
     /// 0x02: communication established (the first packet arrived while in
     /// RTR). Informational; the driver changes nothing (Linux passes it on

@@ -126,7 +126,7 @@ pub(crate) struct Heartbeat {
 }
 
 impl Heartbeat {
-    pub(crate) fn new(timeout_ns: Option<u64>, now_ns: u64) -> Self {
+    pub(crate) const fn new(timeout_ns: Option<u64>, now_ns: u64) -> Self {
         Heartbeat {
             timeout_ns,
             last_counter: u32::MAX,

@@ -32,6 +32,18 @@
 //! ```
 //!
 //! Build for bare metal: `cargo build -p mlx5-driver --target x86_64-unknown-none`.
+//!
+//! ## Features
+//!
+//! Both off by default; both keep the crate `no_std` and heap-free.
+//!
+//! * `log`: diagnostics through the [`log`](https://docs.rs/log) facade
+//!   (target `mlx5`): bring-up steps and their results (info), page
+//!   requests (debug), commands firmware refused or never answered (warn,
+//!   with opcode, status and syndrome), pages that could not be given
+//!   (warn), a dead device and failed bring-ups or teardowns (error).
+//! * `defmt`: the same messages through [`defmt`](https://docs.rs/defmt),
+//!   for targets that log over a debug probe.
 #![no_std]
 #![deny(missing_docs)]
 #![cfg_attr(not(test), forbid(unsafe_code))]
@@ -39,6 +51,7 @@
 pub mod caps;
 pub mod cmd;
 pub mod cq;
+mod diag;
 pub mod eq;
 pub mod error;
 pub mod hca;
@@ -57,6 +70,6 @@ mod testhal;
 
 pub use caps::Caps;
 pub use eq::Event;
-pub use error::{Error, FatalReason};
+pub use error::{DestroyError, Error, FatalReason};
 pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport};
 pub use stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats, OpStats};

@@ -48,6 +48,26 @@ impl<H: Hal> Chunk<H> {
     }
 }
 
+/// `chunk_pages` within 1..=[`CHUNK_MAX_PAGES`] (`const`, unlike `clamp`).
+const fn clamp_chunk(n: usize) -> usize {
+    if n < 1 {
+        1
+    } else if n > CHUNK_MAX_PAGES {
+        CHUNK_MAX_PAGES
+    } else {
+        n
+    }
+}
+
+/// `max_pages` at most what [`MAX_CHUNKS`] full chunks hold.
+const fn cap_max(n: usize) -> usize {
+    if n > MAX_CHUNKS * CHUNK_MAX_PAGES {
+        MAX_CHUNKS * CHUNK_MAX_PAGES
+    } else {
+        n
+    }
+}
+
 /// Counters of the page manager.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PageStats {
@@ -98,15 +118,30 @@ pub struct PageManager<H: Hal> {
 impl<H: Hal> PageManager<H> {
     /// A manager with chunks of `chunk_pages` pages (clamped to 1..=512) and
     /// at most `max_pages` pages in total.
-    pub fn new(chunk_pages: usize, max_pages: usize) -> Self {
+    pub const fn new(chunk_pages: usize, max_pages: usize) -> Self {
         PageManager {
             chunks: heapless::Vec::new(),
-            chunk_pages: chunk_pages.clamp(1, CHUNK_MAX_PAGES),
-            max_pages: max_pages.min(MAX_CHUNKS * CHUNK_MAX_PAGES),
+            chunk_pages: clamp_chunk(chunk_pages),
+            max_pages: cap_max(max_pages),
             held: 0,
             pending: heapless::Deque::new(),
-            stats: PageStats::default(),
+            stats: PageStats {
+                given: 0,
+                reclaimed: 0,
+                requests: 0,
+                give_failures: 0,
+                merged: 0,
+                refused_counts: 0,
+                bad_returns: 0,
+            },
         }
+    }
+
+    /// Change the limits of a manager that holds nothing yet (an HCA
+    /// brought up in place, [`crate::Hca::bring_up_in_place`]).
+    pub(crate) fn set_limits(&mut self, chunk_pages: usize, max_pages: usize) {
+        self.chunk_pages = clamp_chunk(chunk_pages);
+        self.max_pages = cap_max(max_pages);
     }
 
     /// Pages firmware holds right now.

@@ -48,7 +48,7 @@ unsafe impl Hal for TestHal {
     fn mmio_write64(&self, offset: usize, value: u64) {
         self.doorbells.lock().unwrap().push((offset, value));
     }
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
         if size == 0 {
             return Err(HalError::InvalidRequest);
         }
@@ -65,7 +65,7 @@ unsafe impl Hal for TestHal {
             len,
         })
     }
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         let layout = Layout::from_size_align(region.len, PAGE_SIZE).expect("layout");
         // SAFETY: allocated above with this layout (caller contract).
         unsafe { dealloc(region.vaddr.as_ptr(), layout) };

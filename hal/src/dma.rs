@@ -44,7 +44,7 @@ impl<H: Hal> DmaRegion<H> {
     ///
     /// # Safety
     ///
-    /// `raw` must have been returned by `hal.dma_alloc` (or a clone's), must not
+    /// `raw` must have been returned by `hal.alloc_dma_raw` (or a clone's), must not
     /// be owned by anything else, and must not have been freed.
     pub unsafe fn from_raw(hal: H, raw: RawDma) -> Self {
         DmaRegion { hal, raw }
@@ -475,10 +475,10 @@ impl<H: Hal> Drop for DmaRegion<H> {
             iova: self.raw.iova,
             len: self.raw.len,
         };
-        // SAFETY: the region came from this platform's `dma_alloc` (contract of
+        // SAFETY: the region came from this platform's `alloc_dma_raw` (contract of
         // `from_raw`), is freed exactly once here, and the owner drops it only
         // after the firmware object using it is gone (driver invariant).
-        unsafe { self.hal.dma_free(raw) };
+        unsafe { self.hal.free_dma_raw(raw) };
     }
 }
 
@@ -524,7 +524,7 @@ mod tests {
         fn mmio_write64(&self, _offset: usize, _value: u64) {
             unreachable!("no BAR in this test platform")
         }
-        fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+        fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
             if size == 0 {
                 return Err(HalError::InvalidRequest);
             }
@@ -540,7 +540,7 @@ mod tests {
                 len,
             })
         }
-        unsafe fn dma_free(&self, region: RawDma) {
+        unsafe fn free_dma_raw(&self, region: RawDma) {
             let layout = Layout::from_size_align(region.len, PAGE_SIZE).unwrap();
             // SAFETY: allocated above with this layout (caller contract).
             unsafe { dealloc(region.vaddr.as_ptr(), layout) };

@@ -116,7 +116,7 @@ unsafe impl Hal for HostHal {
         st.doorbells64.push((offset, value));
     }
 
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
         if size == 0 {
             return Err(HalError::InvalidRequest);
         }
@@ -141,7 +141,7 @@ unsafe impl Hal for HostHal {
         Ok(RawDma { vaddr, iova, len })
     }
 
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         let mut st = self.st();
         let pos = st
             .live
@@ -151,7 +151,7 @@ unsafe impl Hal for HostHal {
         st.live.swap_remove(pos);
         st.dma_in_use -= region.len;
         let layout = Layout::from_size_align(region.len, PAGE_SIZE).expect("layout");
-        // SAFETY: allocated in `dma_alloc` with this layout; the caller
+        // SAFETY: allocated in `alloc_dma_raw` with this layout; the caller
         // guarantees it is freed once and no longer used.
         unsafe { dealloc(region.vaddr.as_ptr(), layout) };
     }

@@ -39,6 +39,7 @@ pub const PAGE_SIZE: usize = 4096;
 
 /// Errors a platform can report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HalError {
     /// No DMA memory of the requested size could be provided.
     OutOfDmaMemory {
@@ -67,6 +68,8 @@ impl core::fmt::Display for HalError {
     }
 }
 
+impl core::error::Error for HalError {}
+
 /// The platform a driver instance runs on.
 ///
 /// A `Hal` value is a cheap handle (a reference, an `Arc`, a zero-sized type):
@@ -84,15 +87,15 @@ impl core::fmt::Display for HalError {
 ///    reordered with each other by the implementation. An offset outside BAR0
 ///    or not aligned to the access width may panic; it must never touch other
 ///    memory.
-/// 2. **DMA.** [`Hal::dma_alloc`] returns memory that is zero-filled,
+/// 2. **DMA.** [`Hal::alloc_dma_raw`] returns memory that is zero-filled,
 ///    aligned to [`PAGE_SIZE`], contiguous in both the CPU view and the
 ///    device view (IOVA), not aliased by any other live allocation, valid for
 ///    volatile reads and writes of `len` bytes through `vaddr`, and reachable
 ///    by the device at `iova .. iova + len` until it is passed to
-///    [`Hal::dma_free`]. The memory is coherent with the device cache-wise:
+///    [`Hal::free_dma_raw`]. The memory is coherent with the device cache-wise:
 ///    the barriers of [`barrier`] are the only ordering a driver must add.
 /// 3. **The device cannot reach other memory.** Device writes land only in
-///    memory returned by `dma_alloc` (an IOMMU, a model's checked address
+///    memory returned by `alloc_dma_raw` (an IOMMU, a model's checked address
 ///    space, or, on identity-mapped bare metal, a driver that programs only
 ///    such addresses). This is what makes the MMIO methods safe to call: the
 ///    device can only disturb memory that the driver accesses through raw
@@ -119,17 +122,21 @@ pub unsafe trait Hal: Clone {
     /// Allocate `size` bytes of zeroed, page-aligned, contiguous DMA memory.
     /// `size` is rounded up to a multiple of [`PAGE_SIZE`] by the
     /// implementation; the returned [`RawDma::len`] is the rounded size.
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError>;
+    ///
+    /// A platform implements this pair (`alloc_dma_raw`, `free_dma_raw`);
+    /// drivers and applications call [`Hal::alloc_dma`], which wraps the
+    /// region in a [`DmaRegion`] that frees itself on drop.
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError>;
 
-    /// Give back a region obtained from [`Hal::dma_alloc`].
+    /// Give back a region obtained from [`Hal::alloc_dma_raw`].
     ///
     /// # Safety
     ///
-    /// `region` must come from `dma_alloc` on this platform (or a clone of it),
+    /// `region` must come from `alloc_dma_raw` on this platform (or a clone of it),
     /// must not have been freed already, and the device must no longer be
     /// programmed to access it (the firmware object that used it is destroyed).
     /// No pointer derived from `region.vaddr` may be used afterwards.
-    unsafe fn dma_free(&self, region: RawDma);
+    unsafe fn free_dma_raw(&self, region: RawDma);
 
     /// Monotonic time in nanoseconds since an arbitrary origin.
     fn now_ns(&self) -> u64;
@@ -137,13 +144,15 @@ pub unsafe trait Hal: Clone {
     /// Wait about `us` microseconds (busy-wait, sleep or virtual time).
     fn delay_us(&self, us: u32);
 
-    /// Allocate DMA memory owned by an RAII [`DmaRegion`].
+    /// Allocate DMA memory owned by an RAII [`DmaRegion`] (through
+    /// [`Hal::alloc_dma_raw`]; the region calls [`Hal::free_dma_raw`] when
+    /// dropped).
     fn alloc_dma(&self, size: usize) -> Result<DmaRegion<Self>, HalError>
     where
         Self: Sized,
     {
-        let raw = self.dma_alloc(size)?;
-        // SAFETY: `raw` was just returned by `dma_alloc` of this platform and
+        let raw = self.alloc_dma_raw(size)?;
+        // SAFETY: `raw` was just returned by `alloc_dma_raw` of this platform and
         // is handed to nobody else, which is the contract of `from_raw`.
         Ok(unsafe { DmaRegion::from_raw(self.clone(), raw) })
     }

@@ -14,6 +14,7 @@ use core::marker::PhantomData;
 
 /// What can go wrong when writing a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RegError {
     /// The value does not fit in the field.
     Overflow {
@@ -66,6 +67,8 @@ impl core::fmt::Display for RegError {
         }
     }
 }
+
+impl core::error::Error for RegError {}
 
 /// A Rust type a bit field can be read as.
 pub trait FieldValue: Copy {

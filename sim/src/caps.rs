@@ -10,6 +10,7 @@ use mlx5_regs::layouts::cmd_hca_cap as c;
 
 /// An adapter generation whose capabilities the model reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Profile {
     /// ConnectX-4 Lx (PCI 0x1015, firmware 14.x).
     ConnectX4Lx,
@@ -19,6 +20,18 @@ pub enum Profile {
     ConnectX6Dx,
     /// ConnectX-7 (PCI 0x1021, firmware 28.x).
     ConnectX7,
+}
+
+impl Profile {
+    /// The device's marketing name (`ConnectX-5`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Profile::ConnectX4Lx => "ConnectX-4 Lx",
+            Profile::ConnectX5 => "ConnectX-5",
+            Profile::ConnectX6Dx => "ConnectX-6 Dx",
+            Profile::ConnectX7 => "ConnectX-7",
+        }
+    }
 }
 
 /// The capabilities of the modelled device: the *maximum* values

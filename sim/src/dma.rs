@@ -1,6 +1,6 @@
 //! The device's view of DMA memory: an IOVA space with a translation table.
 //!
-//! `SimHal::dma_alloc` hands out host memory (page aligned, zeroed) mapped at
+//! `SimHal::alloc_dma_raw` hands out host memory (page aligned, zeroed) mapped at
 //! IOVAs from a random high base derived from the seed, so an IOVA never looks
 //! like a host pointer. Regions are separated by unmapped guard gaps and IOVAs
 //! are never reused, so a stale or overrunning address faults. The device

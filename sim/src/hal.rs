@@ -131,9 +131,9 @@ impl SimHal {
 }
 
 // SAFETY: (1) MMIO goes to the model's BAR0 registers under its lock, never
-// to memory; bad offsets panic. (2) `dma_alloc` returns zeroed, page-aligned
+// to memory; bad offsets panic. (2) `alloc_dma_raw` returns zeroed, page-aligned
 // host memory from the global allocator, exclusively owned, mapped in the
-// model's IOVA table until `dma_free`. (3) The model's device side reaches
+// model's IOVA table until `free_dma_raw`. (3) The model's device side reaches
 // only memory in that table (every access is translated and bounds-checked;
 // anything else is an IOMMU fault). (4) The clock is monotonic: virtual time
 // only grows, real time comes from `Instant`.
@@ -173,7 +173,7 @@ unsafe impl Hal for SimHal {
         self.dev.shared.cv.notify_all();
     }
 
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
         if size == 0 {
             return Err(HalError::InvalidRequest);
         }
@@ -190,7 +190,7 @@ unsafe impl Hal for SimHal {
         })
     }
 
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         let mut st = self.dev.lock();
         let (lo, hi) = (region.iova, region.iova + region.len as u64);
         let inside = |a: u64| a >= lo && a < hi;
@@ -241,7 +241,7 @@ unsafe impl Hal for SimHal {
             .free(region.iova, region.vaddr.as_ptr() as usize, region.len);
         assert!(
             ok,
-            "dma_free of a region this platform did not allocate (or freed twice)"
+            "free_dma_raw of a region this platform did not allocate (or freed twice)"
         );
     }
 

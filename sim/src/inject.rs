@@ -4,6 +4,7 @@ use crate::{Device, HostileKind};
 
 /// How the next command delivery is corrupted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Corruption {
     /// The firmware sees a token mismatch: delivery status 0x2.
     Token,

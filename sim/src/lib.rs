@@ -202,6 +202,7 @@ pub enum HcaState {
 
 /// Errors of the test APIs.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SimError {
     /// The feature is not modelled.
     Unsupported(&'static str),
@@ -225,7 +226,15 @@ pub enum SimError {
 
 impl std::fmt::Display for SimError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self:?}")
+        match self {
+            SimError::Unsupported(what) => write!(f, "not modelled: {what}"),
+            SimError::NoSuchObject { kind, id } => write!(f, "no {kind} {id:#x} in the model"),
+            SimError::NoEq { event_type } => {
+                write!(f, "no EQ subscribes to event type {event_type:#04x}")
+            }
+            SimError::BadState(what) => write!(f, "wrong state: {what}"),
+            SimError::Fatal => f.write_str("the device is in a fatal health state"),
+        }
     }
 }
 
@@ -235,6 +244,7 @@ impl std::error::Error for SimError {}
 /// report through a command status (ignored doorbells, scribbled pages, EQ
 /// overruns, ...). Exposed by [`Device::violations`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Violation {
     /// A command doorbell the firmware ignored.
     Doorbell(String),

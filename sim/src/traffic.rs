@@ -43,6 +43,7 @@ const WQE_OPCODE_SEND: u8 = 0x0a;
 
 /// What happened to a delivered message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Delivery {
     /// Scattered into WQE `wqe_index`; a RESP_SEND CQE was written.
     Completed {

@@ -450,7 +450,7 @@ impl Rig {
                 ..QpLinks::default()
             },
         )
-        .map_err(|(_, e)| e)
+        .map_err(|e| e.error())
         .unwrap();
         hca.destroy_qp(
             rx,
@@ -460,14 +460,14 @@ impl Rig {
                 ..QpLinks::default()
             },
         )
-        .map_err(|(_, e)| e)
+        .map_err(|e| e.error())
         .unwrap();
         let at_issi0 = srq.cqn().is_some();
         hca.destroy_srq(srq, at_issi0.then_some(&mut rcq))
-            .map_err(|(_, e)| e)
+            .map_err(|e| e.error())
             .unwrap();
-        hca.destroy_cq(scq).map_err(|(_, e)| e).unwrap();
-        hca.destroy_cq(rcq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(scq).map_err(|e| e.error()).unwrap();
+        hca.destroy_cq(rcq).map_err(|e| e.error()).unwrap();
         drop((src, dst));
         hca.teardown()
             .unwrap_or_else(|e| panic!("{what}: teardown: {e}"));

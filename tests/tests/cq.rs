@@ -48,7 +48,7 @@ fn create_and_destroy_across_sizes_cqe_sizes_profiles_and_modes() {
                     assert_eq!(dev.objects().cqs, 1);
                     let st = hca.query_cq(&cq).expect("query");
                     assert_eq!(st.log_size, cq.log_size());
-                    hca.destroy_cq(cq).map_err(|(_, e)| e).expect("destroy");
+                    hca.destroy_cq(cq).map_err(|e| e.error()).expect("destroy");
                     assert_eq!(dev.objects().cqs, 0);
                 }
             }
@@ -99,7 +99,7 @@ fn completions_arrive_in_order_over_many_wraps_in_both_modes() {
             }
             assert_eq!(got, (0..seq).collect::<Vec<_>>(), "{mode:?} {cqe_size:?}");
             assert!(seq > 8 * 100, "many wraps");
-            hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+            hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         }
         teardown(&dev, hca, "wraps");
     }
@@ -116,7 +116,7 @@ fn each_arm_gives_exactly_one_completion_event() {
     assert_eq!(completion_events(&hca, cq.cqn()), 0);
     drain(&mut cq);
     for _ in 0..5 {
-        cq.arm(false);
+        hca.arm_cq(&mut cq, false).unwrap();
         assert_eq!(completion_events(&hca, cq.cqn()), 0, "nothing yet");
         inject(&dev, &cq, &mut seq, 3);
         assert_eq!(
@@ -130,20 +130,18 @@ fn each_arm_gives_exactly_one_completion_event() {
             0,
             "fired: no more until re-armed"
         );
-        cq.event_received();
         assert_eq!(drain(&mut cq).len(), 5);
     }
     // Arming with completions already waiting fires at once.
     inject(&dev, &cq, &mut seq, 1);
-    cq.arm(false);
+    hca.arm_cq(&mut cq, false).unwrap();
     assert_eq!(completion_events(&hca, cq.cqn()), 1);
-    cq.event_received();
     drain(&mut cq);
     // Solicited-only arming ignores unsolicited completions.
-    cq.arm(true);
+    hca.arm_cq(&mut cq, true).unwrap();
     inject(&dev, &cq, &mut seq, 2);
     assert_eq!(completion_events(&hca, cq.cqn()), 0);
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     teardown(&dev, hca, "arm");
 }
 
@@ -165,7 +163,7 @@ fn overrun_raises_a_cq_error_event() {
         }
     }
     assert_eq!(errors, [(cq.cqn(), 1)], "one overrun event, syndrome 1");
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     hca.teardown().unwrap();
     // The overrun was provoked on purpose: the model logs it as the driver's
     // mistake; everything else must be clean.
@@ -199,7 +197,7 @@ fn resize_grows_and_shrinks_with_none_some_and_nearly_full_outstanding() {
                     inject(&dev, &cq, &mut seq, outstanding);
                     dev.quiesce();
                     if armed {
-                        cq.arm(false);
+                        hca.arm_cq(&mut cq, false).unwrap();
                     }
                     resize_ok(&hca, &mut cq, to);
                     // New completions land after the carried-over ones
@@ -213,7 +211,7 @@ fn resize_grows_and_shrinks_with_none_some_and_nearly_full_outstanding() {
                         (0..seq).collect::<Vec<_>>(),
                         "{mode:?} {from}->{to} outstanding {outstanding} armed {armed}"
                     );
-                    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+                    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
                 }
             }
         }
@@ -240,7 +238,7 @@ fn resize_below_the_outstanding_completions_is_refused_and_the_cq_is_untouched()
     inject(&dev, &cq, &mut seq, 5);
     assert_eq!(drain(&mut cq), (0..45).collect::<Vec<_>>());
     resize_ok(&hca, &mut cq, 15);
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     teardown(&dev, hca, "shrink refused");
 }
 
@@ -273,7 +271,7 @@ fn resize_into_an_exactly_full_ring_is_accepted_and_the_next_needs_a_poll() {
     resize_ok(&hca, &mut cq, 63);
     inject(&dev, &cq, &mut seq, 5);
     assert_eq!(drain(&mut cq), (1..21).collect::<Vec<_>>());
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     teardown(&dev, hca, "exactly full");
 }
 
@@ -286,7 +284,7 @@ fn resize_without_the_capability_is_enosys_and_a_same_size_resize_sends_nothing(
     // 100 and 127 both round to a ring of 128.
     hca.resize_cq(&mut cq, 127).unwrap();
     assert!(dev.trace().is_empty(), "same rounded size: no command");
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     teardown(&dev, hca, "same size");
 
     let dev = Device::new(SimConfig::default());
@@ -297,7 +295,7 @@ fn resize_without_the_capability_is_enosys_and_a_same_size_resize_sends_nothing(
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
     assert_eq!(err.errno(), errno::ENOSYS);
     assert_eq!(cq.capacity(), 127);
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     teardown(&dev, hca, "no cq_resize");
 }
 
@@ -358,7 +356,7 @@ fn resize_while_completions_arrive_from_the_device_thread_loses_nothing() {
         (0..TOTAL).collect::<Vec<_>>(),
         "every completion once, in order"
     );
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     teardown(&dev, hca, "threaded resize");
 }
 
@@ -375,8 +373,8 @@ fn a_solicited_arm_does_not_downgrade_a_next_completion_arm() {
         let dev = mlx5_tests::device(Profile::ConnectX5, mode);
         let hca = mlx5_tests::bring_up(&dev);
         let mut cq = hca.create_cq(15, CqOptions::default()).unwrap();
-        cq.arm(false);
-        cq.arm(true);
+        hca.arm_cq(&mut cq, false).unwrap();
+        hca.arm_cq(&mut cq, true).unwrap();
         dev.quiesce();
         assert_eq!(dev.cq_last_arm(cq.cqn()), Some(false), "{mode:?}");
         let mut seq = 0;
@@ -387,17 +385,16 @@ fn a_solicited_arm_does_not_downgrade_a_next_completion_arm() {
             hca.next_completion(),
             Some(Event::Completion { cqn: cq.cqn() })
         );
-        cq.event_received();
         assert_eq!(mlx5_tests::drain_byte_lens(&mut cq), vec![0]);
         // After the event a solicited-only arm is one again.
-        cq.arm(true);
+        hca.arm_cq(&mut cq, true).unwrap();
         dev.quiesce();
         assert_eq!(dev.cq_last_arm(cq.cqn()), Some(true), "{mode:?}");
         mlx5_tests::inject_sends(&dev, &cq, &mut seq, 1);
         dev.quiesce();
         hca.poll_events().unwrap();
         assert_eq!(hca.next_completion(), None, "not solicited");
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         hca.teardown().unwrap();
         mlx5_tests::assert_clean(&dev, &format!("{mode:?}"));
     }

@@ -105,7 +105,7 @@ impl Prop<'_> {
 
     fn arm(&mut self) {
         if !self.armed {
-            self.cq.arm(false);
+            self.hca.arm_cq(&mut self.cq, false).unwrap();
             self.armed = true;
         }
     }
@@ -173,7 +173,6 @@ impl Prop<'_> {
             assert!(self.armed, "{ctx}: event without an arm");
             self.armed = false;
             self.st.events += 1;
-            self.cq.event_received();
         }
     }
 
@@ -272,7 +271,7 @@ fn one_seed(seed: u64) -> Stats {
             && st.events >= MIN_EVENTS,
         "seed {seed}: exercised too little: {st:?}"
     );
-    hca.destroy_cq(p.cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(p.cq).map_err(|e| e.error()).unwrap();
     hca.teardown().expect("teardown");
     assert_clean(&dev, &format!("property seed {seed}"));
     st

@@ -109,13 +109,13 @@ fn destroy_after_fatal_frees_everything() {
                 recv_cq: Some(&mut rcq),
                 srq: Some(&mut srq),
             };
-            hca.destroy_qp(qp, links).map_err(|(_, e)| e).unwrap();
+            hca.destroy_qp(qp, links).map_err(|e| e.error()).unwrap();
             hca.destroy_srq(srq, Some(&mut rcq))
-                .map_err(|(_, e)| e)
+                .map_err(|e| e.error())
                 .unwrap();
-            hca.destroy_cq(scq).map_err(|(_, e)| e).unwrap();
-            hca.destroy_cq(rcq).map_err(|(_, e)| e).unwrap();
-            hca.destroy_mkey(key).map_err(|(_, e)| e).unwrap();
+            hca.destroy_cq(scq).map_err(|e| e.error()).unwrap();
+            hca.destroy_cq(rcq).map_err(|e| e.error()).unwrap();
+            hca.destroy_mkey(key).map_err(|e| e.error()).unwrap();
             assert_eq!(dev.trace().len(), sent, "{mode:?}: nothing sent");
             // Teardown reports the death and releases the rest.
             assert_eq!(hca.teardown().unwrap_err(), e);
@@ -145,11 +145,11 @@ fn a_destroy_in_flight_when_the_device_dies_succeeds() {
             std::thread::sleep(std::time::Duration::from_millis(30));
             dev.inject().fatal(0x01);
         });
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     });
     // A query in flight fails with the fatal error instead.
     assert!(matches!(hca.query_cq(&cq2), Err(Error::Fatal { .. })));
-    hca.destroy_cq(cq2).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq2).map_err(|e| e.error()).unwrap();
     let _ = hca.teardown();
     assert!(freed_while_in_use(&dev).is_empty());
 }

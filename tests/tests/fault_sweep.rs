@@ -32,8 +32,9 @@ macro_rules! destroy_cq {
     ($hca:expr, $cq:expr) => {
         match $hca.destroy_cq($cq) {
             Ok(()) => Ok(()),
-            Err((cq, e)) => {
-                $hca.destroy_cq(cq).map_err(|(_, e2)| e2)?;
+            Err(failed) => {
+                let (cq, e) = failed.into_parts();
+                $hca.destroy_cq(cq)?;
                 Err(e)
             }
         }
@@ -55,7 +56,7 @@ fn cq_lifecycle(dev: &Device) -> Result<(), Error> {
             }
             let mut out = [Cqe::EMPTY; 8];
             assert_eq!(cq.poll(&mut out), 5);
-            cq.arm(false);
+            hca.arm_cq(&mut cq, false)?;
             hca.query_cq(&cq)?;
             hca.modify_cq_moderation(&cq, 16, 8)?;
             Ok(())
@@ -151,8 +152,9 @@ fn srq_lifecycle_with(dev: &Device, arm_limit: bool) -> Result<(), Error> {
             })();
             let d = match hca.destroy_srq(srq, Some(&mut cq)) {
                 Ok(()) => Ok(()),
-                Err((srq, e)) => {
-                    hca.destroy_srq(srq, Some(&mut cq)).map_err(|(_, e2)| e2)?;
+                Err(failed) => {
+                    let (srq, e) = failed.into_parts();
+                    hca.destroy_srq(srq, Some(&mut cq))?;
                     Err(e)
                 }
             };

@@ -37,7 +37,7 @@ fn a_non_fatal_syndrome_is_reported_and_the_hca_stays_usable() {
             hca.poll_events().unwrap();
         }
         assert_eq!(dev.pages_held(), hca.pages_held_by_firmware(), "{mode:?}");
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         assert!(!hca.is_dead(), "{mode:?}");
         // Reported once per syndrome; cleared when firmware clears it.
         hca.check_health().unwrap();

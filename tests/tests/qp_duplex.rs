@@ -99,11 +99,11 @@ fn self_connected(cfg: RigConfig) {
             ..QpLinks::default()
         },
     )
-    .map_err(|(_, e)| e)
+    .map_err(|e| e.error())
     .unwrap();
     let user = srq.cqn().is_some().then_some(&mut cq);
-    hca.destroy_srq(srq, user).map_err(|(_, e)| e).unwrap();
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_srq(srq, user).map_err(|e| e.error()).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     src.assert_guards(&what);
     dst.assert_guards(&what);
     drop((src, dst));
@@ -184,13 +184,13 @@ fn full_duplex(cfg: RigConfig) {
                 srq: Some(&mut srq),
             },
         )
-        .map_err(|(_, e)| e)
+        .map_err(|e| e.error())
         .unwrap();
     }
     let user = srq.cqn().is_some().then_some(&mut rcq);
-    hca.destroy_srq(srq, user).map_err(|(_, e)| e).unwrap();
+    hca.destroy_srq(srq, user).map_err(|e| e.error()).unwrap();
     for cq in [scq_a, scq_b, rcq] {
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     }
     drop((src, dst));
     hca.teardown().unwrap();

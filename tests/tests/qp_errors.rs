@@ -323,7 +323,7 @@ fn rdma_write_lands_exactly_and_bad_rkeys_are_remote_access_errors() {
         reconnect(&mut rig);
         let outside = rig.dev.iova_base() - 0x10_0000;
         bad_rdma_write(&mut rig, rw.key(), outside, &format!("{what}: unmapped"));
-        rig.hca.destroy_mkey(rw).map_err(|(_, e)| e).unwrap();
+        rig.hca.destroy_mkey(rw).map_err(|e| e.error()).unwrap();
         rig.finish_with_faults(&what, 1);
     }
 }
@@ -428,7 +428,10 @@ fn a_destroyed_peer_ends_in_transport_retry_exceeded_and_a_destroyed_sender_send
             srq: Some(&mut rig.srq),
             ..QpLinks::default()
         };
-        rig.hca.destroy_qp(gone, links).map_err(|(_, e)| e).unwrap();
+        rig.hca
+            .destroy_qp(gone, links)
+            .map_err(|e| e.error())
+            .unwrap();
         rig.post_recvs(5);
         // No ACK any more: 7 retries of the ACK timeout, then 0x15; the
         // rest are flushed.
@@ -477,7 +480,10 @@ fn a_destroyed_peer_ends_in_transport_retry_exceeded_and_a_destroyed_sender_send
             send_cq: Some(&mut rig.scq),
             ..QpLinks::default()
         };
-        rig.hca.destroy_qp(gone, links).map_err(|(_, e)| e).unwrap();
+        rig.hca
+            .destroy_qp(gone, links)
+            .map_err(|e| e.error())
+            .unwrap();
         rig.post_recvs(3);
         rig.settle(5_000);
         assert!(drain(&mut rig.rcq).is_empty(), "{what}: nothing arrives");

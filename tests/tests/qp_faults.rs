@@ -52,9 +52,10 @@ fn sim_state(s: QpState) -> SimState {
 /// handed back and destroyed again. The first error is kept.
 macro_rules! destroy {
     ($first:expr, $call:expr, $again:ident) => {
-        if let Err(($again, e)) = $call {
+        if let Err(failed) = $call {
+            let ($again, e) = failed.into_parts();
             $first.get_or_insert(e);
-            if let Err((_, e2)) = $call {
+            if let Err(e2) = $call {
                 panic!("second destroy failed: {e2}");
             }
         }
@@ -80,7 +81,8 @@ impl Objs {
                 };
                 match hca.destroy_qp(qp, links) {
                     Ok(_) => break,
-                    Err((back, e)) => {
+                    Err(failed) => {
+                        let (back, e) = failed.into_parts();
                         assert!(first.is_none(), "destroy failed twice: {e}");
                         first = Some(e);
                         qp = back;
@@ -97,7 +99,8 @@ impl Objs {
                 };
                 match hca.destroy_qp(qp, links) {
                     Ok(_) => break,
-                    Err((back, e)) => {
+                    Err(failed) => {
+                        let (back, e) = failed.into_parts();
                         assert!(first.is_none(), "destroy failed twice: {e}");
                         first = Some(e);
                         qp = back;
@@ -143,8 +146,9 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
 
     // A key made and destroyed on demand.
     let key = hca.create_mkey(MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE)?;
-    if let Err((key, e)) = hca.destroy_mkey(key) {
-        hca.destroy_mkey(key).map_err(|(_, e2)| e2)?;
+    if let Err(failed) = hca.destroy_mkey(key) {
+        let (key, e) = failed.into_parts();
+        hca.destroy_mkey(key)?;
         return Err(e);
     }
 

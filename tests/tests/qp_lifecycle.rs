@@ -423,6 +423,8 @@ fn loopback_mode(cfg: RigConfig, roce_v1_only: bool) {
             assert_eq!(mode, Some(LoopbackMode::ForceLoopback), "{what}");
             (true, true)
         }
+        // `Profile` is non-exhaustive: a new profile needs its expectations here.
+        (false, p) => panic!("{what}: no expected loopback mode for {p:?}"),
     };
     if !matches!(mode, Some(LoopbackMode::Roce { .. })) {
         assert!(dev.gid_entries().is_empty(), "{what}: no GID needed");

@@ -218,14 +218,14 @@ fn cqs_and_srq_in_use_by_a_qp_are_not_destroyed() {
         let mut rig = Rig::new(cfg);
         rig.dev.clear_trace();
         let busy = |e: &Error| matches!(e, Error::Busy(_)) && e.errno() == errno::EBUSY;
-        let (cq, e) = rig.hca.destroy_cq(rig.scq).unwrap_err();
+        let (cq, e) = rig.hca.destroy_cq(rig.scq).unwrap_err().into_parts();
         assert!(busy(&e), "{what}: send CQ: {e}");
         rig.scq = cq;
-        let (cq, e) = rig.hca.destroy_cq(rig.rcq).unwrap_err();
+        let (cq, e) = rig.hca.destroy_cq(rig.rcq).unwrap_err().into_parts();
         assert!(busy(&e), "{what}: receive CQ: {e}");
         rig.rcq = cq;
         let user = rig.srq.cqn().is_some().then_some(&mut rig.rcq);
-        let (srq, e) = rig.hca.destroy_srq(rig.srq, user).unwrap_err();
+        let (srq, e) = rig.hca.destroy_srq(rig.srq, user).unwrap_err().into_parts();
         assert!(busy(&e), "{what}: SRQ: {e}");
         rig.srq = srq;
         assert!(

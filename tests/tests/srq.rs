@@ -125,9 +125,9 @@ impl Fixture {
         drop(bufs);
         let cqn_user = srq.cqn().is_some();
         hca.destroy_srq(srq, cqn_user.then_some(&mut cq))
-            .map_err(|(_, e)| e)
+            .map_err(|e| e.error())
             .unwrap();
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         hca.teardown().unwrap();
         assert_clean(&dev, what);
     }
@@ -349,16 +349,16 @@ fn a_cq_named_by_an_issi0_srq_cannot_be_destroyed_until_the_srq_is_gone() {
         bufs,
         ..
     } = f;
-    let (mut cq, err) = hca.destroy_cq(cq).unwrap_err();
+    let (mut cq, err) = hca.destroy_cq(cq).unwrap_err().into_parts();
     assert!(matches!(err, Error::Busy(_)));
     assert_eq!(err.errno(), errno::EBUSY);
     // Still working.
     dev.traffic().complete_send(cq.cqn(), 1, 0, 0).unwrap();
     assert!(cq.poll_one().is_some());
     hca.destroy_srq(srq, Some(&mut cq))
-        .map_err(|(_, e)| e)
+        .map_err(|e| e.error())
         .unwrap();
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     drop(bufs);
     hca.teardown().unwrap();
     assert_clean(&dev, "destroy order");
@@ -384,9 +384,9 @@ fn create_limits_follow_the_device() {
         assert_eq!(srq.max_wr() as u32, max_wr);
         assert!(srq.max_sge() as u32 >= max_sge);
         hca.destroy_srq(srq, Some(&mut cq))
-            .map_err(|(_, e)| e)
+            .map_err(|e| e.error())
             .unwrap();
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         hca.teardown().unwrap();
         assert_clean(&dev, "srq limits");
     }
@@ -443,9 +443,9 @@ fn when_firmware_does_not_fire_on_arm_the_driver_says_raise_now_and_disarms_it()
         assert_eq!(hca.next_event(), Some(Event::SrqLimit { srqn: srq.srqn() }));
         drop(bufs);
         hca.destroy_srq(srq, Some(&mut cq))
-            .map_err(|(_, e)| e)
+            .map_err(|e| e.error())
             .unwrap();
-        hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
         hca.teardown().unwrap();
         assert_clean(&dev, "raise now");
     }
@@ -509,9 +509,9 @@ fn the_terminator_is_the_device_key_when_offered() {
                 srq.complete(c.wqe_counter).unwrap();
             }
             hca.destroy_srq(srq, Some(&mut cq))
-                .map_err(|(_, e)| e)
+                .map_err(|e| e.error())
                 .unwrap();
-            hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+            hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
             drop(bufs);
             hca.teardown().unwrap();
             assert_clean(&dev, &format!("offered {offered} ISSI {issi}"));

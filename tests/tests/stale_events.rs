@@ -48,7 +48,6 @@ fn drain_events(hca: &Hca<SimHal>, live: &mut [Live], at: &str, st: &mut Stats) 
             "{at}: completion event for CQ {cqn:#x} that its current incarnation never caused"
         );
         l.events_due -= 1;
-        l.cq.event_received();
         st.events += 1;
     }
     while let Some(ev) = hca.next_event() {
@@ -103,7 +102,7 @@ fn one_seed(seed: u64, mode: ExecMode, ops: usize) -> Stats {
                     let mut out = [Cqe::EMPTY; 16];
                     while l.cq.poll(&mut out) > 0 {}
                     l.unpolled = 0;
-                    l.cq.arm(false);
+                    hca.arm_cq(&mut l.cq, false).unwrap();
                     l.armed = true;
                     // Threaded mode: the doorbell reaches the device before
                     // the next completion is written.
@@ -144,7 +143,7 @@ fn one_seed(seed: u64, mode: ExecMode, ops: usize) -> Stats {
                     st.destroyed_with_pending += 1;
                 }
                 freed.push(l.cq.cqn());
-                hca.destroy_cq(l.cq).map_err(|(_, e)| e).unwrap();
+                hca.destroy_cq(l.cq).map_err(|e| e.error()).unwrap();
             }
             // Read events; each must belong to a live CQ's own incarnation.
             _ => drain_events(&hca, &mut live, &at, &mut st),
@@ -156,7 +155,7 @@ fn one_seed(seed: u64, mode: ExecMode, ops: usize) -> Stats {
         assert!(!l.error_due, "seed {seed}: a CQ error never came");
     }
     for l in live {
-        hca.destroy_cq(l.cq).map_err(|(_, e)| e).unwrap();
+        hca.destroy_cq(l.cq).map_err(|e| e.error()).unwrap();
     }
     hca.teardown().unwrap();
     assert_eq!(dev.pages_held(), 0);
@@ -225,7 +224,7 @@ fn srq_and_qp_events_of_a_destroyed_object_are_withdrawn() {
     e[0x34] = 1;
     dev.traffic().raise_event(e).unwrap();
     hca.destroy_srq(srq, Some(&mut cq))
-        .map_err(|(_, e)| e)
+        .map_err(|e| e.error())
         .unwrap();
     let srq2 = hca.create_srq(15, 1, Some(&mut cq)).unwrap();
     assert_eq!(srq2.srqn(), srqn, "number reused");
@@ -254,7 +253,7 @@ fn srq_and_qp_events_of_a_destroyed_object_are_withdrawn() {
         recv_cq: None,
         srq: None,
     };
-    let slots = hca.destroy_qp(qp, links).map_err(|(_, e)| e).unwrap();
+    let slots = hca.destroy_qp(qp, links).map_err(|e| e.error()).unwrap();
     let links = mlx5_driver::qp::QpLinks {
         send_cq: Some(&mut cq),
         recv_cq: None,
@@ -271,11 +270,11 @@ fn srq_and_qp_events_of_a_destroyed_object_are_withdrawn() {
         recv_cq: None,
         srq: None,
     };
-    hca.destroy_qp(qp2, links).map_err(|(_, e)| e).unwrap();
+    hca.destroy_qp(qp2, links).map_err(|e| e.error()).unwrap();
     hca.destroy_srq(srq2, Some(&mut cq))
-        .map_err(|(_, e)| e)
+        .map_err(|e| e.error())
         .unwrap();
-    hca.destroy_cq(cq).map_err(|(_, e)| e).unwrap();
+    hca.destroy_cq(cq).map_err(|e| e.error()).unwrap();
     hca.teardown().unwrap();
     assert_clean(&dev, "srq/qp stale events");
 }

@@ -1226,7 +1226,7 @@ fn poll_cq_cqe_naming_an_unknown_srq_is_a_counted_error_completion() {
     assert_eq!(ctx.stats().unmatched_cqes, 2);
     ctx.hca()
         .destroy_srq(foreign, None)
-        .map_err(|(_, e)| e)
+        .map_err(|e| e.error())
         .unwrap();
     ctx.destroy_cq(cq).unwrap();
     drop(bufs);

@@ -383,7 +383,7 @@ impl<M: Mapper> DmaPool<M> {
         let p = unsafe { c.mem.ptr().as_ptr().add(off as usize) };
         // SAFETY: the piece was free until now, so neither the CPU (no live
         // region covers it) nor the device (its previous owner released it,
-        // `dma_free` contract) accesses it; page aligned, length a page multiple.
+        // `free_dma_raw` contract) accesses it; page aligned, length a page multiple.
         unsafe { zero_volatile(p, len) };
         let iova = c.iova + off;
         let chunk_iova = c.iova;

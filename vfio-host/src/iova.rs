@@ -65,6 +65,7 @@ impl fmt::Display for IovaRange {
 
 /// Why an allocation or a free was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IovaError {
     /// A zero-sized request.
     ZeroSize,
@@ -91,6 +92,8 @@ pub enum IovaError {
         size: u64,
     },
 }
+
+impl std::error::Error for IovaError {}
 
 impl fmt::Display for IovaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -683,13 +683,13 @@ impl std::fmt::Debug for VfioPlatform {
 //    store on the 64-bit targets this crate compiles for), so accesses are
 //    neither split, merged, cached nor reordered by this code; the byte order
 //    is converted with `from_be`/`to_be`.
-// 2. DMA: `dma_alloc` comes from `DmaPool::alloc`: fresh anonymous mmaps
+// 2. DMA: `alloc_dma_raw` comes from `DmaPool::alloc`: fresh anonymous mmaps
 //    (zeroed by the kernel) or carved pieces zeroed with volatile stores;
 //    page aligned; one host mapping and one IOVA block per region, so
 //    contiguous in both views; never handed out twice while live (the IOVA
 //    allocator and the chunk sub-allocators refuse overlaps); mapped
 //    read/write in the IOMMU with `VFIO_IOMMU_MAP_DMA` before it is returned
-//    and unmapped only in `dma_free` (or at teardown, after the last clone
+//    and unmapped only in `free_dma_raw` (or at teardown, after the last clone
 //    is gone). x86_64 and aarch64 VFIO DMA is cache-coherent for the
 //    write-back pages used here.
 // 3. Isolation: the device sits behind the IOMMU (VFIO type1 refuses a
@@ -718,17 +718,17 @@ unsafe impl Hal for VfioPlatform {
         self.inner.bar0.write64(offset, value.to_be())
     }
 
-    fn dma_alloc(&self, size: usize) -> Result<RawDma, HalError> {
+    fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
         let mut pool = lock(&self.inner.dma);
         let r = pool.alloc(size);
         self.absorb_notices(&mut pool);
         r
     }
 
-    unsafe fn dma_free(&self, region: RawDma) {
+    unsafe fn free_dma_raw(&self, region: RawDma) {
         if let Err(e) = lock(&self.inner.dma).free(region.iova, region.len) {
             log::error!(
-                "mlx5-vfio: dma_free of {:#x}+{:#x}: {}",
+                "mlx5-vfio: free_dma_raw of {:#x}+{:#x}: {}",
                 region.iova,
                 region.len,
                 pool_error(e)

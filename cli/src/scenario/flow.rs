@@ -472,6 +472,33 @@ pub fn poll_eq<H: Hal>(
     Ok((limit, comp, other))
 }
 
+/// Poll the EQs, bounded by [`WAIT_NS`] on the device clock, until an SRQ
+/// limit event for `srqn` arrives. On a card, and on the model with the
+/// device on its own thread, the limit EQE can trail the CQE of the message
+/// that took the SRQ below its limit, so "no event right after the
+/// completion" is not yet "no event". Returns what [`poll_eq`] returns,
+/// summed over the polls, and the nanoseconds waited.
+pub fn wait_limit_event<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    srqn: u32,
+    cqn: Option<u32>,
+) -> Result<(u64, u64, Vec<Event>, u64), CliError> {
+    let hal = hca.hal();
+    let start = hal.now_ns();
+    let (mut limit, mut comp, mut other) = (0, 0, Vec::new());
+    loop {
+        let (l, c, o) = poll_eq(hca, Some(srqn), cqn)?;
+        limit += l;
+        comp += c;
+        other.extend(o);
+        let waited = hal.now_ns().saturating_sub(start);
+        if limit > 0 || waited > WAIT_NS {
+            return Ok((limit, comp, other, waited));
+        }
+        hal.delay_us(10);
+    }
+}
+
 /// Receives still posted on the device: posted and not completed, minus
 /// the completions waiting unpolled.
 pub fn left<H: Hal>(srq: &Srq<H>, rcq: &Cq<H>) -> usize {

@@ -134,7 +134,8 @@ impl<H: Hal> Objects<H> {
             };
             let r = match hca.destroy_qp(qp, links) {
                 Ok(_) => Ok(format!("DESTROY_QP: sender QP {n:#x} destroyed")),
-                Err((qp, e)) => {
+                Err(failed) => {
+                    let (qp, e) = failed.into_parts();
                     self.sender = Some(qp);
                     Err((
                         format!("could not destroy QP {n:#x} ({e})"),
@@ -153,7 +154,8 @@ impl<H: Hal> Objects<H> {
             };
             let r = match hca.destroy_qp(qp, links) {
                 Ok(_) => Ok(format!("DESTROY_QP: receiver QP {n:#x} destroyed")),
-                Err((qp, e)) => {
+                Err(failed) => {
+                    let (qp, e) = failed.into_parts();
                     self.receiver = Some(qp);
                     Err((
                         format!("could not destroy QP {n:#x} ({e})"),
@@ -168,7 +170,8 @@ impl<H: Hal> Objects<H> {
             let name = if rmp { "RMP" } else { "SRQ" };
             let r = match hca.destroy_srq(srq, self.rcq.as_mut()) {
                 Ok(()) => Ok(format!("DESTROY_{name}: {name} {n:#x} destroyed")),
-                Err((srq, e)) => {
+                Err(failed) => {
+                    let (srq, e) = failed.into_parts();
                     self.srq = Some(srq);
                     Err((
                         format!("could not destroy {name} {n:#x} ({e})"),
@@ -183,7 +186,8 @@ impl<H: Hal> Objects<H> {
                 let n = cq.cqn();
                 let r = match hca.destroy_cq(cq) {
                     Ok(()) => Ok(format!("DESTROY_CQ: {what} {n:#x} destroyed")),
-                    Err((cq, e)) => {
+                    Err(failed) => {
+                        let (cq, e) = failed.into_parts();
                         *slot = Some(cq);
                         Err((
                             format!("could not destroy {what} {n:#x} ({e})"),
@@ -198,7 +202,8 @@ impl<H: Hal> Objects<H> {
             let k = key.key();
             let r = match hca.destroy_mkey(key) {
                 Ok(()) => Ok(format!("DESTROY_MKEY: key {k:#x} destroyed")),
-                Err((key, e)) => {
+                Err(failed) => {
+                    let (key, e) = failed.into_parts();
                     self.key = Some(key);
                     Err((
                         format!("could not destroy key {k:#x} ({e})"),
@@ -324,6 +329,7 @@ pub fn loopback_text<H: Hal>(hca: &TracedHca<'_, H>) -> String {
             "InfiniBand to the port's own LID {lid:#x} (from QUERY_HCA_VPORT_CONTEXT; no roce_en, no GID entry on an InfiniBand port)"
         ),
         None => format!("none: the device offers no force loopback, RoCE or IB port ({roce})"),
+        Some(other) => format!("{other:?} ({roce})"),
     }
 }
 
@@ -349,6 +355,7 @@ pub fn loopback_path<H: Hal>(hca: &TracedHca<'_, H>) -> String {
             format!("by InfiniBand, destination LID {lid:#x} (their own)")
         }
         None => "with no loopback mode".into(),
+        Some(other) => format!("in loopback mode {other:?}"),
     }
 }
 
@@ -359,6 +366,7 @@ pub fn loopback_name<H: Hal>(hca: &TracedHca<'_, H>) -> &'static str {
         Some(LoopbackMode::Roce { .. }) => "roce",
         Some(LoopbackMode::Ib { .. }) => "ib",
         None => "none",
+        Some(_) => "other",
     }
 }
 

@@ -9,7 +9,7 @@ use super::setup::{State, POSTED};
 use crate::error::CliError;
 use crate::report::Report;
 use crate::scenario::arm_text;
-use crate::scenario::flow::{left, poll_eq, range, wait_pending, Kind, WAIT_NS};
+use crate::scenario::flow::{left, poll_eq, range, wait_limit_event, wait_pending, Kind, WAIT_NS};
 use crate::scenario::objects::state_name;
 use crate::session::TracedHca;
 use crate::trace::fmt_ns;
@@ -131,16 +131,14 @@ pub fn srq_limit<H: Hal>(
     }
     // On a card the event may trail the third completion a little: it
     // still belongs to the third message (nothing else was consumed).
-    let start = hca.hal().now_ns();
     let mut late = None;
-    while fired.is_none() && hca.hal().now_ns().saturating_sub(start) < WAIT_NS {
-        let (n, _, o) = poll_eq(hca, Some(p.srq.srqn()), None)?;
+    if fired.is_none() {
+        let (n, _, o, waited) = wait_limit_event(hca, p.srq.srqn(), None)?;
         other.extend(o);
         if n > 0 {
             fired = Some(3);
-            late = Some(hca.hal().now_ns().saturating_sub(start));
+            late = Some(waited);
         }
-        hca.hal().delay_us(10);
     }
     for e in &other {
         r.say(format!("other event: {e:?}"));

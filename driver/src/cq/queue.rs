@@ -5,9 +5,9 @@ use mlx5_regs::consts::errno;
 use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
-use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord, ResizeCopyError};
+use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord};
 use crate::cmd::MAX_CMD_LEN;
-use crate::error::Error;
+use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::srq::Srq;
@@ -34,10 +34,11 @@ impl Default for CqOptions {
 
 /// A completion queue owned by the caller.
 ///
-/// Polling, arming and event bookkeeping are methods of the CQ (`&mut self`:
-/// one poller at a time, no lock on the hot path). Commands that change the
-/// CQ (resize, destroy) go through the [`Hca`]. `Cq` is `Send` when the
-/// platform handle is: it owns its DMA memory.
+/// Polling is a method of the CQ (`&mut self`: one poller at a time, no
+/// lock on the hot path). Arming ([`Hca::arm_cq`]) and the commands that
+/// change the CQ (resize, destroy) go through the [`Hca`], which also keeps
+/// the CQ's arm sequence number in step with its completion events. `Cq` is
+/// `Send` when the platform handle is: it owns its DMA memory.
 pub struct Cq<H: Hal> {
     cqn: u32,
     ring: CqRing<H>,
@@ -167,29 +168,19 @@ impl<H: Hal> Cq<H> {
             .remove_where(&self.dbr, |c| !c.is_requester() && c.srqn == srqn)
     }
 
-    /// Request one completion event (docs/firmware.md §5): for the next CQE, or for the
-    /// next solicited CQE only. Exactly one event follows each arm. A
-    /// solicited-only request after a request for the next completion, with
-    /// no event in between ([`Cq::event_received`]), stays a request for the
-    /// next completion (Linux `mlx5_ib_arm_cq`, IB semantics).
-    pub fn arm(&mut self, solicited_only: bool) {
-        // Once armed for the next completion, a solicited-only request does
-        // not narrow it until the event comes (Linux `mlx5_ib_arm_cq`).
-        let solicited_only = solicited_only && !self.armed_next;
-        self.armed_next |= !solicited_only;
-        self.ring.arm(
-            &self.hal,
-            &self.dbr,
-            self.uar_offset,
-            self.cqn,
-            self.arm_sn,
-            solicited_only,
-        );
+    /// The arm sequence number the next arm carries (its low two bits go
+    /// on the wire, docs/firmware.md §5): one more for every completion
+    /// event of this CQ, counted by [`Hca::arm_cq`].
+    pub fn arm_sequence(&self) -> u32 {
+        self.arm_sn
     }
 
-    /// Account for a completion event of this CQ taken from the EQ: the next
-    /// arm carries the next command sequence number (docs/firmware.md §5, `arm_sn`).
-    pub fn event_received(&mut self) {
+    /// Count a completion event of this CQ that the HCA could not count:
+    /// one a faulty device wrote under another CQ number. The next arm then
+    /// takes the next sequence number (without it, firmware would ignore
+    /// the arm as a repeat of the event it raised). Normal operation never
+    /// needs this: [`Hca::arm_cq`] counts every event it consumes.
+    pub fn count_lost_event(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
         self.armed_next = false;
     }
@@ -270,27 +261,87 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
 
     /// Destroy a CQ. Refused with [`Error::Busy`] while an SRQ or a QP
     /// reports to it (before any command is sent);
-    /// on any failure the CQ is handed back unchanged and keeps working.
+    /// on any failure the CQ is handed back unchanged inside the
+    /// [`DestroyError`] and keeps working.
     /// Unpolled completions and a pending arm do not prevent destruction.
     // No heap to box into: handing the object back on failure is the point.
     #[allow(clippy::result_large_err)]
-    pub fn destroy_cq(&self, cq: Cq<H>) -> Result<(), (Cq<H>, Error)> {
+    pub fn destroy_cq(&self, cq: Cq<H>) -> Result<(), DestroyError<Cq<H>>> {
         if cq.users > 0 {
-            return Err((cq, Error::Busy("CQ still used by an SRQ or a QP")));
+            return Err(DestroyError::new(
+                cq,
+                Error::Busy("CQ still used by an SRQ or a QP"),
+            ));
         }
         let input = match cmd::destroy_cq(cq.cqn) {
             Ok(i) => i,
-            Err(e) => return Err((cq, e.into())),
+            Err(e) => return Err(DestroyError::new(cq, e.into())),
         };
         let mut out = [0u8; cmd::DESTROY_CQ_OUT];
         match self.exec(&input, &mut out) {
             // The ring and record are freed when `cq` drops here, after
             // firmware stopped using them; its events still queued go too.
             Ok(()) => {
+                // Also drops its record of arms (Hca::arm_cq).
                 self.forget_events(crate::hca::Gone::Cq(cq.cqn));
                 Ok(())
             }
-            Err(e) => Err((cq, e)),
+            Err(e) => Err(DestroyError::new(cq, e)),
+        }
+    }
+
+    /// Request one completion event for `cq` (docs/firmware.md §5): for its
+    /// next CQE, or with `solicited_only` for its next solicited (or error)
+    /// CQE. Exactly one event follows each arm; a solicited-only request
+    /// after a request for the next completion, with no event in between,
+    /// stays a request for the next completion (Linux `mlx5_ib_arm_cq`).
+    /// The event arrives through [`Hca::poll_events`] as
+    /// [`crate::Event::Completion`] and [`Hca::next_completion`].
+    ///
+    /// The arm sequence number needs no help from the caller: firmware
+    /// ignores an arm that repeats the number of the event it already
+    /// raised, so the number goes up by one per completion event. The HCA
+    /// notes each completion event of an armed CQ when it consumes the EQE
+    /// (in [`Hca::poll_events`], a command wait, or here: the completion EQ
+    /// is polled first, so an event already written is counted), and this
+    /// call applies it before ringing the doorbell, as Linux's EQ handler
+    /// and rdma-core's `mlx5_cq_event` do. Events lost to a full
+    /// completion-event queue are counted all the same.
+    ///
+    /// The HCA remembers up to `CE` armed CQs (its completion-event queue
+    /// capacity, 256 by default); arming one more is
+    /// [`Error::TableFull`] (`ENOMEM`) until an armed CQ is destroyed.
+    pub fn arm_cq(&self, cq: &mut Cq<H>, solicited_only: bool) -> Result<(), Error> {
+        let fired = {
+            let mut core = self.core_lock();
+            core.poll_comp_eq(self.hal(), self.config().eq_poll_budget);
+            core.cq_arms.arm(cq.cqn)
+        };
+        match fired {
+            None => Err(Error::TableFull {
+                what: "armed CQs (Hca parameter CE)",
+                capacity: CE,
+            }),
+            Some(fired) => {
+                if fired {
+                    cq.arm_sn = cq.arm_sn.wrapping_add(1);
+                    cq.armed_next = false;
+                }
+                // Once armed for the next completion, a solicited-only
+                // request does not narrow it until the event comes (Linux
+                // `mlx5_ib_arm_cq`, IB semantics).
+                let solicited_only = solicited_only && !cq.armed_next;
+                cq.armed_next |= !solicited_only;
+                cq.ring.arm(
+                    &cq.hal,
+                    &cq.dbr,
+                    cq.uar_offset,
+                    cq.cqn,
+                    cq.arm_sn,
+                    solicited_only,
+                );
+                Ok(())
+            }
         }
     }
 
@@ -362,16 +413,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         core::mem::swap(&mut cq.ring, &mut new_ring);
         cq.ring.update_doorbell(&cq.dbr);
         drop(new_ring);
-        match copied {
-            Ok(_) => Ok(()),
-            Err(ResizeCopyError::NotSoftwareOwned { index }) => Err(Error::ResizeCopy { index }),
-            // (The new ring was made with the old CQE size: no mismatch.)
-            Err(ResizeCopyError::ResizeCqeMissing | ResizeCopyError::CqeSizeMismatch) => {
-                Err(Error::ResizeCopy {
-                    index: cq.ring.consumer_index(),
-                })
-            }
-        }
+        copied.map(|_| ()).map_err(Error::ResizeCopy)
     }
 }
 

@@ -134,8 +134,16 @@ pub struct Cqe {
     pub imm: u32,
 }
 
+/// [`Cqe::EMPTY`].
+impl Default for Cqe {
+    fn default() -> Self {
+        Cqe::EMPTY
+    }
+}
+
 impl Cqe {
-    /// An all-zero CQE, handy to initialise output arrays.
+    /// An all-zero CQE, handy to initialise output arrays
+    /// (also [`Cqe::default`]).
     pub const EMPTY: Cqe = Cqe {
         opcode: CqeOpcode(0),
         status: CqeStatus::Success,
@@ -562,6 +570,7 @@ impl<H: Hal> CqRing<H> {
 /// Why copying CQEs into a resized ring failed (firmware did not behave as
 /// docs/firmware.md §8 describes; rdma-core only logs this).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResizeCopyError {
     /// An entry on the way to the resize CQE is still hardware-owned.
     NotSoftwareOwned {

@@ -7,6 +7,7 @@ use mlx5_regs::consts::cqe_syndrome as syn;
 
 /// Why a work request completed in error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CqeError {
     /// 0x01: the message did not fit the receive buffers (or the local
     /// gather list was too long).

@@ -1,21 +1,19 @@
 //! Bring-up in the order of docs/firmware.md §4.1.
 
-use core::sync::atomic::AtomicBool;
-
 use mlx5_hal::Hal;
 use mlx5_regs::consts::op_mod;
 use mlx5_regs::layouts::{cmd_hca_cap, initial_seg};
 use mlx5_regs::{EventMask, Opcode};
 
-use super::{async_event_mask, Core, FwVersion, Hca, HcaConfig, Progress};
+use super::{async_event_mask, FwVersion, Hca, HcaConfig};
 use crate::caps::Caps;
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
-use crate::eq::{EventQueue, EventSink};
+use crate::diag::{self, Show};
+use crate::eq::EventQueue;
 use crate::error::Error;
 use crate::health::{mmio_field, Heartbeat};
-use crate::pages::PageManager;
-use crate::stats::{CmdObserver, CmdStats};
+use crate::stats::CmdObserver;
 
 /// Wait until the initializing bit clears, at most `limit_ns`
 /// (docs/firmware.md §1.2).
@@ -79,73 +77,76 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     ///
     /// On failure everything done so far is undone (objects destroyed, pages
     /// taken back, HCA disabled) and the first error is returned.
-    pub fn bring_up_with(hal: H, mut cfg: HcaConfig, observer: O) -> Result<Self, Error> {
+    pub fn bring_up_with(hal: H, cfg: HcaConfig, observer: O) -> Result<Self, Error> {
+        let mut hca = Self::new_down(hal, observer);
+        hca.cfg = cfg;
+        hca.start()?;
+        Ok(hca)
+    }
+
+    /// Bring up an HCA that is down and was never up (from
+    /// [`Hca::new_down`]), in place: the command queue and the bring-up
+    /// steps; on failure everything done is undone.
+    pub(super) fn start(&mut self) -> Result<(), Error> {
         // 1. Pre-init wait, 2. command queue, 3. the device's timeouts and
         // the wait again (docs/firmware.md §4.1, Linux `mlx5_function_enable`).
-        wait_fw_init(&hal, &cfg, cfg.fw_init_timeout_ns)?;
-        let cmd = CmdQueue::new(&hal)?;
-        let device_timeouts = if cfg.device_timeouts {
-            read_device_timeouts(&hal)
+        wait_fw_init(&self.hal, &self.cfg, self.cfg.fw_init_timeout_ns)?;
+        let cmd = CmdQueue::new(&self.hal)?;
+        self.device_timeouts = if self.cfg.device_timeouts {
+            read_device_timeouts(&self.hal)
         } else {
             None
         };
-        let mut init_limit = cfg.fw_init_timeout_ns;
-        if let Some((cmd_ns, init_ns)) = device_timeouts {
-            cfg.cmd_timeout_ns = cmd_ns;
+        let mut init_limit = self.cfg.fw_init_timeout_ns;
+        if let Some((cmd_ns, init_ns)) = self.device_timeouts {
+            self.cfg.cmd_timeout_ns = cmd_ns;
             init_limit = init_ns;
         }
-        wait_fw_init(&hal, &cfg, init_limit)?;
-        let fw = FwVersion {
-            major: mmio_field(&hal, 0, &initial_seg::fw_rev_major),
-            minor: mmio_field(&hal, 0, &initial_seg::fw_rev_minor),
-            subminor: mmio_field(&hal, 0, &initial_seg::fw_rev_subminor),
-            cmdif_rev: mmio_field(&hal, 0, &initial_seg::cmd_interface_rev),
+        wait_fw_init(&self.hal, &self.cfg, init_limit)?;
+        let hal = &self.hal;
+        self.fw = FwVersion {
+            major: mmio_field(hal, 0, &initial_seg::fw_rev_major),
+            minor: mmio_field(hal, 0, &initial_seg::fw_rev_minor),
+            subminor: mmio_field(hal, 0, &initial_seg::fw_rev_subminor),
+            cmdif_rev: mmio_field(hal, 0, &initial_seg::cmd_interface_rev),
         };
-        let embedded_cpu = mmio_field(&hal, 0, &initial_seg::embedded_cpu);
+        self.embedded_cpu = mmio_field(hal, 0, &initial_seg::embedded_cpu);
+        diag::info!(
+            "firmware {}.{}.{} ready, command interface revision {}",
+            self.fw.major,
+            self.fw.minor,
+            self.fw.subminor,
+            self.fw.cmdif_rev
+        );
         let now = hal.now_ns();
-        let core = Core {
-            cmd,
-            async_eq: None,
-            comp_eq: None,
-            pages: PageManager::new(cfg.page_chunk_pages, cfg.max_fw_pages),
-            completions: EventSink::new(),
-            events: EventSink::new(),
-            stats: CmdStats::new(),
-            heartbeat: Heartbeat::new(cfg.heartbeat_timeout_ns, now),
-            polls_since_health: 0,
-            function_id: 0,
-            embedded_cpu,
-            scratch_in: [0; MAX_CMD_LEN],
-            scratch_out: [0; MAX_CMD_LEN],
-            limit_watch: heapless::Vec::new(),
-        };
-        let mut hca = Hca {
-            hal,
-            cfg,
-            core: spin::Mutex::new(core),
-            dead: AtomicBool::new(false),
-            fatal: spin::Mutex::new(None),
-            observer,
-            progress: Progress::default(),
-            torn_down: false,
-            fw,
-            device_timeouts,
-            embedded_cpu,
-            issi: 0,
-            caps: None,
-            max_caps: None,
-            uar: None,
-            pd: None,
-            resd_lkey: 0,
-            terminate_mkey: 0,
-            rdma: super::rdma::RdmaState::default(),
-            mkey_variant: core::sync::atomic::AtomicU8::new(0),
-        };
-        match hca.bring_up_steps() {
-            Ok(()) => Ok(hca),
+        let cfg = self.cfg;
+        let embedded_cpu = self.embedded_cpu;
+        {
+            // Field by field: the big parts (page manager, event queues,
+            // scratch buffers) stay where they are, never copied.
+            let core = self.core.get_mut();
+            core.cmd = Some(cmd);
+            core.embedded_cpu = embedded_cpu;
+            core.pages
+                .set_limits(cfg.page_chunk_pages, cfg.max_fw_pages);
+            core.heartbeat = Heartbeat::new(cfg.heartbeat_timeout_ns, now);
+        }
+        self.torn_down = false;
+        match self.bring_up_steps() {
+            Ok(()) => {
+                diag::info!(
+                    "bring-up complete: ISSI {}, {} firmware pages, UAR {}, PD {:#x}",
+                    self.issi,
+                    self.pages_held_by_firmware(),
+                    self.uar(),
+                    self.pd()
+                );
+                Ok(())
+            }
             Err(e) => {
+                diag::error!("bring-up failed: {}", Show(&e));
                 // Unwind; the original error is what the caller needs.
-                let _ = hca.shutdown();
+                let _ = self.shutdown();
                 Err(e)
             }
         }
@@ -171,6 +172,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 return Err(self.note_fatal(e));
             }
         }
+        diag::info!("QUERY_PAGES op_mod {}: {} pages given", kind, n);
         Ok(())
     }
 
@@ -196,6 +198,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         // 5. ENABLE_HCA.
         let _: [u8; encode::ENABLE_HCA_OUT] = self.run(encode::enable_hca(self.embedded_cpu))?;
         self.progress.enabled = true;
+        diag::debug!("ENABLE_HCA done");
 
         // 6. ISSI (Linux `mlx5_core_set_issi`): a firmware status on
         // QUERY_ISSI means ISSI 0; prefer 1.
@@ -213,6 +216,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         } else {
             return Err(Error::IssiNotSupported { supported });
         }
+        diag::info!("ISSI {} (supported {:#x})", self.issi, supported);
 
         // 7. Boot pages.
         self.startup_pages(op_mod::QUERY_PAGES_BOOT)?;
@@ -248,6 +252,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         };
         let _: [u8; encode::INIT_HCA_OUT] = self.run(encode::init_hca(owner))?;
         self.progress.initialized = true;
+        diag::info!("INIT_HCA done");
 
         // 13. Capabilities as the HCA now runs with them.
         let caps = self.query_caps(true)?;
@@ -290,6 +295,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let out: [u8; encode::QUERY_SPECIAL_CONTEXTS_OUT] =
             self.run(encode::query_special_contexts())?;
         let (resd, term) = encode::parse_query_special_contexts(&out);
+        diag::debug!("UAR, EQs and PD allocated; reserved lkey {:#x}", resd);
         self.resd_lkey = resd;
         self.terminate_mkey = term;
 

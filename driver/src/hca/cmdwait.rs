@@ -7,9 +7,11 @@ use core::sync::atomic::Ordering;
 use mlx5_hal::Hal;
 use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode};
 
+use super::service::NOT_UP;
 use super::Hca;
 use crate::cmd::encode;
 use crate::cmd::Posted;
+use crate::diag::{self, Show};
 use crate::error::Error;
 use crate::stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats};
 
@@ -87,6 +89,26 @@ pub(super) fn record<O: CmdObserver>(
     latency_ns: u64,
 ) {
     stats.record(p.opcode, outcome, latency_ns);
+    match outcome {
+        CmdOutcome::Ok => {}
+        CmdOutcome::Status { status, syndrome } => diag::warn!(
+            "{} op_mod {:#x}: status {}, syndrome {:#x}",
+            Show(&p.opcode),
+            p.op_mod,
+            Show(&status),
+            syndrome
+        ),
+        CmdOutcome::Delivery(_) => {
+            diag::warn!("{} op_mod {:#x}: not delivered", Show(&p.opcode), p.op_mod)
+        }
+        CmdOutcome::Timeout => diag::warn!(
+            "{} op_mod {:#x}: no answer after {} us",
+            Show(&p.opcode),
+            p.op_mod,
+            latency_ns / 1000
+        ),
+        CmdOutcome::Fatal => {}
+    }
     obs.command(&CmdRecord {
         opcode: p.opcode,
         op_mod: p.op_mod,
@@ -127,6 +149,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if e.is_fatal() {
             let mut f = self.fatal.lock();
             if f.is_none() {
+                diag::error!("{}", Show(&e));
                 *f = Some(e);
             }
             self.dead.store(true, Ordering::Release);
@@ -193,8 +216,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let p = loop {
             {
                 let mut core = self.core.lock();
-                if let Some(slot) = core.cmd.alloc_regular() {
-                    break core.cmd.post(slot, input, output.len())?;
+                let cmd = core.cmd.as_mut().ok_or(NOT_UP)?;
+                if let Some(slot) = cmd.alloc_regular() {
+                    break cmd.post(slot, input, output.len())?;
                 }
                 core.service(hal, &self.observer, &self.cfg)
                     .map_err(|e| self.note_fatal(e))?;
@@ -216,8 +240,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 let mut core = self.core.lock();
                 let now = hal.now_ns();
                 let waited = now.saturating_sub(p.posted_ns);
-                if core.cmd.is_done(p.slot) {
-                    let d = core.cmd.finish(p.slot, output);
+                let cmd = core.cmd.as_mut().ok_or(NOT_UP)?;
+                if cmd.is_done(p.slot) {
+                    let d = cmd.finish(p.slot, output);
                     let o = outcome_of(d, output);
                     record(
                         &mut core.stats,
@@ -232,7 +257,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 }
                 if let Err(e) = core.service(hal, &self.observer, &self.cfg) {
                     if e.is_fatal() {
-                        core.cmd.abandon(p.slot);
+                        if let Some(c) = core.cmd.as_mut() {
+                            c.abandon(p.slot);
+                        }
                         record(
                             &mut core.stats,
                             &self.observer,
@@ -255,7 +282,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                     }
                 }
                 if waited > timeout_ns {
-                    core.cmd.abandon(p.slot);
+                    if let Some(c) = core.cmd.as_mut() {
+                        c.abandon(p.slot);
+                    }
                     record(
                         &mut core.stats,
                         &self.observer,

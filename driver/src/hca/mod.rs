@@ -8,6 +8,7 @@
 
 mod bringup;
 mod cmdwait;
+mod in_place;
 mod rdma;
 mod service;
 mod teardown;
@@ -95,25 +96,31 @@ pub struct HcaConfig {
     pub poll_health_interval: u32,
 }
 
+impl HcaConfig {
+    /// The defaults, as a constant (for `static` initialisers and
+    /// [`Hca::new_down`]); [`HcaConfig::default`] returns it.
+    pub const DEFAULT: HcaConfig = HcaConfig {
+        cmd_timeout_ns: 60_000_000_000,
+        fw_init_timeout_ns: 120_000_000_000,
+        device_timeouts: true,
+        virtual_function: false,
+        fw_init_poll_us: 2_000,
+        reclaim_timeout_ns: 5_000_000_000,
+        poll_max_delay_us: 1_000,
+        async_eq_log_size: 12,
+        comp_eq_log_size: 10,
+        eq_poll_budget: 1024,
+        page_chunk_pages: 512,
+        max_fw_pages: 65536,
+        heartbeat_timeout_ns: Some(6_000_000_000),
+        sw_owner_id: None,
+        poll_health_interval: 256,
+    };
+}
+
 impl Default for HcaConfig {
     fn default() -> Self {
-        HcaConfig {
-            cmd_timeout_ns: 60_000_000_000,
-            fw_init_timeout_ns: 120_000_000_000,
-            device_timeouts: true,
-            virtual_function: false,
-            fw_init_poll_us: 2_000,
-            reclaim_timeout_ns: 5_000_000_000,
-            poll_max_delay_us: 1_000,
-            async_eq_log_size: 12,
-            comp_eq_log_size: 10,
-            eq_poll_budget: 1024,
-            page_chunk_pages: 512,
-            max_fw_pages: 65536,
-            heartbeat_timeout_ns: Some(6_000_000_000),
-            sw_owner_id: None,
-            poll_health_interval: 256,
-        }
+        HcaConfig::DEFAULT
     }
 }
 
@@ -172,7 +179,8 @@ struct Progress {
 ///
 /// Type parameters: the platform `H`, a command observer `O` (trace hook,
 /// `()` for none), and the capacities of the completion-event queue `CE`
-/// and the async-event queue `AE`.
+/// (also the number of CQs [`Hca::arm_cq`] can keep armed at once) and the
+/// async-event queue `AE`.
 ///
 /// # Concurrency
 ///
@@ -234,7 +242,10 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Next completion event ([`Event::Completion`]), or
-    /// [`Event::EventsLost`] if the queue overflowed.
+    /// [`Event::EventsLost`] if the queue overflowed. Nothing to do with it
+    /// but poll the CQ and, for another event, arm it again with
+    /// [`Hca::arm_cq`]: the HCA counted the event for the CQ's arm sequence
+    /// number when it consumed the EQE.
     pub fn next_completion(&self) -> Option<Event> {
         self.core.lock().completions.pop()
     }
@@ -255,10 +266,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Capabilities (general, current) after INIT_HCA.
+    ///
+    /// Panics on an HCA that was never brought up ([`Hca::new_down`]
+    /// without [`Hca::bring_up_in_place`]): it has read no capability.
     pub fn caps(&self) -> &Caps {
         match &self.caps {
             Some(c) => c,
-            None => unreachable!("caps are set before bring_up returns"),
+            None => panic!("Hca::caps on an HCA that was never brought up"),
         }
     }
 
@@ -401,6 +415,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// The trace hook.
     pub fn observer(&self) -> &O {
         &self.observer
+    }
+
+    /// The state behind the command lock (for the object modules).
+    pub(crate) fn core_lock(&self) -> spin::MutexGuard<'_, Core<H, CE, AE>> {
+        self.core.lock()
     }
 
     /// The timeouts the device published in its init segment and the

@@ -39,6 +39,13 @@ pub(super) struct RdmaState {
 
 impl Default for RdmaState {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RdmaState {
+    /// Nothing made yet.
+    pub(super) const fn new() -> Self {
         RdmaState {
             dma_mkey: None,
             xrcd: None,

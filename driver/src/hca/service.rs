@@ -9,6 +9,8 @@ use super::cmdwait::{backoff, outcome_of, outcome_to_result, record};
 use super::{Hca, HcaConfig, PollReport, PAGES_PER_COMMAND};
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, BLOCK_DATA, BLOCK_STRIDE, MAX_CMD_LEN};
+use crate::cq::ArmTable;
+use crate::diag::{self, Show};
 use crate::eq::{Event, EventQueue, EventSink};
 use crate::error::Error;
 use crate::health::Heartbeat;
@@ -23,13 +25,55 @@ fn give_pas_offset(i: usize) -> usize {
     (i / per_block) * BLOCK_STRIDE + (i % per_block) * 8
 }
 
+/// Where an event goes: page requests to the page manager, completions to
+/// their sink (noting the event for the CQ's next arm, as Linux's
+/// `mlx5_eq_comp_int` bumps `arm_sn`), SRQ limit events to the limit
+/// watch and the async sink, the rest to the async sink.
+fn dispatch<H: Hal, const CE: usize, const AE: usize>(
+    ev: Event,
+    pages: &mut PageManager<H>,
+    completions: &mut EventSink<Event, CE>,
+    cq_arms: &mut ArmTable<CE>,
+    events: &mut EventSink<Event, AE>,
+    limit_watch: &mut heapless::Vec<(u32, bool), LIMIT_WATCHES>,
+) {
+    match ev {
+        Event::PageRequest {
+            function_id,
+            ec_function,
+            num_pages,
+        } => pages.push_request(PageRequest {
+            function_id,
+            ec_function,
+            num_pages,
+        }),
+        Event::Completion { cqn } => {
+            cq_arms.fired(cqn);
+            completions.push(ev)
+        }
+        Event::SrqLimit { srqn } => {
+            for w in limit_watch.iter_mut().filter(|w| w.0 == srqn) {
+                w.1 = true;
+            }
+            events.push(ev)
+        }
+        _ => events.push(ev),
+    }
+}
+
+/// What a command on an HCA that was never brought up gets.
+pub(super) const NOT_UP: Error = Error::InvalidArgument("the HCA is not brought up");
+
 /// State behind the command lock.
 pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
-    pub(crate) cmd: CmdQueue<H>,
+    /// `None` until bring-up made it ([`Hca::new_down`]).
+    pub(crate) cmd: Option<CmdQueue<H>>,
     pub(crate) async_eq: Option<EventQueue<H>>,
     pub(crate) comp_eq: Option<EventQueue<H>>,
     pub(crate) pages: PageManager<H>,
     pub(crate) completions: EventSink<Event, CE>,
+    /// CQs armed through [`Hca::arm_cq`] and whether their event came.
+    pub(crate) cq_arms: ArmTable<CE>,
     pub(crate) events: EventSink<Event, AE>,
     pub(crate) stats: CmdStats,
     pub(super) heartbeat: Heartbeat,
@@ -59,6 +103,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             comp_eq,
             pages,
             completions,
+            cq_arms,
             events,
             limit_watch,
             ..
@@ -66,28 +111,31 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         let mut n = 0;
         for eq in [async_eq, comp_eq].into_iter().flatten() {
             n += eq
-                .poll(hal, budget, |ev| match ev {
-                    Event::PageRequest {
-                        function_id,
-                        ec_function,
-                        num_pages,
-                    } => pages.push_request(PageRequest {
-                        function_id,
-                        ec_function,
-                        num_pages,
-                    }),
-                    Event::Completion { .. } => completions.push(ev),
-                    Event::SrqLimit { srqn } => {
-                        for w in limit_watch.iter_mut().filter(|w| w.0 == srqn) {
-                            w.1 = true;
-                        }
-                        events.push(ev)
-                    }
-                    _ => events.push(ev),
+                .poll(hal, budget, |ev| {
+                    dispatch(ev, pages, completions, cq_arms, events, limit_watch)
                 })
                 .eqes;
         }
         n
+    }
+
+    /// Poll the completion EQ only: before an arm, an event already there
+    /// means the CQ's previous arm fired.
+    pub(crate) fn poll_comp_eq(&mut self, hal: &H, budget: u32) {
+        let Core {
+            comp_eq,
+            pages,
+            completions,
+            cq_arms,
+            events,
+            limit_watch,
+            ..
+        } = self;
+        if let Some(eq) = comp_eq {
+            eq.poll(hal, budget, |ev| {
+                dispatch(ev, pages, completions, cq_arms, events, limit_watch)
+            });
+        }
     }
 
     /// Run the command in `scratch_in[..in_len]` on the reserved slot and
@@ -100,9 +148,10 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         in_len: usize,
         out_len: usize,
     ) -> Result<(), Error> {
-        let slot = self.cmd.reserved_slot();
-        self.cmd.reap();
-        if !self.cmd.is_free(slot) {
+        let cmd = self.cmd.as_mut().ok_or(NOT_UP)?;
+        let slot = cmd.reserved_slot();
+        cmd.reap();
+        if !cmd.is_free(slot) {
             return Err(Error::Timeout {
                 opcode: Opcode(encode::header_opcode(&self.scratch_in[..in_len])),
                 op_mod: encode::header_op_mod(&self.scratch_in[..in_len]),
@@ -110,7 +159,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             });
         }
         self.scratch_out[..out_len].fill(0);
-        let p = self.cmd.post(slot, &self.scratch_in[..in_len], out_len)?;
+        let p = cmd.post(slot, &self.scratch_in[..in_len], out_len)?;
         self.wait_reserved(hal, obs, cfg, p, in_len, out_len)
     }
 
@@ -127,10 +176,13 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         in_len: usize,
         chain: DmaRegion<H>,
     ) -> (Result<(), Error>, Option<DmaRegion<H>>) {
-        let slot = self.cmd.reserved_slot();
-        self.cmd.reap();
+        let Some(cmd) = self.cmd.as_mut() else {
+            return (Err(NOT_UP), Some(chain));
+        };
+        let slot = cmd.reserved_slot();
+        cmd.reap();
         let out_len = encode::MANAGE_PAGES_OUT;
-        if !self.cmd.is_free(slot) {
+        if !cmd.is_free(slot) {
             let e = Error::Timeout {
                 opcode: Opcode(encode::header_opcode(&self.scratch_in[..16])),
                 op_mod: encode::header_op_mod(&self.scratch_in[..16]),
@@ -139,9 +191,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             return (Err(e), Some(chain));
         }
         self.scratch_out[..out_len].fill(0);
-        let posted = self
-            .cmd
-            .post_chain(slot, &self.scratch_in[..16], in_len, out_len, &chain);
+        let posted = cmd.post_chain(slot, &self.scratch_in[..16], in_len, out_len, &chain);
         let p = match posted {
             Ok(p) => p,
             Err(e) => return (Err(e), Some(chain)),
@@ -157,7 +207,10 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         match self.wait_reserved(hal, obs, cfg, p, rec_len, out_len) {
             r @ (Ok(()) | Err(Error::Command { .. } | Error::Delivery { .. })) => (r, Some(chain)),
             Err(e) => {
-                self.cmd.retain_chain(slot, chain);
+                // (The queue exists: the command was posted on it.)
+                if let Some(cmd) = self.cmd.as_mut() {
+                    cmd.retain_chain(slot, chain);
+                }
                 (Err(e), None)
             }
         }
@@ -174,11 +227,12 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         out_len: usize,
     ) -> Result<(), Error> {
         let slot = p.slot;
+        let cmd = self.cmd.as_mut().ok_or(NOT_UP)?;
         let mut delay = 0;
         loop {
             let now = hal.now_ns();
-            if self.cmd.is_done(slot) {
-                let d = self.cmd.finish(slot, &mut self.scratch_out[..out_len]);
+            if cmd.is_done(slot) {
+                let d = cmd.finish(slot, &mut self.scratch_out[..out_len]);
                 let o = outcome_of(d, &self.scratch_out[..out_len]);
                 let lat = now.saturating_sub(p.posted_ns);
                 record(
@@ -193,7 +247,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
                 return outcome_to_result(&p, o, lat);
             }
             if let Err(e) = self.heartbeat.check(hal) {
-                self.cmd.abandon(slot);
+                cmd.abandon(slot);
                 record(
                     &mut self.stats,
                     obs,
@@ -207,7 +261,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             }
             let waited = now.saturating_sub(p.posted_ns);
             if waited > cfg.cmd_timeout_ns {
-                self.cmd.abandon(slot);
+                cmd.abandon(slot);
                 record(
                     &mut self.stats,
                     obs,
@@ -279,6 +333,8 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         }
         let chain = self
             .cmd
+            .as_mut()
+            .ok_or(NOT_UP)?
             .alloc_chain(in_len)
             .map_err(|_| Error::OutOfPages { requested: n })?;
         for i in 0..n {
@@ -391,10 +447,20 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         let mut served = 0;
         while let Some(req) = self.pages.pop_request() {
             served += 1;
+            diag::debug!(
+                "page request: {} pages for function {}",
+                req.num_pages,
+                req.function_id
+            );
             let r = if req.num_pages > 0 {
                 let (f, ec, n) = (req.function_id, req.ec_function, req.num_pages as usize);
                 match self.give_pages(hal, obs, cfg, f, ec, n) {
-                    Err(Error::OutOfPages { .. }) | Err(Error::Dma(_)) => {
+                    Err(e @ (Error::OutOfPages { .. } | Error::Dma(_))) => {
+                        diag::warn!(
+                            "cannot give {} pages ({}): firmware is told so",
+                            req.num_pages,
+                            Show(&e)
+                        );
                         // Linux `page_notify_fail`: MANAGE_PAGES op_mod 0.
                         self.pages.note_give_failure();
                         let f = encode::manage_pages_fail(req.function_id, req.ec_function);
@@ -516,8 +582,14 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let Core {
             completions,
             events,
+            cq_arms,
             ..
         } = &mut *core;
+        if let Gone::Cq(cqn) = gone {
+            // Its arm record goes too (after the poll above noted its last
+            // events): a CQ that reuses the number starts afresh.
+            cq_arms.remove(cqn);
+        }
         completions.retain(|e| !gone.names(e)) + events.retain(|e| !gone.names(e))
     }
 

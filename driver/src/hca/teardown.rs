@@ -8,6 +8,7 @@ use mlx5_regs::Opcode;
 
 use super::{Hca, TeardownReport};
 use crate::cmd::encode;
+use crate::diag::{self, Show};
 use crate::eq::EventQueue;
 use crate::error::Error;
 use crate::stats::CmdObserver;
@@ -118,8 +119,16 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 first.get_or_insert(e);
             }
         }
+        diag::info!(
+            "teardown: {} pages reclaimed, {} still held by firmware",
+            report.pages_reclaimed,
+            pages_left
+        );
         match first {
-            Some(e) => Err(e),
+            Some(e) => {
+                diag::error!("teardown: {}", Show(&e));
+                Err(e)
+            }
             None => Ok(report),
         }
     }

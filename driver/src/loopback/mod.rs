@@ -46,6 +46,7 @@ pub enum RoceVersion {
 
 /// How this function's QPs reach each other, chosen at bring-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LoopbackMode {
     /// Force-loopback RC QPs (`ads.fl = 1`): no GID, MAC or LID.
     ForceLoopback,

@@ -23,7 +23,7 @@ use core::sync::atomic::Ordering;
 
 use mlx5_hal::Hal;
 
-use crate::error::Error;
+use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::srq::Sge;
 use crate::stats::CmdObserver;
@@ -96,11 +96,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     }
 
     /// Destroy a key from [`Hca::create_mkey`]; on failure it is handed
-    /// back.
-    pub fn destroy_mkey(&self, mkey: Mkey) -> Result<(), (Mkey, Error)> {
+    /// back inside the [`DestroyError`].
+    pub fn destroy_mkey(&self, mkey: Mkey) -> Result<(), DestroyError<Mkey>> {
         match self.destroy_mkey_raw(mkey.key) {
             Ok(()) => Ok(()),
-            Err(e) => Err((mkey, e)),
+            Err(e) => Err(DestroyError::new(mkey, e)),
         }
     }
 

@@ -198,6 +198,7 @@ impl Default for InitAttr {
 
 /// How the peer is addressed (`qpc.primary_address_path`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AddressPath {
     /// Force loopback (`ads.fl = 1`): a QP of this function, no GID, MAC or
     /// LID (RC only, allowed per the `fl_rc_qp_when_roce_*` capabilities).

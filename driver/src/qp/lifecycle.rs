@@ -20,7 +20,7 @@ use super::ring::{SendQueueCaps, SendRing, SqGeometry};
 use super::wr::{SendError, SendRequest, SendSlot};
 use super::PostSendFailure;
 use crate::cmd::MAX_CMD_LEN;
-use crate::error::Error;
+use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
@@ -393,7 +393,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Destroy a QP (DESTROY_QP, allowed in every state) and get the send
     /// table back. `links` must name the CQs and SRQ it was created with;
     /// they stop counting it as a user. On failure the QP is handed back
-    /// unchanged.
+    /// unchanged inside the [`DestroyError`].
     ///
     /// Like Linux (`destroy_qp_common`), the QP's completions not yet
     /// polled are then removed from its CQs ([`crate::cq::Cq::discard_qp`];
@@ -409,9 +409,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         &self,
         qp: Qp<H, T>,
         links: QpLinks<'_, H>,
-    ) -> Result<T, (Qp<H, T>, Error)> {
+    ) -> Result<T, DestroyError<Qp<H, T>>> {
         if !links_match(&qp, &links) {
-            return Err((
+            return Err(DestroyError::new(
                 qp,
                 Error::InvalidArgument("pass the CQs and SRQ the QP was created with"),
             ));
@@ -428,7 +428,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 self.exec(&input, &mut out)
             });
         if let Err(e) = r {
-            return Err((qp, e));
+            return Err(DestroyError::new(qp, e));
         }
         self.forget_events(crate::hca::Gone::Qp(qp.qpn));
         let (mut send_cq, mut recv_cq, mut srq) = (send_cq, recv_cq, srq);

@@ -73,6 +73,7 @@ impl Default for SendQueueCaps {
 /// Why a send queue size was refused (each is `EINVAL` in verbs, ring too
 /// large `ENOMEM` as in Linux `calc_sq_size`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SqSizeError {
     /// `max_send_wr` is 0.
     NoWorkRequests,

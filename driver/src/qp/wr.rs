@@ -9,6 +9,7 @@ use crate::srq::Sge;
 /// Send WQE opcodes (`MLX5_OPCODE_*`, `include/linux/mlx5/device.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum SendOpcode {
     /// RDMA WRITE (0x08).
     RdmaWrite = wqe::OPCODE_RDMA_WRITE,
@@ -35,6 +36,7 @@ impl SendOpcode {
 
 /// What a send work request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendOp {
     /// SEND: consumes one receive WQE at the responder.
     Send,
@@ -123,7 +125,8 @@ pub struct SendSlot {
 }
 
 impl SendSlot {
-    /// An unused entry (for initialising tables).
+    /// An unused entry (for initialising tables); equal to
+    /// `SendSlot::default()`.
     pub const EMPTY: SendSlot = SendSlot {
         wr_id: 0,
         seq: 0,
@@ -145,6 +148,7 @@ impl SendSlot {
 
 /// Why one work request was not posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendError {
     /// `max_send_wr` work requests are outstanding (`ENOMEM` in verbs).
     Full,
@@ -191,6 +195,7 @@ impl SendError {
 
 /// Why a requester CQE was not matched to a posted work request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BadSendCqe {
     /// The CQE names another QP.
     WrongQp {

@@ -7,7 +7,7 @@ use super::cmd::{self, SrqParams, SrqState};
 use super::ring::{CompleteError, PostError, Sge, SrqGeometry, SrqRing};
 use crate::cmd::MAX_CMD_LEN;
 use crate::cq::{Cq, Cqe, CqeStatus};
-use crate::error::Error;
+use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
 use crate::stats::CmdObserver;
@@ -71,8 +71,19 @@ pub struct RecvCompletion {
     pub opcode: CqeOpcode,
 }
 
+impl RecvCompletion {
+    /// The typed error of an error completion, `None` on success.
+    pub fn error(&self) -> Option<crate::cq::CqeError> {
+        match self.status {
+            CqeStatus::Success => None,
+            CqeStatus::Error { syndrome, .. } => Some(crate::cq::CqeError::from_syndrome(syndrome)),
+        }
+    }
+}
+
 /// Why [`Srq::complete_cqe`] refused a CQE (the device is not trusted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BadRecvCqe {
     /// The CQE names another QP than the one it was given to
     /// ([`crate::qp::Qp::complete_recv`]).
@@ -437,16 +448,23 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Destroy an SRQ. At ISSI 0 pass the CQ it names, which stops counting
     /// it as a user. Refused with [`Error::Busy`] before any command is sent
     /// while a queue pair is attached to it. On failure the SRQ is handed
-    /// back unchanged.
+    /// back unchanged inside the [`DestroyError`].
     // No heap to box into: handing the object back on failure is the point.
     #[allow(clippy::result_large_err)]
-    pub fn destroy_srq(&self, srq: Srq<H>, cq: Option<&mut Cq<H>>) -> Result<(), (Srq<H>, Error)> {
+    pub fn destroy_srq(
+        &self,
+        srq: Srq<H>,
+        cq: Option<&mut Cq<H>>,
+    ) -> Result<(), DestroyError<Srq<H>>> {
         if srq.users > 0 {
-            return Err((srq, Error::Busy("SRQ still used by a QP")));
+            return Err(DestroyError::new(
+                srq,
+                Error::Busy("SRQ still used by a QP"),
+            ));
         }
         if let Some(cqn) = srq.cqn {
             if cq.as_ref().map(|c| c.cqn()) != Some(cqn) {
-                return Err((
+                return Err(DestroyError::new(
                     srq,
                     Error::InvalidArgument("pass the CQ the ISSI 0 SRQ names"),
                 ));
@@ -477,7 +495,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 }
                 Ok(())
             }
-            Err(e) => Err((srq, e)),
+            Err(e) => Err(DestroyError::new(srq, e)),
         }
     }
 }

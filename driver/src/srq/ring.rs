@@ -33,6 +33,7 @@ pub struct Sge {
 
 /// Why a post was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PostError {
     /// Every usable WQE is posted (`ENOMEM` in verbs).
     Full,
@@ -48,9 +49,21 @@ pub enum PostError {
     DeviceDead,
 }
 
+impl PostError {
+    /// The errno libibverbs/mlx5 reports for it (`ibv_post_srq_recv`).
+    pub const fn errno(&self) -> i32 {
+        match self {
+            PostError::Full => mlx5_regs::consts::errno::ENOMEM,
+            PostError::TooManySges { .. } => mlx5_regs::consts::errno::EINVAL,
+            PostError::DeviceDead => mlx5_regs::consts::errno::EIO,
+        }
+    }
+}
+
 /// Why a completion could not be matched to a posted WQE (a device that
 /// reports a WQE index it was never given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CompleteError {
     /// The index is outside the ring.
     OutOfRange {

@@ -127,7 +127,8 @@ impl<
                 self.purge_events(EventElement::Cq(cq));
                 Ok(())
             }
-            Err((back, err)) => {
+            Err(failed) => {
+                let (back, err) = failed.into_parts();
                 self.cqs.restore(
                     cq.0,
                     CqEntry {
@@ -141,14 +142,15 @@ impl<
     }
 
     /// `ibv_req_notify_cq`: one completion event for the next completion
-    /// (`solicited_only`: the next solicited or error completion). Events
-    /// already on the event queue are accounted first, so the arm carries
-    /// the right sequence number.
+    /// (`solicited_only`: the next solicited or error completion), through
+    /// [`crate::Hca::arm_cq`], which keeps the arm sequence number in step
+    /// with the CQ's events (libmlx5's `mlx5_cq_event` bookkeeping, done by
+    /// the driver). Pending events are routed to their CQs first.
     pub fn req_notify_cq(&mut self, cq: CqHandle, solicited_only: bool) -> Result<(), Errno> {
         self.cq_entry(cq)?;
         self.pump()?;
         let e = self.cqs.get_mut(cq.0).ok_or(Errno::EINVAL)?;
-        e.cq.arm(solicited_only);
+        self.hca.arm_cq(&mut e.cq, solicited_only)?;
         Ok(())
     }
 

@@ -50,6 +50,7 @@
 mod cq;
 mod errno;
 mod events;
+mod in_place;
 mod loopback;
 mod modify;
 mod mr;
@@ -101,6 +102,8 @@ pub struct PostSrqError {
     /// `EIO` (SRQ in error).
     pub errno: Errno,
 }
+
+impl core::error::Error for PostSrqError {}
 
 impl fmt::Display for PostSrqError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -199,6 +202,13 @@ impl<
     /// the first error is returned. Memory regions ([`Mr`]) not
     /// deregistered go with the device (TEARDOWN_HCA removes their keys).
     pub fn close(mut self) -> Result<TeardownReport, Errno> {
+        self.close_in_place()
+    }
+
+    /// [`Verbs::close`] without moving the context (one built in place,
+    /// [`Verbs::new_down`]): the same steps; the context stays where it is,
+    /// empty and down.
+    pub fn close_in_place(&mut self) -> Result<TeardownReport, Errno> {
         let mut first: Option<Errno> = None;
         while let Some(k) = self.qps.any_key() {
             if let Err(e) = self.destroy_qp_now(QpHandle(k)) {
@@ -209,9 +219,9 @@ impl<
         }
         let Verbs {
             hca,
-            mut cqs,
-            mut srqs,
-            mut internal_cq,
+            cqs,
+            srqs,
+            internal_cq,
             ..
         } = self;
         while let Some(k) = srqs.any_key() {
@@ -221,8 +231,10 @@ impl<
                 (true, Some(h)) => cqs.get_mut(h.0).map(|c| &mut c.cq),
                 (true, None) => internal_cq.as_mut(),
             };
-            if let Err((_srq, err)) = hca.destroy_srq(e.srq, cq) {
-                first.get_or_insert(err.into());
+            // A failed destroy leaks the object (DestroyError): firmware may
+            // still use its memory until teardown.
+            if let Err(err) = hca.destroy_srq(e.srq, cq) {
+                first.get_or_insert(err.error().into());
             }
             if let Some(c) = e.book.cq.and_then(|h| cqs.get_mut(h.0)) {
                 c.book.srq_users = c.book.srq_users.saturating_sub(1);
@@ -230,16 +242,16 @@ impl<
         }
         while let Some(k) = cqs.any_key() {
             let Some(e) = cqs.remove(k) else { break };
-            if let Err((_cq, err)) = hca.destroy_cq(e.cq) {
-                first.get_or_insert(err.into());
+            if let Err(err) = hca.destroy_cq(e.cq) {
+                first.get_or_insert(err.error().into());
             }
         }
         if let Some(cq) = internal_cq.take() {
-            if let Err((_cq, err)) = hca.destroy_cq(cq) {
-                first.get_or_insert(err.into());
+            if let Err(err) = hca.destroy_cq(cq) {
+                first.get_or_insert(err.error().into());
             }
         }
-        let r = hca.teardown().map_err(Errno::from);
+        let r = hca.teardown_in_place().map_err(Errno::from);
         match first {
             Some(e) => Err(e),
             None => r,
@@ -336,14 +348,14 @@ impl<
     fn route_completion(&mut self, cqn: u32) {
         let seq = self.next_seq + 1;
         if let Some((_, e)) = self.cqs.find_mut(|e| e.cq.cqn() == cqn) {
-            e.cq.event_received();
             if e.book.events_pending == 0 {
                 e.book.pending_seq = seq;
             }
             e.book.events_pending += 1;
             self.next_seq = seq;
-        } else if let Some(c) = self.internal_cq.as_mut().filter(|c| c.cqn() == cqn) {
-            c.event_received();
+        } else if self.internal_cq.as_ref().is_some_and(|c| c.cqn() == cqn) {
+            // Never armed: an event for it changes nothing (the driver
+            // keeps arm sequence numbers itself, Hca::arm_cq).
         } else {
             self.stats.unroutable_events += 1;
         }

@@ -118,7 +118,8 @@ impl<
             length,
             access,
         } = mr;
-        self.hca.destroy_mkey(mkey).map_err(|(mkey, e)| {
+        self.hca.destroy_mkey(mkey).map_err(|failed| {
+            let (mkey, e) = failed.into_parts();
             (
                 Mr {
                     mkey,

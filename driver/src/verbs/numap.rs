@@ -29,7 +29,7 @@ pub(crate) struct NumMap<const N: usize> {
 }
 
 impl<const N: usize> NumMap<N> {
-    pub fn new() -> Self {
+    pub const fn new() -> Self {
         NumMap {
             lo: [FREE; N],
             hi: [FREE; N],

@@ -307,7 +307,8 @@ impl<
                 self.purge_events(EventElement::Qp(qp));
                 Ok(())
             }
-            Err((back, err)) => {
+            Err(failed) => {
+                let (back, err) = failed.into_parts();
                 self.qps.restore(qp.0, QpEntry { qp: back, book: b });
                 Err(err.into())
             }

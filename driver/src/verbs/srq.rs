@@ -223,7 +223,8 @@ impl<
                 self.purge_events(EventElement::Srq(srq));
                 Ok(())
             }
-            Err((back, err)) => {
+            Err(failed) => {
+                let (back, err) = failed.into_parts();
                 self.srqs.restore(srq.0, SrqEntry { srq: back, book: b });
                 Err(err.into())
             }

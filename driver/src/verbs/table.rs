@@ -22,11 +22,11 @@ pub(crate) struct Table<T, const N: usize> {
 impl<T, const N: usize> Table<T, N> {
     const FITS: () = assert!(N <= u16::MAX as usize, "table index is 16 bits");
 
-    pub fn new() -> Self {
+    pub const fn new() -> Self {
         #[allow(clippy::let_unit_value)]
         let () = Self::FITS;
         Table {
-            slots: core::array::from_fn(|_| Slot { gen: 0, item: None }),
+            slots: [const { Slot { gen: 0, item: None } }; N],
             len: 0,
         }
     }

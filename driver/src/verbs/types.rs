@@ -110,6 +110,7 @@ impl core::ops::BitOr for SrqAttrMask {
 
 /// `ibv_wc_status` (the mapping of libmlx5's `mlx5_handle_error_cqe`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WcStatus {
     /// `IBV_WC_SUCCESS`.
     Success,
@@ -168,6 +169,7 @@ impl WcStatus {
 
 /// `ibv_wc_opcode` for the completions this driver produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WcOpcode {
     /// `IBV_WC_SEND`: a SEND or SEND with immediate completed.
     Send,
@@ -229,8 +231,16 @@ impl WorkCompletion {
     };
 }
 
+/// [`WorkCompletion::EMPTY`].
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        WorkCompletion::EMPTY
+    }
+}
+
 /// `ibv_event_type` for the events this driver reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AsyncEventType {
     /// `IBV_EVENT_CQ_ERR` (CQ overrun or access violation).
     CqErr,
@@ -276,6 +286,7 @@ pub enum AsyncEventType {
 
 /// The object an async event is about (the union of `ibv_async_event`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventElement {
     /// A CQ of this context.
     Cq(CqHandle),

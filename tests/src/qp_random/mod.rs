@@ -445,14 +445,14 @@ impl Run {
             let cq = self.cqs.remove(&id).expect("driver CQ");
             self.hca
                 .destroy_cq(cq)
-                .map_err(|(_, e)| e)
+                .map_err(|d| d.error())
                 .unwrap_or_else(|e| panic!("{}: destroy_cq: {e}", self.at));
             self.m.cqs.remove(&id);
         }
         for k in std::mem::take(&mut self.mkeys) {
             self.hca
                 .destroy_mkey(k)
-                .map_err(|(_, e)| e)
+                .map_err(|d| d.error())
                 .unwrap_or_else(|e| panic!("{}: destroy_mkey: {e}", self.at));
         }
         self.stats.traffic = self.m.counts;

@@ -132,7 +132,8 @@ impl Run {
                 self.m.keys.remove(&key);
                 self.dead_keys.push(key);
             }
-            Err((k, e)) => {
+            Err(d) => {
+                let (k, e) = d.into_parts();
                 assert!(
                     fault && injected(&e, Opcode::DESTROY_MKEY),
                     "{}: {e}",

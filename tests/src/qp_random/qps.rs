@@ -189,7 +189,8 @@ impl Run {
                     .extend(q.pending.iter().filter_map(|w| w.slot));
                 self.plan_psn.remove(&qpn);
             }
-            Err((qp, e)) => {
+            Err(d) => {
+                let (qp, e) = d.into_parts();
                 if wrong {
                     assert!(matches!(e, Error::InvalidArgument(_)), "{}: {e}", self.at);
                 } else {

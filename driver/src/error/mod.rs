@@ -1,4 +1,28 @@
 //! Typed errors of the driver core, each with a Linux-style errno.
+//!
+//! [`Error`] is the one error a library user needs: every other error type
+//! of the driver (a post that stopped, a CQE the device should not have
+//! written, a refused destroy, a platform or layout error) converts into it
+//! with `From`, so `?` works across the whole API. Every error type
+//! implements [`core::error::Error`], so `Box<dyn Error>` works too.
+//!
+//! ```
+//! use mlx5_driver::srq::{PostError, PostFailure};
+//! use mlx5_driver::Error;
+//! fn post() -> Result<(), PostFailure> {
+//!     Err(PostFailure { index: 3, error: PostError::Full })
+//! }
+//! fn caller() -> Result<(), Error> {
+//!     post()?;
+//!     Ok(())
+//! }
+//! let e = caller().unwrap_err();
+//! assert_eq!(e.errno(), 12); // ENOMEM, as ibv_post_srq_recv
+//! assert_eq!(e.to_string(), "receive post stopped at request 3: every receive WQE is posted");
+//! ```
+
+mod destroy;
+mod parts;
 
 use core::fmt;
 
@@ -6,11 +30,16 @@ use mlx5_hal::HalError;
 use mlx5_regs::consts::errno;
 use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode, RegError};
 
-use crate::qp::{QpState, SqSizeError};
+use crate::cq::{CqeError, ResizeCopyError};
+use crate::qp::{BadSendCqe, PostSendFailure, QpState, SqSizeError};
+use crate::srq::{BadRecvCqe, PostFailure};
+
+pub use destroy::DestroyError;
 
 /// Why the driver considers the device dead (docs/firmware.md §1.3, Linux
 /// `mlx5_health_check_fatal_sensors` order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FatalReason {
     /// `health_buffer.fw_ver` reads `0xffffffff`: PCI is gone.
     PciDead,
@@ -39,6 +68,7 @@ pub enum FatalReason {
 /// assert!(text.contains("CREATE_EQ") && text.contains("BAD_PARAM_ERR") && text.contains("0x1234"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// Firmware executed the command and returned a non-zero status.
     Command {
@@ -127,10 +157,7 @@ pub enum Error {
     /// Firmware did not leave the old CQ ring as docs/firmware.md §8 describes after a
     /// resize (no RESIZE_CQ CQE, or an entry still hardware-owned on the
     /// way): the CQ uses the new ring, completions before it may be lost.
-    ResizeCopy {
-        /// Running index where the copy stopped.
-        index: u32,
-    },
+    ResizeCopy(ResizeCopyError),
     /// The page manager is at its configured capacity or DMA memory ran out
     /// while giving pages to firmware.
     OutOfPages {
@@ -167,6 +194,27 @@ pub enum Error {
         /// Pages firmware still holds.
         pages_left: usize,
     },
+    /// A receive post stopped ([`crate::srq::Srq::post`]): the requests
+    /// before `index` are posted.
+    RecvPost(PostFailure),
+    /// A send post stopped ([`crate::qp::Qp::post_send`]): the requests
+    /// before `index` are posted.
+    SendPost(PostSendFailure),
+    /// A receive CQE the SRQ or QP refused to match (an untrusted device
+    /// wrote something it was never asked for).
+    BadRecvCqe(BadRecvCqe),
+    /// A requester CQE the QP refused to match.
+    BadSendCqe(BadSendCqe),
+    /// A work request completed in error (the CQE's syndrome), for callers
+    /// that turn an error completion into an error with `?`.
+    Completion(CqeError),
+    /// A fixed-capacity table of the driver is full (no heap to grow it).
+    TableFull {
+        /// Which table.
+        what: &'static str,
+        /// Its capacity.
+        capacity: usize,
+    },
 }
 
 impl Error {
@@ -183,10 +231,12 @@ impl Error {
             Error::Dma(HalError::OutOfDmaMemory { .. }) => errno::ENOMEM,
             Error::Dma(HalError::InvalidRequest) => errno::EINVAL,
             Error::Dma(HalError::Platform { errno }) => *errno,
+            // A platform error this driver version does not know.
+            Error::Dma(_) => errno::EIO,
             Error::Layout(_) | Error::InvalidArgument(_) => errno::EINVAL,
             Error::Busy(_) => errno::EBUSY,
             Error::Unsupported { errno, .. } => *errno,
-            Error::ResizeCopy { .. } => errno::EIO,
+            Error::ResizeCopy(_) => errno::EIO,
             Error::UnsupportedCmdIf { .. } | Error::BadCmdQueue { .. } => errno::EINVAL,
             Error::CommandTooLarge { .. } => errno::EINVAL,
             Error::OutOfPages { .. } => errno::ENOMEM,
@@ -195,6 +245,10 @@ impl Error {
             Error::QpState { .. } => errno::EINVAL,
             Error::SqSize(SqSizeError::RingTooLarge) => errno::ENOMEM,
             Error::SqSize(_) => errno::EINVAL,
+            Error::RecvPost(f) => f.error.errno(),
+            Error::SendPost(f) => f.error.errno(),
+            Error::BadRecvCqe(_) | Error::BadSendCqe(_) | Error::Completion(_) => errno::EIO,
+            Error::TableFull { .. } => errno::ENOMEM,
         }
     }
 
@@ -213,18 +267,6 @@ impl Error {
     /// True when the device is dead and nothing more can be done with it.
     pub fn is_fatal(&self) -> bool {
         matches!(self, Error::Fatal { .. })
-    }
-}
-
-impl From<HalError> for Error {
-    fn from(e: HalError) -> Self {
-        Error::Dma(e)
-    }
-}
-
-impl From<RegError> for Error {
-    fn from(e: RegError) -> Self {
-        Error::Layout(e)
     }
 }
 
@@ -308,10 +350,7 @@ impl fmt::Display for Error {
             Error::Unsupported { what, errno } => {
                 write!(f, "not supported by the device: {what} (errno {errno})")
             }
-            Error::ResizeCopy { index } => write!(
-                f,
-                "CQ resize: firmware left the old ring unexpected at index {index}; completions may be lost"
-            ),
+            Error::ResizeCopy(e) => write!(f, "CQ resize: {e}; completions may be lost"),
             Error::OutOfPages { requested } => {
                 write!(f, "cannot provide {requested} firmware pages")
             }
@@ -324,12 +363,35 @@ impl fmt::Display for Error {
             Error::QpState { qpn, state, op } => {
                 write!(f, "QP {qpn:#x} is in state {state:?}: {op} refused")
             }
-            Error::SqSize(e) => write!(f, "send queue size: {e:?}"),
+            Error::SqSize(e) => write!(f, "send queue size: {e}"),
             Error::ReclaimStalled { pages_left } => {
                 write!(f, "page reclaim stalled with {pages_left} pages left")
+            }
+            Error::RecvPost(e) => write!(f, "{e}"),
+            Error::SendPost(e) => write!(f, "{e}"),
+            Error::BadRecvCqe(e) => write!(f, "{e}"),
+            Error::BadSendCqe(e) => write!(f, "{e}"),
+            Error::Completion(e) => write!(f, "work request completed in error: {e}"),
+            Error::TableFull { what, capacity } => {
+                write!(f, "table full: {what} (capacity {capacity})")
             }
         }
     }
 }
 
-impl core::error::Error for Error {}
+impl core::error::Error for Error {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Error::Dma(e) => Some(e),
+            Error::Layout(e) => Some(e),
+            Error::ResizeCopy(e) => Some(e),
+            Error::SqSize(e) => Some(e),
+            Error::RecvPost(e) => Some(e),
+            Error::SendPost(e) => Some(e),
+            Error::BadRecvCqe(e) => Some(e),
+            Error::BadSendCqe(e) => Some(e),
+            Error::Completion(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The driver's `log` feature: bring-up steps, page requests, command
+//! failures, health and teardown reach the application's logger, with the
+//! target `mlx5`. Built only with the feature:
+//! `cargo test -p mlx5-tests --features driver-log --test diag_log`.
+
+use std::sync::Mutex;
+
+use mlx5_driver::Hca;
+use mlx5_regs::{CmdStatus, Opcode};
+use mlx5_sim::{Device, SimConfig};
+use mlx5_tests::config;
+
+/// Every record: (level, target, message).
+static RECORDS: Mutex<Vec<(log::Level, String, String)>> = Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        RECORDS
+            .lock()
+            .unwrap()
+            .push((r.level(), r.target().to_string(), r.args().to_string()));
+    }
+    fn flush(&self) {}
+}
+
+static LOGGER: Capture = Capture;
+
+fn find(level: log::Level, text: &str) -> bool {
+    RECORDS
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(l, t, m)| *l == level && t == "mlx5" && m.contains(text))
+}
+
+#[test]
+fn bring_up_pages_failures_health_and_teardown_are_logged() {
+    log::set_logger(&LOGGER).unwrap();
+    log::set_max_level(log::LevelFilter::Trace);
+
+    let dev = Device::new(SimConfig::default());
+    let hca = Hca::bring_up(dev.hal(), config()).unwrap();
+    for (level, text) in [
+        (log::Level::Info, "firmware 16.35.2000 ready"),
+        (log::Level::Info, "ISSI 1"),
+        (log::Level::Info, "INIT_HCA done"),
+        (log::Level::Info, "pages given"),
+        (log::Level::Info, "bring-up complete"),
+    ] {
+        assert!(find(level, text), "no {level} record with {text:?}");
+    }
+
+    // A page request served while polling.
+    dev.inject().page_request(3);
+    hca.poll_events().unwrap();
+    assert!(find(log::Level::Debug, "page request: 3 pages"));
+
+    // A command firmware refuses: opcode, status and syndrome.
+    dev.inject()
+        .fail_next(Opcode::QUERY_ISSI.0, CmdStatus::BAD_PARAM_ERR.0, 0x77);
+    let mut out = [0u8; mlx5_driver::cmd::encode::QUERY_ISSI_OUT];
+    assert!(hca
+        .exec(&mlx5_driver::cmd::encode::query_issi(), &mut out)
+        .is_err());
+    assert!(
+        find(
+            log::Level::Warn,
+            "QUERY_ISSI op_mod 0x0: status BAD_PARAM_ERR"
+        ),
+        "{:#?}",
+        RECORDS.lock().unwrap()
+    );
+
+    // The device dies: one error record, then teardown is logged.
+    dev.inject().fatal(0x1);
+    assert!(hca.check_health().is_err());
+    assert!(find(log::Level::Error, "device fatal"));
+    let _ = hca.teardown();
+    assert!(find(log::Level::Info, "teardown:"));
+}
