@@ -1,5 +1,5 @@
 //! The seeded random-operation test of queue pairs and traffic (driver
-//! against the model, checked against [`model`], a reference of what must
+//! against the model, checked against `model`, a reference of what must
 //! happen): QPs, memory keys, CQs and SRQs are created, transitioned,
 //! posted to, polled, resized, armed and destroyed at random, and after
 //! every step
