@@ -11,6 +11,10 @@
 //!   Regions are owned by the RAII handle [`DmaRegion`], which frees on drop.
 //! * **Time**: a monotonic nanosecond clock and a short delay, so every wait in
 //!   the driver can be bounded without `std::time`.
+//! * **Interrupts** (optional): how many interrupt vectors the platform
+//!   delivers from the device, and a bounded wait for some of them
+//!   ([`Hal::irq_vectors`], [`Hal::wait_irq`]). A platform without them keeps
+//!   the defaults and the driver polls, exactly as it does anyway.
 //!
 //! Memory ordering between the CPU and the device is expressed with the named
 //! barriers of the [`barrier`] module, implemented per architecture.
@@ -37,6 +41,10 @@ pub use dma::{DmaRegion, DmaWindow, DmaWindows, RawDma};
 /// docs/firmware.md §4.2). Every DMA region is aligned to at least this.
 pub const PAGE_SIZE: usize = 4096;
 
+/// Most interrupt vectors a platform reports ([`Hal::irq_vectors`]): the
+/// vectors are named by the bits of a `u64` in [`Hal::wait_irq`].
+pub const MAX_IRQ_VECTORS: u16 = 64;
+
 /// Errors a platform can report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -54,6 +62,9 @@ pub enum HalError {
         /// The positive OS error number (`errno`).
         errno: i32,
     },
+    /// The platform does not offer this (for example interrupts: the default
+    /// [`Hal::wait_irq`]).
+    Unsupported,
 }
 
 impl core::fmt::Display for HalError {
@@ -64,6 +75,7 @@ impl core::fmt::Display for HalError {
             }
             HalError::InvalidRequest => f.write_str("invalid DMA request"),
             HalError::Platform { errno } => write!(f, "platform error (errno {errno})"),
+            HalError::Unsupported => f.write_str("not supported by this platform"),
         }
     }
 }
@@ -103,6 +115,12 @@ impl core::error::Error for HalError {}
 /// 4. **Time.** [`Hal::now_ns`] never goes backwards. [`Hal::delay_us`]
 ///    returns after roughly the given time (it may be longer, or advance a
 ///    virtual clock instead of sleeping, as long as `now_ns` reflects it).
+/// 5. **Interrupts.** If [`Hal::irq_vectors`] returns `n > 0`, vectors
+///    `0..n` are the device's interrupt vectors (MSI-X table entries, or the
+///    device's own numbering on a platform without PCI) in the numbering the
+///    device is programmed with (an EQ's `intr` field), and
+///    [`Hal::wait_irq`] latches every interrupt of those vectors that fires
+///    after the platform set them up, so none is lost between two waits.
 pub unsafe trait Hal: Clone {
     /// Size of BAR0 in bytes.
     fn bar0_size(&self) -> usize;
@@ -143,6 +161,27 @@ pub unsafe trait Hal: Clone {
 
     /// Wait about `us` microseconds (busy-wait, sleep or virtual time).
     fn delay_us(&self, us: u32);
+
+    /// Number of interrupt vectors the platform delivers from the device, at
+    /// most [`MAX_IRQ_VECTORS`]. The default, 0, means none: the driver
+    /// polls its event queues and never calls [`Hal::wait_irq`].
+    fn irq_vectors(&self) -> u16 {
+        0
+    }
+
+    /// Wait until at least one of the vectors in the bitmask `vectors` (bit
+    /// `i` is vector `i`) has fired, or until about `timeout_ns` has passed
+    /// (as [`Hal::delay_us`] measures time: `now_ns` reflects the wait).
+    ///
+    /// Returns the vectors of `vectors` that fired since they were last
+    /// returned, and clears them (an interrupt is reported once, as an
+    /// eventfd read reports it); 0 when the time ran out. Interrupts of
+    /// vectors not in `vectors` stay latched for a later call. The default
+    /// returns [`HalError::Unsupported`].
+    fn wait_irq(&self, vectors: u64, timeout_ns: u64) -> Result<u64, HalError> {
+        let _ = (vectors, timeout_ns);
+        Err(HalError::Unsupported)
+    }
 
     /// Allocate DMA memory owned by an RAII [`DmaRegion`] (through
     /// [`Hal::alloc_dma_raw`]; the region calls [`Hal::free_dma_raw`] when

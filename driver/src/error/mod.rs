@@ -231,6 +231,7 @@ impl Error {
             Error::Dma(HalError::OutOfDmaMemory { .. }) => errno::ENOMEM,
             Error::Dma(HalError::InvalidRequest) => errno::EINVAL,
             Error::Dma(HalError::Platform { errno }) => *errno,
+            Error::Dma(HalError::Unsupported) => errno::EOPNOTSUPP,
             // A platform error this driver version does not know.
             Error::Dma(_) => errno::EIO,
             Error::Layout(_) | Error::InvalidArgument(_) => errno::EINVAL,
