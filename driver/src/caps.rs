@@ -63,8 +63,14 @@ pub struct Caps {
     pub cq_resize: bool,
     /// CQ moderation supported.
     pub cq_moderation: bool,
-    /// cq_period_mode can be modified.
+    /// cq_period_mode can be modified (MODIFY_CQ `PERIOD_MODE`).
     pub cq_period_mode_modify: bool,
+    /// `cq_period_mode` 1 (the timer restarts at each completion) is
+    /// supported.
+    pub cq_period_start_from_cqe: bool,
+    /// A solicited completion can break moderation
+    /// (`cqc.scqe_break_moderation_en`).
+    pub scqe_break_moderation: bool,
     /// CQ overrun-ignore supported.
     pub cq_oi: bool,
     /// CQE format version (0 or 1).
@@ -151,6 +157,8 @@ impl Caps {
             cq_resize: c::cq_resize.get(r),
             cq_moderation: c::cq_moderation.get(r),
             cq_period_mode_modify: c::cq_period_mode_modify.get(r),
+            cq_period_start_from_cqe: c::cq_period_start_from_cqe.get(r),
+            scqe_break_moderation: c::scqe_break_moderation.get(r),
             cq_oi: c::cq_oi.get(r),
             cqe_version: c::cqe_version.get(r),
             num_ports: c::num_ports.get(r),

@@ -74,6 +74,10 @@ pub struct Caps {
     pub cq_resize: bool,
     pub cq_moderation: bool,
     pub cq_period_mode_modify: bool,
+    /// `cq_period_mode` 1 (timer restarts at each CQE) supported.
+    pub cq_period_start_from_cqe: bool,
+    /// `cqc.scqe_break_moderation_en` supported.
+    pub scqe_break_moderation: bool,
     pub wq_signature: bool,
     pub uar_4k: bool,
     /// log2 of the number of UAR pages in BAR0.
@@ -181,6 +185,8 @@ impl Caps {
             cq_resize: true,
             cq_moderation: true,
             cq_period_mode_modify: true,
+            cq_period_start_from_cqe: true,
+            scqe_break_moderation: true,
             wq_signature: true,
             uar_4k: true,
             uar_sz: 13,
@@ -241,6 +247,7 @@ impl Caps {
                 caps.psid = "MT_2420110034";
                 caps.log_max_eq = 4;
                 caps.cq_period_mode_modify = false;
+                caps.cq_period_start_from_cqe = false;
                 caps.fast_teardown = false;
                 caps.msix_vectors = 32;
                 caps.init_pages = 32;
@@ -309,6 +316,8 @@ impl Caps {
             cq_resize = self.cq_resize,
             cq_moderation = self.cq_moderation,
             cq_period_mode_modify = self.cq_period_mode_modify,
+            cq_period_start_from_cqe = self.cq_period_start_from_cqe,
+            scqe_break_moderation = self.scqe_break_moderation,
             wq_signature = self.wq_signature,
             uar_4k = self.uar_4k,
             uar_sz = self.uar_sz,

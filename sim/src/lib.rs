@@ -34,6 +34,7 @@ pub mod hostile;
 mod inject;
 mod mkey;
 mod mmio;
+mod moderation;
 mod objects;
 mod port;
 mod qp;

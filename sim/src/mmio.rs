@@ -248,7 +248,7 @@ impl State {
                 true
             };
             if fire {
-                self.fire_cq(cqn);
+                self.cq_moderation_armed_ready(cqn);
             }
         }
     }

@@ -86,6 +86,8 @@ pub(crate) struct Cq {
     pub period: u16,
     pub max_count: u16,
     pub period_mode: u8,
+    /// Moderation counters and timer (moderation.rs).
+    pub moder: crate::moderation::Moderation,
     pub last_notified: u32,
     /// Index of the last solicited CQE.
     pub last_solicit: Option<u32>,

@@ -267,8 +267,9 @@ impl State {
                 None => break,
             }
         }
-        // RNR / ACK timers of the traffic engine.
+        // RNR / ACK timers of the traffic engine, CQ moderation timers.
         self.qp_run_due();
+        self.cq_moderation_run_due();
     }
 
     pub fn next_due_in_ns(&self) -> Option<u64> {
@@ -279,7 +280,10 @@ impl State {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        if let Some(t) = self.qp_next_due() {
+        for t in [self.qp_next_due(), self.cq_moderation_next_due()]
+            .into_iter()
+            .flatten()
+        {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         next.map(|t| t.saturating_sub(now))
@@ -483,6 +487,7 @@ impl State {
         comp_event::cq_number
             .set(eqe::event_data.get_mut(&mut e), cqn)
             .expect("24-bit");
+        self.cq_moderation_fired(cqn);
         self.eq_write(eqn, e);
     }
 
@@ -582,11 +587,8 @@ impl State {
         if solicited {
             cq.last_solicit = Some(idx);
         }
-        if let Some(arm) = cq.arm {
-            if !arm.solicited || solicited {
-                self.fire_cq(cqn);
-            }
-        }
+        // Event or not, now or later: moderation decides (moderation.rs).
+        self.cq_moderation_cqe(cqn, &cqe, solicited);
         true
     }
 

@@ -122,7 +122,8 @@ syndromes! {
     CQ_IN_ERROR = 0x0500_0015, BAD_RES_STATE_ERR, false, "MODIFY_CQ resize of a CQ in error (overrun / write failure)";
     CQ_PAGE_SIZE = 0x0500_0016, BAD_PARAM_ERR, false, "cqc.log_page_size above the model's limit";
     CQ_MODERATION_CREATE_CAP = 0x0500_0018, BAD_PARAM_ERR, false, "cqc.cq_period/cq_max_count set without the cq_moderation capability";
-    CQ_PERIOD_MODE_CAP = 0x0500_0017, BAD_PARAM_ERR, false, "cq_period_mode != 0 without cq_period_mode_modify";
+    CQ_PERIOD_MODE_CAP = 0x0500_0017, BAD_PARAM_ERR, false, "cq_period_mode 1 without cq_period_start_from_cqe, or a reserved mode (2, 3)";
+    CQ_SCQE_BREAK_CAP = 0x0500_0020, BAD_PARAM_ERR, false, "cqc.scqe_break_moderation_en without the scqe_break_moderation capability";
     // ---- SRQ / RMP ----
     SRQ_LOG_SIZE = 0x0600_0001, BAD_PARAM_ERR, false, "SRQ/RMP log size above log_max_srq_sz";
     SRQ_TOO_MANY = 0x0600_0002, LIM_ERR, false, "more than 2^log_max_srq SRQs (2^log_max_rmp RMPs)";

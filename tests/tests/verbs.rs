@@ -172,6 +172,7 @@ fn limit_events(ctx: &mut Ctx, srq: SrqHandle) -> usize {
             AsyncEvent {
                 event_type: AsyncEventType::SrqLimitReached,
                 element: EventElement::Srq(srq),
+                detail: mlx5_driver::verbs::AsyncEventDetail::None,
             }
         );
     }
@@ -262,7 +263,8 @@ fn seed_2_modify_srq_limit_7_fires_after_the_4th_receive_then_again_after_rearm(
             evs,
             [AsyncEvent {
                 event_type: AsyncEventType::SrqLimitReached,
-                element: EventElement::Srq(srq)
+                element: EventElement::Srq(srq),
+                detail: mlx5_driver::verbs::AsyncEventDetail::None,
             }],
             "ISSI {issi}: fires after the 4th receive"
         );
@@ -598,7 +600,11 @@ fn destroy_cq_with_an_unacknowledged_cq_error_event_is_ebusy() {
         evs,
         [AsyncEvent {
             event_type: AsyncEventType::CqErr,
-            element: EventElement::Cq(cq)
+            element: EventElement::Cq(cq),
+            // The injected EQE says syndrome 1.
+            detail: mlx5_driver::verbs::AsyncEventDetail::CqError(
+                mlx5_driver::cq::CqErrorCause::Overrun
+            ),
         }]
     );
     assert_eq!(ctx.destroy_cq(cq).unwrap_err(), Errno::EBUSY);
@@ -1123,7 +1129,8 @@ fn post_srq_recv_on_an_srq_in_error_is_eio() {
             evs,
             [AsyncEvent {
                 event_type: AsyncEventType::SrqErr,
-                element: EventElement::Srq(srq)
+                element: EventElement::Srq(srq),
+                detail: mlx5_driver::verbs::AsyncEventDetail::None,
             }]
         );
         assert_eq!(
@@ -1374,7 +1381,8 @@ fn get_async_event_reports_device_fatal_once_and_calls_then_fail_with_eio() {
         ev,
         AsyncEvent {
             event_type: AsyncEventType::DeviceFatal,
-            element: EventElement::Device
+            element: EventElement::Device,
+            detail: mlx5_driver::verbs::AsyncEventDetail::None,
         }
     );
     ctx.ack_async_event(&ev).unwrap();
@@ -1399,6 +1407,7 @@ fn get_async_event_with_nothing_pending_is_eagain_and_acking_an_unread_event_is_
     let fake = AsyncEvent {
         event_type: AsyncEventType::PortActive,
         element: EventElement::Port(1),
+        detail: mlx5_driver::verbs::AsyncEventDetail::None,
     };
     assert_eq!(ctx.ack_async_event(&fake), Err(Errno::EINVAL));
     close(&dev, ctx, "eagain");

@@ -352,7 +352,8 @@ fn qp_async_events_name_the_qp_and_block_its_destroy_until_acknowledged() {
             evs,
             [AsyncEvent {
                 event_type: T::QpFatal,
-                element: EventElement::Qp(c)
+                element: EventElement::Qp(c),
+                detail: mlx5_driver::verbs::AsyncEventDetail::None,
             }]
         );
         assert_eq!(ctx.qp(c).unwrap().state(), mlx5_driver::qp::QpState::Error);
@@ -367,7 +368,8 @@ fn qp_async_events_name_the_qp_and_block_its_destroy_until_acknowledged() {
             evs,
             [AsyncEvent {
                 event_type: T::QpLastWqeReached,
-                element: EventElement::Qp(sender)
+                element: EventElement::Qp(sender),
+                detail: mlx5_driver::verbs::AsyncEventDetail::None,
             }]
         );
         // Unread events of a destroyed QP are discarded with it.

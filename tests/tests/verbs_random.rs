@@ -620,6 +620,7 @@ impl Run {
                 let ev = mlx5_driver::verbs::AsyncEvent {
                     event_type: AsyncEventType::SrqLimitReached,
                     element: EventElement::Srq(s.h),
+                    detail: mlx5_driver::verbs::AsyncEventDetail::None,
                 };
                 self.ctx.ack_async_event(&ev).unwrap();
             }
@@ -659,6 +660,7 @@ impl Run {
                 let ev = mlx5_driver::verbs::AsyncEvent {
                     event_type: AsyncEventType::SrqLimitReached,
                     element: EventElement::Srq(s.h),
+                    detail: mlx5_driver::verbs::AsyncEventDetail::None,
                 };
                 self.ctx.ack_async_event(&ev).unwrap();
             }

@@ -5,6 +5,7 @@ use mlx5_regs::consts::{op_mod, ModifyCqFields, ResizeCqFields};
 use mlx5_regs::layouts::*;
 use mlx5_regs::{Opcode, RegError};
 
+use super::moderation::CqModeration;
 use super::CqeSize;
 use crate::cmd::encode::{command_prefix, header_into};
 use crate::pagelist::PageList;
@@ -26,6 +27,8 @@ pub struct CqParams {
     pub pages: PageList,
     /// Ignore overrun (`cqc.oi`).
     pub overrun_ignore: bool,
+    /// Moderation values (`cq_period`, `cq_max_count`, `cq_period_mode`).
+    pub moderation: Option<CqModeration>,
 }
 
 /// Input length of CREATE_CQ with `n` pages.
@@ -47,6 +50,11 @@ pub fn create_cq(buf: &mut [u8], p: &CqParams) -> Result<usize, RegError> {
     cqc::c_eqn_or_apu_element.set(ctx, p.eqn as u32)?;
     cqc::log_page_size.set(ctx, p.pages.log_page_size)?;
     cqc::dbr_addr.set(ctx, p.dbr_addr)?;
+    if let Some(m) = &p.moderation {
+        cqc::cq_period.set(ctx, m.period)?;
+        cqc::cq_max_count.set(ctx, m.max_count)?;
+        cqc::cq_period_mode.set(ctx, m.mode.cqc_value())?;
+    }
     for (i, pa) in p.pages.iter().enumerate() {
         create_cq_in::pas.set(b, i, pa)?;
     }
@@ -169,6 +177,24 @@ pub fn modify_cq_moderation(
     Ok(b)
 }
 
+/// MODIFY_CQ op_mod 0 with period, count and period mode
+/// (`modify_field_select` PERIOD | COUNT | PERIOD_MODE, Linux
+/// `mlx5e_modify_cq_moderation`).
+pub fn modify_cq_moderation_mode(
+    cqn: u32,
+    m: &CqModeration,
+) -> Result<[u8; modify_cq_in::SIZE], RegError> {
+    let mut b = modify_cq_moderation(cqn, m.period, m.max_count)?;
+    let sel = ModifyCqFields::PERIOD | ModifyCqFields::COUNT | ModifyCqFields::PERIOD_MODE;
+    modify_field_select::modify_field_select.set(
+        modify_cq_in::modify_field_select_resize_field_select.get_mut(&mut b),
+        sel.bits(),
+    )?;
+    let ctx = modify_cq_in::cq_context.get_mut(&mut b);
+    cqc::cq_period_mode.set(ctx, m.mode.cqc_value())?;
+    Ok(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +220,11 @@ mod tests {
                 dbr_addr: 0xabc0,
                 pages: pages(2),
                 overrun_ignore: false,
+                moderation: Some(CqModeration {
+                    period: 4095,
+                    max_count: 0xffff,
+                    mode: super::super::moderation::CqPeriodMode::StartFromCqe,
+                }),
             },
         )
         .unwrap();
@@ -204,6 +235,10 @@ mod tests {
         assert_eq!(cqc::cqe_sz.get(ctx), 1);
         assert_eq!(cqc::c_eqn_or_apu_element.get(ctx), 3);
         assert_eq!(cqc::dbr_addr.get(ctx), 0xabc0);
+        assert_eq!(cqc::cq_period.get(ctx), 4095);
+        assert_eq!(cqc::cq_max_count.get(ctx), 0xffff);
+        assert_eq!(cqc::cq_period_mode.get(ctx), 1);
+        assert!(!cqc::oi.get(ctx));
         assert_eq!(buf[0x118..0x120], 0x10_1000u64.to_be_bytes());
         let one_page = CqParams {
             log_size: 1,
@@ -213,6 +248,7 @@ mod tests {
             dbr_addr: 0,
             pages: pages(1),
             overrun_ignore: false,
+            moderation: None,
         };
         assert!(
             create_cq(&mut [0u8; 0x110], &one_page).is_err(),
@@ -239,5 +275,35 @@ mod tests {
             modify_cq_moderation(9, 4096, 8).is_err(),
             "period is 12 bits"
         );
+        let ctx = modify_cq_in::cq_context.get(&b);
+        assert_eq!(
+            (cqc::cq_period.get(ctx), cqc::cq_max_count.get(ctx)),
+            (16, 8)
+        );
+        assert_eq!(cqc::cq_period_mode.get(ctx), 0, "mode not selected, left 0");
+        assert_eq!(modify_cq_in::cqn.get(&b), 9);
+        // Exactly the bytes: opcode 0x403 at 0, op_mod 0 at 6, cqn at 0x08,
+        // select at 0x0c; cqc at 0x10: period at bit 132 (byte 0x20, low 12
+        // bits of the first half-word), count at bit 144 (byte 0x22).
+        assert_eq!(&b[0..2], &[0x04, 0x03]);
+        assert_eq!(&b[0x08..0x0c], &[0, 0, 0, 9]);
+        assert_eq!(&b[0x20..0x24], &[0x00, 0x10, 0x00, 0x08]);
+    }
+
+    #[test]
+    fn moderation_with_mode_selects_period_count_and_mode() {
+        use super::super::moderation::CqPeriodMode;
+        let m = CqModeration {
+            period: 0x123,
+            max_count: 0x4567,
+            mode: CqPeriodMode::StartFromCqe,
+        };
+        let b = modify_cq_moderation_mode(0x42, &m).unwrap();
+        assert_eq!(u16::from_be_bytes([b[6], b[7]]), 0, "op_mod moderation");
+        assert_eq!(u32::from_be_bytes(b[0x0c..0x10].try_into().unwrap()), 0x13);
+        // cq_period_mode: bits 15..17 of cqc word 0 (byte 0x11 bit 0 and
+        // byte 0x12 bit 7).
+        assert_eq!(&b[0x10..0x14], &[0x00, 0x00, 0x80, 0x00]);
+        assert_eq!(&b[0x20..0x24], &[0x01, 0x23, 0x45, 0x67]);
     }
 }

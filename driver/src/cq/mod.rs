@@ -2,14 +2,16 @@
 
 mod arm;
 pub mod cmd;
+mod moderation;
 mod queue;
 pub mod ring;
 mod syndrome;
 
 pub(crate) use arm::ArmTable;
+pub use moderation::{CqModeration, CqPeriodMode, MAX_CQ_PERIOD};
 pub use queue::{Cq, CqOptions};
 pub use ring::{CqRing, Cqe, CqeSize, CqeStatus, DoorbellRecord, ResizeCopyError};
-pub use syndrome::CqeError;
+pub use syndrome::{CqErrorCause, CqeError};
 
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,7 @@ use mlx5_regs::consts::errno;
 use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
+use super::moderation::{self, CqModeration, CqPeriodMode};
 use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
@@ -18,9 +19,16 @@ use crate::stats::CmdObserver;
 pub struct CqOptions {
     /// CQE size (64 or 128 bytes).
     pub cqe_size: CqeSize,
-    /// Ignore overrun (`cqc.oi`): firmware then raises no CQ error event
-    /// when the CQ overflows.
+    /// Ignore overrun (`cqc.oi`, capability `cq_oi`): firmware then raises
+    /// no CQ error event when the CQ overflows and keeps writing, over
+    /// completions not yet polled (PRM: the consumer index and arm
+    /// doorbells of such a CQ are not to be used).
     pub overrun_ignore: bool,
+    /// Completion event moderation from the start (as Linux mlx5e creates
+    /// its CQs); `None` = an event for the first completion after an arm.
+    /// Checked as [`Hca::modify_cq_moderation_mode`] does, except that the
+    /// mode needs no `cq_period_mode_modify`.
+    pub moderation: Option<CqModeration>,
 }
 
 impl Default for CqOptions {
@@ -28,6 +36,7 @@ impl Default for CqOptions {
         CqOptions {
             cqe_size: CqeSize::B64,
             overrun_ignore: false,
+            moderation: None,
         }
     }
 }
@@ -224,8 +233,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Create a CQ of at least `entries` entries on the completion EQ
     /// (docs/firmware.md §7.1): ring initialised to invalid CQEs, doorbell record,
     /// CREATE_CQ. The CQ gets `2^k − 1` usable entries, `2^k ≥ entries + 1`.
+    /// Moderation values ([`CqOptions::moderation`]) are checked before
+    /// anything is allocated.
     pub fn create_cq(&self, entries: u32, opts: CqOptions) -> Result<Cq<H>, Error> {
         let log = self.cq_log_size(entries)?;
+        if let Some(m) = &opts.moderation {
+            moderation::check(self.caps(), m)?;
+        }
         let hal = self.hal().clone();
         let (ring, pages) = CqRing::new_paged(&hal, log, opts.cqe_size, MAX_CONTEXT_PAGES)?;
         let dbr = DoorbellRecord::new(&hal)?;
@@ -242,6 +256,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 dbr_addr: dbr.iova(),
                 pages,
                 overrun_ignore: opts.overrun_ignore,
+                moderation: opts.moderation,
             },
         )?;
         let mut out = [0u8; cmd::CREATE_CQ_OUT];
@@ -353,23 +368,25 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         Ok(cmd::parse_query_cq(&out))
     }
 
-    /// Completion moderation (MODIFY_CQ op_mod 0): raise the event after
-    /// `max_count` CQEs or `period` time units. Needs `cq_moderation`.
+    /// Completion moderation (MODIFY_CQ op_mod 0, `modify_field_select`
+    /// PERIOD | COUNT, as Linux `mlx5_core_modify_cq_moderation`): an armed
+    /// CQ's event waits for `max_count` completions since the last event or
+    /// `period` microseconds, whichever first; 0 disables either; the period
+    /// mode stays. Refused before any command without `cq_moderation`
+    /// ([`Error::Unsupported`], `EOPNOTSUPP`) or with a period above 4 095
+    /// ([`Error::InvalidArgument`], `EINVAL`), as `mlx5_ib_modify_cq` does.
     pub fn modify_cq_moderation(
         &self,
         cq: &Cq<H>,
         period: u16,
         max_count: u16,
     ) -> Result<(), Error> {
-        if !self.caps().cq_moderation {
-            return Err(Error::Unsupported {
-                what: "CQ moderation",
-                errno: errno::EOPNOTSUPP,
-            });
-        }
-        if period > 4095 {
-            return Err(Error::InvalidArgument("CQ moderation period above 4095"));
-        }
+        let m = CqModeration {
+            period,
+            max_count,
+            mode: CqPeriodMode::StartFromEqe,
+        };
+        moderation::check(self.caps(), &m)?;
         let input = cmd::modify_cq_moderation(cq.cqn, period, max_count)?;
         let mut out = [0u8; cmd::MODIFY_CQ_OUT];
         self.exec(&input, &mut out)

@@ -3,6 +3,7 @@
 //! `drivers/infiniband/hw/mlx5/cq.c` `mlx5_handle_error_cqe` and rdma-core
 //! `providers/mlx5/cq.c` do).
 
+use mlx5_regs::consts::cq_error_syndrome;
 use mlx5_regs::consts::cqe_syndrome as syn;
 
 /// Why a work request completed in error.
@@ -95,6 +96,39 @@ impl CqeError {
     /// transport retry): expected while a QP is torn down.
     pub const fn is_flush(self) -> bool {
         matches!(self, CqeError::WrFlush)
+    }
+}
+
+/// Why firmware put a CQ in error: the syndrome of a CQ error event (type
+/// 0x04, byte 0x2b; Linux `MLX5_CQ_ERROR_SYNDROME_*`, docs/firmware.md §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CqErrorCause {
+    /// 1: a completion found the CQ full (`cqc.status` 0x9); the CQ was
+    /// created without overrun-ignore.
+    Overrun,
+    /// 2: firmware could not write a completion or read the doorbell record
+    /// (`cqc.status` 0xa).
+    AccessViolation,
+    /// A syndrome the sources do not name.
+    Other(u8),
+}
+
+impl CqErrorCause {
+    /// The cause a raw syndrome byte names.
+    ///
+    /// ```
+    /// use mlx5_driver::cq::CqErrorCause;
+    /// assert_eq!(CqErrorCause::from_syndrome(1), CqErrorCause::Overrun);
+    /// assert_eq!(CqErrorCause::from_syndrome(2), CqErrorCause::AccessViolation);
+    /// assert_eq!(CqErrorCause::from_syndrome(9), CqErrorCause::Other(9));
+    /// ```
+    pub const fn from_syndrome(s: u8) -> CqErrorCause {
+        match s {
+            cq_error_syndrome::CQ_OVERRUN => CqErrorCause::Overrun,
+            cq_error_syndrome::CQ_ACCESS_VIOLATION => CqErrorCause::AccessViolation,
+            other => CqErrorCause::Other(other),
+        }
     }
 }
 

@@ -3,8 +3,10 @@
 use mlx5_hal::Hal;
 
 use super::{
-    AsyncEvent, AsyncEventType, CqHandle, Errno, EventElement, QpHandle, SrqHandle, Verbs,
+    AsyncEvent, AsyncEventDetail, AsyncEventType, CqHandle, Errno, EventElement, QpHandle,
+    SrqHandle, Verbs,
 };
+use crate::cq::CqErrorCause;
 use crate::eq::{Event, QpEvent};
 use crate::stats::CmdObserver;
 
@@ -106,6 +108,13 @@ impl<
                 EventElement::Srq(SrqHandle(k))
             })
         };
+        // A CQ error says why (overrun or access violation).
+        let detail = match ev {
+            Event::CqError { syndrome, .. } => {
+                AsyncEventDetail::CqError(CqErrorCause::from_syndrome(syndrome))
+            }
+            _ => AsyncEventDetail::None,
+        };
         let routed = match ev {
             Event::CqError { cqn, .. } => cq(self, cqn).map(|el| (T::CqErr, el)),
             Event::SrqLimit { srqn } => srq(self, srqn, false).map(|el| (T::SrqLimitReached, el)),
@@ -139,6 +148,7 @@ impl<
             Some((event_type, element)) => self.push_event(AsyncEvent {
                 event_type,
                 element,
+                detail,
             }),
             None => self.stats.unroutable_events += 1,
         }
@@ -169,6 +179,7 @@ impl<
         self.push_event(AsyncEvent {
             event_type,
             element: EventElement::Qp(QpHandle(k)),
+            detail: AsyncEventDetail::None,
         });
     }
 }

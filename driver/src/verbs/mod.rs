@@ -48,6 +48,7 @@
 //! ```
 
 mod cq;
+mod cq_moderation;
 mod errno;
 mod events;
 mod in_place;
@@ -62,6 +63,7 @@ mod srq;
 mod table;
 mod types;
 
+pub use cq_moderation::{CqModerationCaps, ModerateCq, ModifyCqAttr};
 pub use errno::Errno;
 pub use mr::Mr;
 pub use qp_types::{
@@ -69,8 +71,8 @@ pub use qp_types::{
     QpInitAttr, QpState, SendFlags, SendWr, WrOpcode,
 };
 pub use types::{
-    AsyncEvent, AsyncEventType, CqHandle, DeviceAttr, EventElement, SrqAttr, SrqAttrMask,
-    SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
+    AsyncEvent, AsyncEventDetail, AsyncEventType, CqHandle, DeviceAttr, EventElement, SrqAttr,
+    SrqAttrMask, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// `ibv_recv_wr`: the caller's id and its scatter list.
@@ -320,6 +322,7 @@ impl<
                 self.push_event(AsyncEvent {
                     event_type: AsyncEventType::DeviceFatal,
                     element: EventElement::Device,
+                    detail: AsyncEventDetail::None,
                 });
             }
         }

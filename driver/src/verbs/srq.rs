@@ -143,6 +143,7 @@ impl<
             self.push_event(AsyncEvent {
                 event_type: AsyncEventType::SrqLimitReached,
                 element: EventElement::Srq(srq),
+                detail: super::AsyncEventDetail::None,
             });
         }
         Ok(())

@@ -310,4 +310,19 @@ pub struct AsyncEvent {
     pub event_type: AsyncEventType,
     /// To what.
     pub element: EventElement,
+    /// What the device said beyond the type (libibverbs has no field for
+    /// it; the mlx5 event carries it).
+    pub detail: AsyncEventDetail,
+}
+
+/// The part of an async event `ibv_async_event` cannot carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AsyncEventDetail {
+    /// Nothing more.
+    #[default]
+    None,
+    /// [`AsyncEventType::CqErr`]: overrun or access violation (the CQ
+    /// error event's syndrome).
+    CqError(crate::cq::CqErrorCause),
 }

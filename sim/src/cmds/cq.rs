@@ -36,9 +36,12 @@ impl State {
                 && !cqc::cc.get(c)
                 && !cqc::cqe_comp_en.get(c)
                 && cqc::mini_cqe_res_format.get(c) == 0
-                && cqc::cqe_compression_layout.get(c) == 0
-                && !cqc::scqe_break_moderation_en.get(c),
+                && cqc::cqe_compression_layout.get(c) == 0,
             bad_param(sy::CQ_UNSUPPORTED_FEATURE),
+        )?;
+        ensure(
+            !cqc::scqe_break_moderation_en.get(c) || self.caps.scqe_break_moderation,
+            bad_param(sy::CQ_SCQE_BREAK_CAP),
         )?;
         let buf_umem = create_cq_in::cq_umem_valid.get(inp);
         let dbr_umem = cqc::dbr_umem_valid.get(c);
@@ -66,10 +69,9 @@ impl State {
                 || self.caps.cq_moderation,
             bad_param(sy::CQ_MODERATION_CREATE_CAP),
         )?;
-        ensure(
-            cqc::cq_period_mode.get(c) == 0 || self.caps.cq_period_mode_modify,
-            bad_param(sy::CQ_PERIOD_MODE_CAP),
-        )?;
+        // Mode 1 needs `cq_period_start_from_cqe` (PRM; Linux mlx5e picks
+        // the mode at creation from that capability alone).
+        self.check_period_mode(cqc::cq_period_mode.get(c))?;
         let uar = cqc::uar_page.get(c);
         ensure(self.uars.contains(&uar), bad_res(sy::CQ_UAR))?;
         let eqn = cqc::c_eqn_or_apu_element.get(c);
@@ -146,6 +148,10 @@ impl State {
                 period: cqc::cq_period.get(c),
                 max_count: cqc::cq_max_count.get(c),
                 period_mode: cqc::cq_period_mode.get(c),
+                moder: crate::moderation::Moderation::new(
+                    self.now_ns(),
+                    cqc::scqe_break_moderation_en.get(c),
+                ),
                 last_notified: 0,
                 last_solicit: None,
                 users: 0,
@@ -212,6 +218,9 @@ impl State {
             bad_param(sy::CQ_MODIFY_SELECT),
         )?;
         let c = modify_cq_in::cq_context.get(inp);
+        if sel.contains(ModifyCqFields::PERIOD_MODE) {
+            self.check_period_mode(cqc::cq_period_mode.get(c))?;
+        }
         let cq = self.cqs.get_mut(&cqn).expect("checked");
         if sel.contains(ModifyCqFields::PERIOD) {
             cq.period = cqc::cq_period.get(c);
@@ -225,7 +234,17 @@ impl State {
         if sel.contains(ModifyCqFields::PERIOD_MODE) {
             cq.period_mode = cqc::cq_period_mode.get(c);
         }
+        self.cq_moderation_changed(cqn);
         Ok(())
+    }
+
+    /// `cq_period_mode`: 0 always, 1 with `cq_period_start_from_cqe`, 2 and 3
+    /// reserved (PRM CQ context).
+    fn check_period_mode(&self, mode: u8) -> R {
+        ensure(
+            mode == 0 || (mode == 1 && self.caps.cq_period_start_from_cqe),
+            bad_param(sy::CQ_PERIOD_MODE_CAP),
+        )
     }
 
     /// MODIFY_CQ op_mod 1 (docs/firmware.md §8).

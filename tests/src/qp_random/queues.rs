@@ -29,7 +29,7 @@ impl Run {
         let fault = self.maybe_fault(Opcode::CREATE_CQ);
         let opts = CqOptions {
             cqe_size,
-            overrun_ignore: false,
+            ..Default::default()
         };
         match self.hca.create_cq(n, opts) {
             Ok(cq) => {
