@@ -1,0 +1,212 @@
+//! `ibv_modify_cq` and CQ error syndromes through the verbs facade: the
+//! libibverbs/kernel error values (no command sent for any of them), one
+//! completion event per `cq_count` completions of real QP traffic in both
+//! execution modes, and async CQ error events that say overrun or access
+//! violation.
+
+mod verbs_common;
+use verbs_common::*;
+
+use mlx5_driver::cq::CqErrorCause;
+use mlx5_driver::verbs::{
+    AsyncEventDetail, AsyncEventType, CqHandle, CqModerationCaps, Errno, EventElement, ModerateCq,
+    ModifyCqAttr,
+};
+use mlx5_regs::layouts::{cq_error, eqe};
+use mlx5_regs::{EventType, Opcode};
+use mlx5_sim::{Device, Profile, Violation};
+use mlx5_tests::traced_opcodes;
+
+fn moderate(cq_count: u16, cq_period: u16) -> ModifyCqAttr {
+    ModifyCqAttr {
+        attr_mask: ModifyCqAttr::MODERATE,
+        moderate: ModerateCq {
+            cq_count,
+            cq_period,
+        },
+    }
+}
+
+fn modify_cqs(dev: &Device) -> usize {
+    traced_opcodes(dev)
+        .iter()
+        .filter(|&&o| o == Opcode::MODIFY_CQ.0)
+        .count()
+}
+
+/// Completion events readable now.
+fn cq_events(ctx: &mut Ctx) -> Vec<CqHandle> {
+    let mut v = Vec::new();
+    loop {
+        match ctx.get_cq_event() {
+            Ok(h) => v.push(h),
+            Err(e) => {
+                assert_eq!(e, Errno::EAGAIN);
+                return v;
+            }
+        }
+    }
+}
+
+/// Every refusal of libibverbs + the kernel, in their order, before any
+/// command; then a good call sends one MODIFY_CQ with the values.
+#[test]
+fn modify_cq_refusals_and_values() {
+    let (dev, mut ctx) = open(Profile::ConnectX5);
+    assert_eq!(
+        ctx.cq_moderation_caps(),
+        CqModerationCaps {
+            max_cq_count: 0xffff,
+            max_cq_period: 4095
+        }
+    );
+    let (cq, _) = ctx.create_cq(63).unwrap();
+    let before = modify_cqs(&dev);
+    for mask in [0u32, ModifyCqAttr::RESERVED, 3, 1 << 31, u32::MAX] {
+        let attr = ModifyCqAttr {
+            attr_mask: mask,
+            ..moderate(1, 1)
+        };
+        assert_eq!(
+            ctx.modify_cq(cq, &attr),
+            Err(Errno::EINVAL),
+            "mask {mask:#x}"
+        );
+    }
+    assert_eq!(ctx.modify_cq(cq, &moderate(1, 4096)), Err(Errno::EINVAL));
+    assert_eq!(
+        ctx.modify_cq(cq, &moderate(1, u16::MAX)),
+        Err(Errno::EINVAL)
+    );
+    let (gone, _) = ctx.create_cq(3).unwrap();
+    ctx.destroy_cq(gone).unwrap();
+    assert_eq!(ctx.modify_cq(gone, &moderate(1, 1)), Err(Errno::EINVAL));
+    assert_eq!(modify_cqs(&dev), before, "no command for a refusal");
+    ctx.modify_cq(cq, &moderate(0xffff, 4095)).unwrap();
+    assert_eq!(modify_cqs(&dev), before + 1);
+    let q = ctx.hca().query_cq(ctx.cq(cq).unwrap()).unwrap();
+    assert_eq!((q.cq_max_count, q.cq_period), (0xffff, 4095));
+    ctx.modify_cq(cq, &moderate(0, 0)).unwrap();
+    ctx.destroy_cq(cq).unwrap();
+    close(&dev, ctx, "modify_cq refusals");
+}
+
+/// Without `cq_moderation`: `EOPNOTSUPP` before any command, zero limits.
+#[test]
+fn modify_cq_without_the_capability_is_eopnotsupp() {
+    let dev = mlx5_tests::device(Profile::ConnectX6Dx, mlx5_sim::ExecMode::Synchronous);
+    dev.caps_mut(|c| c.cq_moderation = false);
+    let mut ctx = mlx5_driver::verbs::Verbs::open(mlx5_tests::bring_up(&dev));
+    assert_eq!(ctx.cq_moderation_caps(), CqModerationCaps::default());
+    let (cq, _) = ctx.create_cq(63).unwrap();
+    let before = modify_cqs(&dev);
+    assert_eq!(ctx.modify_cq(cq, &moderate(4, 10)), Err(Errno::EOPNOTSUPP));
+    // The mask is checked first (libibverbs), the capability after.
+    assert_eq!(
+        ctx.modify_cq(
+            cq,
+            &ModifyCqAttr {
+                attr_mask: 0,
+                ..moderate(4, 10)
+            }
+        ),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(modify_cqs(&dev), before);
+    ctx.destroy_cq(cq).unwrap();
+    close(&dev, ctx, "no cap");
+}
+
+/// Real RC traffic in loopback: with `cq_count` N on the receive CQ, one
+/// completion event per N receives, re-arming after each event.
+#[test]
+fn one_event_per_cq_count_receives_of_real_traffic() {
+    for threaded in [false, true] {
+        for n in [1u16, 3, 4] {
+            let (dev, mut ctx) = if threaded {
+                open_threaded(Profile::ConnectX5)
+            } else {
+                open(Profile::ConnectX5)
+            };
+            let p = Pair::new(&dev, &mut ctx, cap(64, 1, 0));
+            ctx.modify_cq(p.rcq, &moderate(n, 0)).unwrap();
+            p.post_recv(&mut ctx, 0, 60);
+            ctx.req_notify_cq(p.rcq, false).unwrap();
+            let total = 5 * n as u64;
+            let mut events = 0;
+            for i in 0..total {
+                let sg = [p.sge(0, 16)];
+                ctx.post_send(p.a, &[send(1000 + i, &sg)]).unwrap();
+                assert_eq!(poll_n(&dev, &mut ctx, p.scq, 1).len(), 1);
+                let got = poll_n(&dev, &mut ctx, p.rcq, 1);
+                assert_eq!(ids(&got), [i], "threaded {threaded} n {n}");
+                let evs = cq_events(&mut ctx);
+                if (i + 1) % n as u64 == 0 {
+                    assert_eq!(evs, [p.rcq], "threaded {threaded} n {n}: receive {}", i + 1);
+                    events += 1;
+                    ctx.ack_cq_events(p.rcq, 1).unwrap();
+                    ctx.req_notify_cq(p.rcq, false).unwrap();
+                } else {
+                    assert_eq!(evs, [], "threaded {threaded} n {n}: receive {}", i + 1);
+                }
+            }
+            assert_eq!(events, 5);
+            p.destroy(&mut ctx);
+            close(&dev, ctx, &format!("threaded {threaded} n {n}"));
+        }
+    }
+}
+
+/// A CQ that overruns: the async event is `CqErr` and says overrun.
+#[test]
+fn cq_overrun_async_event_says_overrun() {
+    let (dev, mut ctx) = open(Profile::ConnectX5);
+    let (cq, n) = ctx.create_cq(1).unwrap();
+    assert_eq!(n, 1);
+    let cqn = ctx.cq_num(cq).unwrap();
+    for i in 0..3u16 {
+        dev.traffic().complete_send(cqn, 0x11, i, 8).unwrap();
+    }
+    let ev = ctx.get_async_event().unwrap();
+    assert_eq!(ev.event_type, AsyncEventType::CqErr);
+    assert_eq!(ev.element, EventElement::Cq(cq));
+    assert_eq!(ev.detail, AsyncEventDetail::CqError(CqErrorCause::Overrun));
+    assert_eq!(ctx.get_async_event(), Err(Errno::EAGAIN));
+    ctx.ack_async_event(&ev).unwrap();
+    ctx.destroy_cq(cq).unwrap();
+    ctx.close().unwrap();
+    let v = dev.violations();
+    assert!(
+        v.len() == 1 && matches!(v[0], Violation::CqOverrun { .. }),
+        "{v:#?}"
+    );
+}
+
+/// A CQ error event with syndrome 2 says access violation; other async
+/// events carry no detail.
+#[test]
+fn cq_access_violation_async_event_says_so() {
+    let (dev, mut ctx) = open(Profile::ConnectX5);
+    let (cq, _) = ctx.create_cq(7).unwrap();
+    let mut e = [0u8; 64];
+    eqe::event_type.set(&mut e, EventType::CQ_ERROR.0).unwrap();
+    let d = eqe::event_data.get_mut(&mut e);
+    cq_error::cqn.set(d, ctx.cq_num(cq).unwrap()).unwrap();
+    cq_error::syndrome.set(d, 2).unwrap();
+    dev.traffic().raise_event(e).unwrap();
+    dev.traffic()
+        .raise_simple_event(EventType::PORT_CHANGE, 4)
+        .unwrap();
+    let a = ctx.get_async_event().unwrap();
+    assert_eq!(
+        a.detail,
+        AsyncEventDetail::CqError(CqErrorCause::AccessViolation)
+    );
+    let b = ctx.get_async_event().unwrap();
+    assert_eq!(b.event_type, AsyncEventType::PortActive);
+    assert_eq!(b.detail, AsyncEventDetail::None);
+    ctx.ack_async_event(&a).unwrap();
+    ctx.ack_async_event(&b).unwrap();
+    ctx.destroy_cq(cq).unwrap();
+    close(&dev, ctx, "access violation");
+}
