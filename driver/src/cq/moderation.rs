@@ -1,5 +1,5 @@
 //! Completion event moderation: at creation (`CqOptions::moderation`) and
-//! with MODIFY_CQ op_mod 0 (docs/firmware.md §7.1, §7.4).
+//! with MODIFY_CQ op_mod 0 (docs/firmware.md §7.1, §7.2).
 //!
 //! The CQ context's `cq_max_count` (completions) and `cq_period`
 //! (microseconds, at most 4 095, Linux `MLX5_MAX_CQ_PERIOD`) hold an armed
