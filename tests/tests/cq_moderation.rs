@@ -238,6 +238,41 @@ fn period_from_cqe_fires_a_period_after_the_last_completion() {
     assert_clean(&dev, "period from CQE");
 }
 
+/// The driver's own delays pass device time: a pending moderation timer
+/// fires inside `Hal::delay_us` in synchronous mode, not before its time.
+#[test]
+fn the_timer_fires_during_the_platform_delay() {
+    use mlx5_hal::Hal;
+    let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
+    let hca = bring_up(&dev);
+    let mut cq = hca.create_cq(63, CqOptions::default()).unwrap();
+    let m = CqModeration {
+        period: 100,
+        max_count: 0,
+        mode: CqPeriodMode::StartFromCqe,
+    };
+    hca.modify_cq_moderation_mode(&cq, &m).unwrap();
+    hca.arm_cq(&mut cq, false).unwrap();
+    let mut seq = 0;
+    inject(&dev, &cq, &mut seq, 1);
+    let t0 = dev.now_ns();
+    let hal = dev.hal();
+    let mut waited = None;
+    for _ in 0..50 {
+        hal.delay_us(10);
+        if events(&hca, cq.cqn()) == 1 {
+            waited = Some((dev.now_ns() - t0) / 1000);
+            break;
+        }
+    }
+    let w = waited.expect("the timer fired");
+    assert!((100..=112).contains(&w), "after {w} µs of delays");
+    drain(&mut cq);
+    hca.destroy_cq(cq).unwrap();
+    hca.teardown().unwrap();
+    assert_clean(&dev, "delay");
+}
+
 /// Count and period: whichever comes first.
 #[test]
 fn count_and_period_whichever_first() {
