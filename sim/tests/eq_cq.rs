@@ -582,14 +582,43 @@ fn resize_refused_when_the_old_ring_is_full_or_the_cq_in_error() {
 
 #[test]
 fn cq_period_mode_needs_its_capability() {
+    // Mode 1 at creation needs cq_period_start_from_cqe (PRM), not
+    // cq_period_mode_modify (that one is about MODIFY_CQ); 2 and 3 are
+    // reserved.
     let (mut f, eq) = setup();
-    f.dev.caps_mut(|c| c.cq_period_mode_modify = false);
+    f.dev.caps_mut(|c| c.cq_period_start_from_cqe = false);
     let cq = f.cq_shell(2, 0);
     let mut i = f.create_cq_cmd(&cq, eq.eqn);
     cqc::cq_period_mode
         .set(create_cq_in::cq_context.get_mut(&mut i), 1)
         .unwrap();
     f.refused(&i, 16, CmdStatus::BAD_PARAM_ERR, sy::CQ_PERIOD_MODE_CAP);
+    f.dev.caps_mut(|c| {
+        c.cq_period_start_from_cqe = true;
+        c.cq_period_mode_modify = false;
+    });
+    cqc::cq_period_mode
+        .set(create_cq_in::cq_context.get_mut(&mut i), 2)
+        .unwrap();
+    f.refused(&i, 16, CmdStatus::BAD_PARAM_ERR, sy::CQ_PERIOD_MODE_CAP);
+    cqc::cq_period_mode
+        .set(create_cq_in::cq_context.get_mut(&mut i), 1)
+        .unwrap();
+    f.ok(&i, create_cq_out::SIZE);
+}
+
+#[test]
+fn scqe_break_moderation_needs_its_capability() {
+    let (mut f, eq) = setup();
+    f.dev.caps_mut(|c| c.scqe_break_moderation = false);
+    let cq = f.cq_shell(2, 0);
+    let mut i = f.create_cq_cmd(&cq, eq.eqn);
+    cqc::scqe_break_moderation_en
+        .set(create_cq_in::cq_context.get_mut(&mut i), true)
+        .unwrap();
+    f.refused(&i, 16, CmdStatus::BAD_PARAM_ERR, sy::CQ_SCQE_BREAK_CAP);
+    f.dev.caps_mut(|c| c.scqe_break_moderation = true);
+    f.ok(&i, create_cq_out::SIZE);
 }
 
 #[test]
