@@ -415,6 +415,7 @@ pub struct EventQueue<H: Hal> {
     ci: u32,
     uar_off: usize,
     consumed: u64,
+    intr: u16,
 }
 
 /// Counters of one poll.
@@ -438,6 +439,20 @@ impl<H: Hal> EventQueue<H> {
         event_mask: u64,
         buf: &mut [u8],
     ) -> Result<(Self, usize), Error> {
+        Self::prepare_on(hal, log_size, uar, event_mask, 0, buf)
+    }
+
+    /// [`EventQueue::prepare`] with the interrupt vector the EQ signals
+    /// (`eqc.intr`, an MSI-X table index; docs/firmware.md §6.1). Firmware
+    /// raises it when it writes an EQE to the armed EQ.
+    pub fn prepare_on(
+        hal: &H,
+        log_size: u8,
+        uar: u32,
+        event_mask: u64,
+        intr: u16,
+        buf: &mut [u8],
+    ) -> Result<(Self, usize), Error> {
         if !(1..=24).contains(&log_size) {
             return Err(Error::InvalidArgument("EQ log size"));
         }
@@ -451,7 +466,7 @@ impl<H: Hal> EventQueue<H> {
             log_size,
             uar_page: uar,
             log_page_size: 0,
-            intr: 0,
+            intr,
             event_mask,
         };
         let base = ring.iova();
@@ -468,6 +483,7 @@ impl<H: Hal> EventQueue<H> {
                 ci: 0,
                 uar_off: doorbell::uar_page_offset(uar),
                 consumed: 0,
+                intr,
             },
             len,
         ))
@@ -485,6 +501,11 @@ impl<H: Hal> EventQueue<H> {
         self.eqn
     }
 
+    /// The interrupt vector the EQ was created with (`eqc.intr`).
+    pub fn intr(&self) -> u16 {
+        self.intr
+    }
+
     /// log2 of the number of entries.
     pub fn log_size(&self) -> u8 {
         self.log_size
@@ -493,6 +514,12 @@ impl<H: Hal> EventQueue<H> {
     /// Consumer index (running, not masked).
     pub fn consumer_index(&self) -> u32 {
         self.ci
+    }
+
+    /// Does a software-owned EQE wait at the consumer index? One byte read,
+    /// nothing consumed (the polling fallback of a blocking wait).
+    pub fn has_event(&self) -> bool {
+        self.ready()
     }
 
     /// EQEs consumed since creation.
