@@ -629,3 +629,49 @@ fn static_ctx_case(mode: ExecMode) {
     ctx.close_in_place().unwrap();
     assert_clean(&dev, "in place");
 }
+
+/// The model's EQ arm rule: an armed EQ interrupts once on its next EQE and
+/// then stays quiet (FIRED) until armed again; an arm whose consumer index
+/// leaves EQEs unreported fires at once; the driver's poll arms with
+/// nothing left, so the EQ is quiet-armed again.
+#[test]
+fn an_eq_interrupts_once_per_arm_and_an_arm_over_unread_eqes_fires_at_once() {
+    use mlx5_driver::cq::CqOptions;
+    use mlx5_regs::doorbell::{eq_doorbell, uar_page_offset, UAR_EQ_DOORBELL_ARM};
+    let dev = device(ExecMode::Synchronous, 4);
+    let hca = Hca::bring_up(dev.hal(), config()).expect("bring-up");
+    let eqn = hca.comp_eqn();
+    let mut cqs: Vec<_> = (0..3)
+        .map(|_| hca.create_cq(7, CqOptions::default()).unwrap())
+        .collect();
+    for cq in cqs.iter_mut() {
+        hca.arm_cq(cq, false).unwrap();
+    }
+    let fire = |i: usize| {
+        dev.traffic()
+            .complete_send(cqs[i].cqn(), QPN, 0, 1)
+            .unwrap();
+    };
+    fire(0);
+    assert_eq!(dev.interrupts(1), 1, "EQE on the armed EQ");
+    fire(1);
+    assert_eq!(dev.interrupts(1), 1, "FIRED: no second interrupt");
+    // Arm again without consuming (ci 0, two EQEs unreported): at once.
+    let at = uar_page_offset(hca.uar()) + UAR_EQ_DOORBELL_ARM;
+    dev.hal().mmio_write32(at, eq_doorbell(eqn, 0));
+    assert_eq!(dev.interrupts(1), 2, "arm over unread EQEs fires");
+    // The driver consumes both and arms with nothing left: quiet until
+    // the next EQE, which interrupts again.
+    hca.poll_events().unwrap();
+    assert_eq!(hca.eqes_consumed().1, 2);
+    assert_eq!(dev.interrupts(1), 2);
+    fire(2);
+    assert_eq!(dev.interrupts(1), 3);
+    hca.poll_events().unwrap();
+    while hca.next_completion().is_some() {}
+    for cq in cqs {
+        hca.destroy_cq(cq).unwrap();
+    }
+    hca.teardown().unwrap();
+    assert_clean(&dev, "arm rule");
+}
