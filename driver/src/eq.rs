@@ -1,4 +1,6 @@
-//! Event queues, polled (docs/firmware.md §5, §6).
+//! Event queues, polled (docs/firmware.md §5, §6), optionally with an
+//! interrupt vector (`eqc.intr`) that firmware signals when it writes an
+//! EQE to the armed EQ.
 //!
 //! An [`EventQueue`] owns its ring in DMA memory (every EQE's owner byte set
 //! to 1 before CREATE_EQ), is created with a 4 KiB page list, and is polled by
@@ -7,7 +9,8 @@
 //! the owner check. The consumer index is reported through the UAR doorbell
 //! without arming (+0x48) every [`CI_UPDATE_INTERVAL`] entries — well inside
 //! the 128 spare entries firmware allows — and with arming (+0x40) at the end
-//! of each poll.
+//! of each poll that consumed something, so an EQE written after the poll
+//! raises the EQ's interrupt ([`crate::Hca::wait_for_events`]).
 //!
 //! Every EQE is decoded into an [`Event`]. Dispatch (done by
 //! [`crate::Hca::poll_events`] and while commands wait): page requests go to

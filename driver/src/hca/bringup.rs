@@ -68,8 +68,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Bring the HCA up in the order of docs/firmware.md §4.1: wait for firmware, set
     /// up the command queue, ENABLE_HCA, ISSI, boot pages, host endianness,
     /// QUERY/SET_HCA_CAP, init pages, INIT_HCA, capabilities, regular pages,
-    /// ALLOC_UAR, the async EQ (page requests + async events) and a
-    /// completion EQ, ALLOC_PD, QUERY_SPECIAL_CONTEXTS; then, on a device
+    /// ALLOC_UAR, the async EQ (page requests + async events) and the
+    /// completion EQs ([`HcaConfig::comp_vectors`]), ALLOC_PD,
+    /// QUERY_SPECIAL_CONTEXTS; then, on a device
     /// that can carry RC traffic ([`Caps::rdma_capable`]), the RDMA
     /// resources: the DMA key (CREATE_MKEY), an XRC domain (ALLOC_XRCD, with
     /// the `xrc` capability) and the loopback addressing
@@ -261,7 +262,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         // Regular pages.
         self.startup_pages(op_mod::QUERY_PAGES_REGULAR)?;
 
-        // 14. UAR, async EQ, completion EQ.
+        // 14. UAR, async EQ, completion EQs.
         let out: [u8; encode::ALLOC_UAR_OUT] = self.run(encode::alloc_uar())?;
         let uar = encode::parse_alloc_uar(&out);
         // The UAR's doorbells are MMIO writes at uar × 4 KiB: an index

@@ -76,7 +76,7 @@ pub struct HcaConfig {
     /// log2 of the async EQ size (default 12: 4096 EQEs, clamped to the
     /// device's `log_max_eq_sz`).
     pub async_eq_log_size: u8,
-    /// log2 of the completion EQ size (default 10).
+    /// log2 of each completion EQ's size (default 10).
     pub comp_eq_log_size: u8,
     /// Completion vectors (completion EQs) to create (default 1). Clamped
     /// to 1..=[`MAX_COMP_VECTORS`] and to what the device allows: its EQ
