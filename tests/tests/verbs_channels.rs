@@ -295,8 +295,15 @@ fn a_cq_without_a_channel_never_delivers_an_event() {
             assert_eq!(drain(&mut ctx, quiet), 1, "its completions are there");
             assert_eq!(drain(&mut ctx, loud), 1);
         }
-        // The quiet CQ's arms fired on the device (the model checks each
-        // arm's sequence number: a stale one would be a violation).
+        // The quiet CQ's arms fired on the device: both CQs' events reached
+        // the completion EQ (the model also checks each arm's sequence
+        // number: a stale one would be a violation), and none of the quiet
+        // CQ's was delivered anywhere.
+        dev.quiesce();
+        for c in [ch, ctx.context_comp_channel()] {
+            assert_eq!(ctx.get_cq_event_on(c, 0).unwrap_err(), Errno::EAGAIN);
+        }
+        assert_eq!(ctx.hca().eqes_consumed().1, 6, "{mode:?}");
         ctx.destroy_cq(quiet).unwrap();
         ctx.destroy_cq(loud).unwrap();
         ctx.destroy_comp_channel(ch).unwrap();
