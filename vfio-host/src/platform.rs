@@ -9,18 +9,17 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use mlx5_hal::{DmaRegion, Hal, HalError, RawDma};
+use mlx5_hal::{DmaRegion, Hal, HalError, RawDma, MAX_IRQ_VECTORS};
 use vfio_bindings::bindings::vfio::{
     VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_BAR0_REGION_INDEX,
-    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
-    VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
 };
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
-use vmm_sys_util::eventfd::EventFd;
 
 use crate::dma::{DmaPool, DmaStats, Mapper, PoolError};
 use crate::error::{Error, Notice};
 use crate::iova::{clip_ranges, IovaRange};
+use crate::irq::{self, Interrupts, IrqSet};
 use crate::pci::{self, DeviceInfo, PciAddress};
 use crate::sys;
 
@@ -62,6 +61,13 @@ pub struct VfioOptions {
     /// `VFIO_DEVICE_RESET` on open and on close, when the device supports
     /// it. Default `true`.
     pub reset: bool,
+    /// Interrupt vectors to enable at open, at most
+    /// [`MAX_IRQ_VECTORS`] (more is capped): MSI-X when the device has it,
+    /// else MSI, each vector on its own eventfd (see
+    /// [`VfioPlatform::interrupts`]). `0` opts out: no vectors, nothing
+    /// asked of the kernel, [`Hal::irq_vectors`] is 0 and the driver polls.
+    /// Default [`MAX_IRQ_VECTORS`].
+    pub max_irq_vectors: u16,
 }
 
 impl Default for VfioOptions {
@@ -71,6 +77,7 @@ impl Default for VfioOptions {
             dma_limit: u64::MAX,
             hugepages: true,
             reset: true,
+            max_irq_vectors: MAX_IRQ_VECTORS,
         }
     }
 }
@@ -182,8 +189,9 @@ struct Inner {
     config: File,
     config_offset: u64,
     dma: Mutex<DmaPool<ContainerMapper>>,
-    /// Interrupt index currently enabled (MSI or MSI-X), if any.
-    irq: Mutex<Option<u32>>,
+    /// The vectors enabled at open; fixed until teardown, so waits take no
+    /// lock.
+    irq: Option<IrqSet>,
     notices: Mutex<Vec<Notice>>,
     iova_ranges: Vec<IovaRange>,
     can_reset: bool,
@@ -228,10 +236,10 @@ impl Inner {
         }
         self.torn_down = true;
         let mut first: Result<(), Error> = Ok(());
-        if let Some(index) = lock(&self.irq).take() {
-            if let Err(source) = self.device.disable_irq(index) {
-                first = first.and(Err(Error::Vfio {
-                    what: "disabling interrupts",
+        if let Some(irqs) = self.irq.take() {
+            if let Err(source) = irqs.disable(&self.device) {
+                first = first.and(Err(Error::Os {
+                    what: "disabling interrupts (VFIO_DEVICE_SET_IRQS, count 0)",
                     source,
                 }));
             }
@@ -446,7 +454,7 @@ impl VfioPlatform {
             log::warn!("mlx5-vfio: {addr}: {n}");
         }
 
-        let inner = Inner {
+        let mut inner = Inner {
             info,
             bar0,
             config,
@@ -456,7 +464,7 @@ impl VfioPlatform {
                 &iova_ranges,
                 options.hugepages,
             )),
-            irq: Mutex::new(None),
+            irq: None,
             notices: Mutex::new(notices),
             iova_ranges,
             can_reset,
@@ -479,6 +487,14 @@ impl VfioPlatform {
                     "PCI command register reads {now:#06x} after writing the enable bits"
                 )),
             });
+        }
+        // Interrupts last: an MSI is a memory write by the device, so bus
+        // mastering must be on; teardown disables them first.
+        let mut irq_notices = Vec::new();
+        inner.irq = irq::enable(&inner.device, options.max_irq_vectors, &mut irq_notices);
+        for n in irq_notices {
+            log::warn!("mlx5-vfio: {addr}: {n}");
+            lock(&inner.notices).push(n);
         }
         Ok(VfioPlatform {
             inner: Arc::new(inner),
@@ -559,87 +575,17 @@ impl VfioPlatform {
             .map_err(pool_error)
     }
 
-    /// Enable `count` MSI vectors, each signalling its own eventfd
-    /// (non-blocking). Replaces any MSI/MSI-X set enabled before.
-    pub fn enable_msi(&self, count: u32) -> Result<Vec<EventFd>, Error> {
-        self.enable_irqs(VFIO_PCI_MSI_IRQ_INDEX, "MSI", count)
-    }
-
-    /// Enable `count` MSI-X vectors, each signalling its own eventfd
-    /// (non-blocking). Replaces any MSI/MSI-X set enabled before.
-    pub fn enable_msix(&self, count: u32) -> Result<Vec<EventFd>, Error> {
-        self.enable_irqs(VFIO_PCI_MSIX_IRQ_INDEX, "MSI-X", count)
-    }
-
-    fn enable_irqs(
-        &self,
-        index: u32,
-        kind: &'static str,
-        count: u32,
-    ) -> Result<Vec<EventFd>, Error> {
-        let dev = &self.inner.device;
-        let available = dev.get_irq_info(index).map_or(0, |i| i.count);
-        if count == 0 || count > available {
-            return Err(Error::IrqUnsupported {
-                kind,
-                available,
-                requested: count,
-            });
-        }
-        let mut current = lock(&self.inner.irq);
-        if let Some(prev) = current.take() {
-            dev.disable_irq(prev).map_err(|source| Error::Vfio {
-                what: "disabling interrupts",
-                source,
-            })?;
-        }
-        let fds = (0..count)
-            .map(|_| EventFd::new(libc::EFD_NONBLOCK))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| Error::Os {
-                what: "eventfd",
-                source,
-            })?;
-        dev.enable_irq(index, fds.iter().collect())
-            .map_err(|source| Error::Vfio {
-                what: "enabling interrupts (VFIO_DEVICE_SET_IRQS)",
-                source,
-            })?;
-        *current = Some(index);
-        Ok(fds)
-    }
-
-    /// Disable whichever MSI/MSI-X set is enabled.
-    pub fn disable_irqs(&self) -> Result<(), Error> {
-        if let Some(index) = lock(&self.inner.irq).take() {
-            self.inner
-                .device
-                .disable_irq(index)
-                .map_err(|source| Error::Vfio {
-                    what: "disabling interrupts",
-                    source,
-                })?;
-        }
-        Ok(())
-    }
-
-    /// Wait (bounded) for an interrupt eventfd to fire; returns how many
-    /// interrupts it counted since the last wait, and resets it.
-    pub fn wait_irq(fd: &EventFd, timeout: Duration) -> Result<u64, Error> {
-        let ready = sys::wait_readable(fd, timeout).map_err(|source| Error::Os {
-            what: "poll on an interrupt eventfd",
-            source,
-        })?;
-        if !ready {
-            return Err(Error::Timeout {
-                what: "an interrupt",
-                waited_ms: timeout.as_millis() as u64,
-            });
-        }
-        fd.read().map_err(|source| Error::Os {
-            what: "read of an interrupt eventfd",
-            source,
-        })
+    /// The interrupts enabled at open: their kind, how many vectors
+    /// ([`Hal::irq_vectors`]) and how many the device offers. `None` when
+    /// [`VfioOptions::max_irq_vectors`] was 0 or nothing could be enabled
+    /// (then [`VfioPlatform::notices`] has a [`Notice::NoInterrupts`]).
+    ///
+    /// The vectors stay enabled until [`VfioPlatform::close`] (or the last
+    /// drop), which disables them before the device is reset. Every
+    /// interrupt of a vector is latched in its eventfd until a
+    /// [`Hal::wait_irq`] for that vector reports it.
+    pub fn interrupts(&self) -> Option<Interrupts> {
+        self.inner.irq.as_ref().map(|i| i.info)
     }
 
     /// Quiesce and release the device now, reporting any failure: interrupts
@@ -740,6 +686,24 @@ unsafe impl Hal for VfioPlatform {
         self.inner.origin.elapsed().as_nanos() as u64
     }
 
+    fn irq_vectors(&self) -> u16 {
+        self.inner.irq.as_ref().map_or(0, |i| i.vectors.len())
+    }
+
+    /// `ppoll` on the eventfds of the vectors in `vectors` for at most
+    /// `timeout_ns`, then a read of each that fired (which clears it).
+    /// Bits at or above [`Hal::irq_vectors`] are ignored; a mask naming no
+    /// vector is [`HalError::InvalidRequest`]; without interrupts,
+    /// [`HalError::Unsupported`]; a failed `ppoll` or `read` is
+    /// [`HalError::Platform`] with its errno. Signals do not end the wait
+    /// early. Allocates nothing.
+    fn wait_irq(&self, vectors: u64, timeout_ns: u64) -> Result<u64, HalError> {
+        match &self.inner.irq {
+            Some(i) => i.vectors.wait(vectors, timeout_ns),
+            None => Err(HalError::Unsupported),
+        }
+    }
+
     fn delay_us(&self, us: u32) {
         let d = Duration::from_micros(u64::from(us));
         if us < 100 {
@@ -800,6 +764,7 @@ mod tests {
         let o = VfioOptions::default();
         assert!(!o.allow_non_mellanox);
         assert!(o.hugepages && o.reset);
+        assert_eq!(o.max_irq_vectors, MAX_IRQ_VECTORS);
         assert_eq!(o.dma_limit, u64::MAX);
         // The default IOVA space avoids the x86 MSI window.
         let msi = IovaRange::new(0xfee0_0000, 0xfef0_0000);
