@@ -8,9 +8,11 @@
 #      as a fallback);
 #   4. packs an initramfs (busybox, the six vfio modules, tests/vfio-qemu/init, the program);
 #   5. boots QEMU (TCG, q35, emulated Intel IOMMU, the `edu` PCI device behind a PCIe root
-#      port); the guest's init binds
-#      edu to vfio-pci and runs the program, which prints one `PASS`/`FAIL` line per step;
-#   6. passes only if the console shows the end marker, `PROBE-EXIT 0` and `RESULT 0 failures`.
+#      port); the guest's init binds edu to vfio-pci and runs the program, which prints one
+#      `PASS`/`FAIL` line per step (open, BAR0, DMA, MSI interrupts through `Hal::wait_irq`,
+#      close, and the interrupt opt-out);
+#   6. passes only if the console shows the end marker, `PROBE-EXIT 0`, `RESULT 0 failures` and
+#      a `PASS` line for each step in REQUIRED_STEPS below (so a step cannot silently vanish).
 #
 # Every failure exits non-zero with a message starting `vfio-qemu: FAIL:`.
 # Environment: ACCEL=tcg|kvm (default tcg: this machine's KVM cannot boot a stock kernel),
@@ -211,6 +213,14 @@ grep -qF "$END_MARKER" "$CONSOLE.txt" || fail="${fail:+$fail; }no end marker on 
 grep -qx 'PROBE-EXIT 0' "$CONSOLE.txt" || fail="${fail:+$fail; }the in-guest program did not exit 0"
 grep -qx 'RESULT 0 failures' "$CONSOLE.txt" || fail="${fail:+$fail; }no 'RESULT 0 failures' line"
 grep -q '^INIT-FAIL' "$CONSOLE.txt" && fail="${fail:+$fail; }the guest init reported a failure"
+REQUIRED_STEPS="open dma-from-device dma-after-unmap irq-setup irq-timeout irq-latched irq-once irq-wake
+irq-dma-complete close irq-off-at-close"
+for step in $REQUIRED_STEPS; do
+    for tag in hugepages 4k-fallback; do
+        grep -q "^PASS $step\[$tag\] " "$CONSOLE.txt" || fail="${fail:+$fail; }no PASS line for $step[$tag]"
+    done
+done
+grep -q '^PASS irq-opt-out ' "$CONSOLE.txt" || fail="${fail:+$fail; }no PASS line for irq-opt-out"
 if [ -n "$fail" ]; then
     echo "----- last 60 console lines ($CONSOLE) -----" >&2
     tail -n 60 "$CONSOLE.txt" >&2
