@@ -33,6 +33,7 @@
 
 extern crate alloc;
 
+mod bar;
 mod dma;
 mod error;
 pub mod iova;
