@@ -6,7 +6,9 @@
 //! and `Hal::wait_irq` over the eventfds, checked against the guest kernel's
 //! `/proc/interrupts`; and the opt-out), and close.
 //!
-//! Usage (as root, in the throw-away guest only): `edu_probe 0000:01:00.0`.
+//! Usage (as root, in the throw-away guest only): `edu_probe 0000:01:00.0
+//! [0000:02:00.0]`; the optional second function is QEMU's `igb`, whose
+//! MSI-X vectors `support/igb_msix.rs` checks (edu has MSI only).
 //! edu must sit alone behind a PCIe root port, so that vfio-pci can reset it
 //! (secondary bus reset) and the reset on open and close is checked. It writes `/proc/sys/vm/nr_hugepages` to run the DMA checks once on 2 MiB
 //! huge pages and once with none reserved (the 4 KiB fallback).
@@ -25,6 +27,9 @@
 
 use std::fmt::Display;
 use std::time::Duration;
+
+#[path = "support/igb_msix.rs"]
+mod igb_msix;
 
 use mlx5_hal::{DmaRegion, Hal, HalError, PAGE_SIZE};
 use mlx5_vfio::{Error, IrqKind, Notice, VfioOptions, VfioPlatform, HUGE_PAGE_SIZE};
@@ -583,7 +588,10 @@ fn irq_checks(r: &mut Report, p: &VfioPlatform, tag: &str, addr: &str) {
 
 fn main() {
     let Some(addr) = std::env::args().nth(1) else {
-        eprintln!("usage: edu_probe <pci address of the edu device, bound to vfio-pci>");
+        eprintln!(
+            "usage: edu_probe <pci address of the edu device> [<pci address of an igb device>], \
+             both bound to vfio-pci"
+        );
         std::process::exit(2);
     };
     let mut r = Report { failures: 0 };
@@ -623,6 +631,10 @@ fn main() {
         }
     }
     no_irq_phase(&mut r, &addr);
+    match std::env::args().nth(2) {
+        Some(igb) => igb_msix::checks(&mut r, &igb),
+        None => println!("INFO no igb device given: the MSI-X checks do not run"),
+    }
     println!("RESULT {} failures", r.failures);
     std::process::exit(if r.failures == 0 { 0 } else { 1 });
 }
