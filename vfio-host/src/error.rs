@@ -3,7 +3,9 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use vfio_ioctls::VfioError;
 
 use crate::irq::IrqKind;
 
@@ -222,6 +224,49 @@ impl Error {
     }
 }
 
+/// The container-open failures a user can act on, as their own variants.
+pub(crate) fn container_error(e: VfioError) -> Error {
+    match e {
+        VfioError::OpenContainer(source) => match source.kind() {
+            io::ErrorKind::NotFound => Error::VfioUnavailable {
+                path: "/dev/vfio/vfio".into(),
+            },
+            io::ErrorKind::PermissionDenied => Error::PermissionDenied {
+                path: "/dev/vfio/vfio".into(),
+            },
+            _ => Error::Vfio {
+                what: "opening /dev/vfio/vfio",
+                source: VfioError::OpenContainer(source),
+            },
+        },
+        source => Error::Vfio {
+            what: "setting up the VFIO container",
+            source,
+        },
+    }
+}
+
+/// The group/device-open failures a user can act on, as their own variants.
+pub(crate) fn device_error(e: VfioError, group: u32) -> Error {
+    let path = Path::new("/dev/vfio").join(group.to_string());
+    match e {
+        VfioError::OpenGroup(source, id) => match (source.kind(), source.raw_os_error()) {
+            (io::ErrorKind::PermissionDenied, _) => Error::PermissionDenied { path },
+            (io::ErrorKind::NotFound, _) => Error::VfioUnavailable { path },
+            (_, Some(libc::EBUSY)) => Error::GroupBusy { path },
+            _ => Error::Vfio {
+                what: "opening the VFIO group",
+                source: VfioError::OpenGroup(source, id),
+            },
+        },
+        VfioError::GroupViable => Error::GroupNotViable { group },
+        source => Error::Vfio {
+            what: "opening the VFIO device",
+            source,
+        },
+    }
+}
+
 /// Something a user should know that does not stop the platform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -403,6 +448,34 @@ mod tests {
             .to_string(),
             &["refused 64 MSI-X vectors", "16 enabled"],
         );
+    }
+
+    #[test]
+    fn vfio_open_errors_become_actionable_errors() {
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        match device_error(VfioError::OpenGroup(denied, "5".into()), 5) {
+            Error::PermissionDenied { path } => assert_eq!(path, Path::new("/dev/vfio/5")),
+            e => panic!("{e}"),
+        }
+        let busy = io::Error::from_raw_os_error(libc::EBUSY);
+        assert!(matches!(
+            device_error(VfioError::OpenGroup(busy, "5".into()), 5),
+            Error::GroupBusy { .. }
+        ));
+        assert!(matches!(
+            device_error(VfioError::GroupViable, 5),
+            Error::GroupNotViable { group: 5 }
+        ));
+        let missing = io::Error::from_raw_os_error(libc::ENOENT);
+        match container_error(VfioError::OpenContainer(missing)) {
+            Error::VfioUnavailable { path } => assert_eq!(path, Path::new("/dev/vfio/vfio")),
+            e => panic!("{e}"),
+        }
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        assert!(matches!(
+            container_error(VfioError::OpenContainer(denied)),
+            Error::PermissionDenied { .. }
+        ));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
 
 use crate::bar::Bar;
 use crate::dma::{DmaPool, DmaStats, Mapper, PoolError};
-use crate::error::{Error, Notice};
+use crate::error::{container_error, device_error, Error, Notice};
 use crate::iova::{clip_ranges, IovaRange};
 use crate::irq::{self, Interrupts, IrqSet};
 use crate::pci::{self, DeviceInfo, PciAddress};
@@ -235,47 +235,6 @@ fn pool_error(e: PoolError) -> Error {
 #[derive(Clone)]
 pub struct VfioPlatform {
     inner: Arc<Inner>,
-}
-
-fn container_error(e: VfioError) -> Error {
-    match e {
-        VfioError::OpenContainer(source) => match source.kind() {
-            io::ErrorKind::NotFound => Error::VfioUnavailable {
-                path: "/dev/vfio/vfio".into(),
-            },
-            io::ErrorKind::PermissionDenied => Error::PermissionDenied {
-                path: "/dev/vfio/vfio".into(),
-            },
-            _ => Error::Vfio {
-                what: "opening /dev/vfio/vfio",
-                source: VfioError::OpenContainer(source),
-            },
-        },
-        source => Error::Vfio {
-            what: "setting up the VFIO container",
-            source,
-        },
-    }
-}
-
-fn device_error(e: VfioError, group: u32) -> Error {
-    let path = Path::new("/dev/vfio").join(group.to_string());
-    match e {
-        VfioError::OpenGroup(source, id) => match (source.kind(), source.raw_os_error()) {
-            (io::ErrorKind::PermissionDenied, _) => Error::PermissionDenied { path },
-            (io::ErrorKind::NotFound, _) => Error::VfioUnavailable { path },
-            (_, Some(libc::EBUSY)) => Error::GroupBusy { path },
-            _ => Error::Vfio {
-                what: "opening the VFIO group",
-                source: VfioError::OpenGroup(source, id),
-            },
-        },
-        VfioError::GroupViable => Error::GroupNotViable { group },
-        source => Error::Vfio {
-            what: "opening the VFIO device",
-            source,
-        },
-    }
 }
 
 impl VfioPlatform {
@@ -649,34 +608,6 @@ unsafe impl Hal for VfioPlatform {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn vfio_open_errors_become_actionable_errors() {
-        let denied = io::Error::from_raw_os_error(libc::EACCES);
-        match device_error(VfioError::OpenGroup(denied, "5".into()), 5) {
-            Error::PermissionDenied { path } => assert_eq!(path, Path::new("/dev/vfio/5")),
-            e => panic!("{e}"),
-        }
-        let busy = io::Error::from_raw_os_error(libc::EBUSY);
-        assert!(matches!(
-            device_error(VfioError::OpenGroup(busy, "5".into()), 5),
-            Error::GroupBusy { .. }
-        ));
-        assert!(matches!(
-            device_error(VfioError::GroupViable, 5),
-            Error::GroupNotViable { group: 5 }
-        ));
-        let missing = io::Error::from_raw_os_error(libc::ENOENT);
-        match container_error(VfioError::OpenContainer(missing)) {
-            Error::VfioUnavailable { path } => assert_eq!(path, Path::new("/dev/vfio/vfio")),
-            e => panic!("{e}"),
-        }
-        let denied = io::Error::from_raw_os_error(libc::EACCES);
-        assert!(matches!(
-            container_error(VfioError::OpenContainer(denied)),
-            Error::PermissionDenied { .. }
-        ));
-    }
 
     #[test]
     fn opening_a_missing_function_fails_before_touching_vfio() {
