@@ -182,6 +182,30 @@ fn cq_overrun_async_event_says_overrun() {
     );
 }
 
+/// `create_cq_ex` with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: the same
+/// overflow raises no async event, and the device keeps writing.
+#[test]
+fn ignore_overrun_cq_raises_no_async_event() {
+    use mlx5_driver::verbs::CqInitAttrEx;
+    let (dev, mut ctx) = open(Profile::ConnectX5);
+    let attr = CqInitAttrEx {
+        comp_mask: CqInitAttrEx::MASK_FLAGS,
+        flags: CqInitAttrEx::FLAG_IGNORE_OVERRUN,
+        ..CqInitAttrEx::new(1)
+    };
+    let (cq, n) = ctx.create_cq_ex(&attr).unwrap();
+    assert_eq!(n, 1);
+    let cqn = ctx.cq_num(cq).unwrap();
+    for i in 0..5u16 {
+        dev.traffic().complete_send(cqn, 0x11, i, 8).unwrap();
+    }
+    assert_eq!(ctx.get_async_event(), Err(Errno::EAGAIN));
+    let q = ctx.hca().query_cq(ctx.cq(cq).unwrap()).unwrap();
+    assert_eq!((q.status, q.producer_counter), (0, 5));
+    ctx.destroy_cq(cq).unwrap();
+    close(&dev, ctx, "ignore overrun");
+}
+
 /// A CQ error event with syndrome 2 says access violation; other async
 /// events carry no detail.
 #[test]

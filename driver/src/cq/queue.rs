@@ -29,6 +29,9 @@ pub struct CqOptions {
     /// Checked as [`Hca::modify_cq_moderation_mode`] does, except that the
     /// mode needs no `cq_period_mode_modify`.
     pub moderation: Option<CqModeration>,
+    /// Completion vector whose EQ receives the CQ's completion events
+    /// (below [`Hca::num_comp_vectors`], else [`Error::InvalidArgument`]).
+    pub comp_vector: u8,
 }
 
 impl Default for CqOptions {
@@ -37,6 +40,7 @@ impl Default for CqOptions {
             cqe_size: CqeSize::B64,
             overrun_ignore: false,
             moderation: None,
+            comp_vector: 0,
         }
     }
 }
@@ -230,12 +234,17 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         Ok(log)
     }
 
-    /// Create a CQ of at least `entries` entries on the completion EQ
-    /// (docs/firmware.md §7.1): ring initialised to invalid CQEs, doorbell record,
-    /// CREATE_CQ. The CQ gets `2^k − 1` usable entries, `2^k ≥ entries + 1`.
-    /// Moderation values ([`CqOptions::moderation`]) are checked before
-    /// anything is allocated.
+    /// Create a CQ of at least `entries` entries on the completion EQ of
+    /// `opts.comp_vector` (docs/firmware.md §7.1): ring initialised to
+    /// invalid CQEs, doorbell record, CREATE_CQ. The CQ gets `2^k − 1`
+    /// usable entries, `2^k ≥ entries + 1`. Moderation values
+    /// ([`CqOptions::moderation`]) are checked before anything is allocated.
     pub fn create_cq(&self, entries: u32, opts: CqOptions) -> Result<Cq<H>, Error> {
+        let eqn = self
+            .comp_eqn_of(opts.comp_vector)
+            .ok_or(Error::InvalidArgument(
+                "completion vector not below Hca::num_comp_vectors",
+            ))?;
         let log = self.cq_log_size(entries)?;
         if let Some(m) = &opts.moderation {
             moderation::check(self.caps(), m)?;
@@ -243,7 +252,6 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let hal = self.hal().clone();
         let (ring, pages) = CqRing::new_paged(&hal, log, opts.cqe_size, MAX_CONTEXT_PAGES)?;
         let dbr = DoorbellRecord::new(&hal)?;
-        let eqn = self.comp_eqn();
         let uar = self.uar();
         let mut input = [0u8; MAX_CMD_LEN];
         let len = cmd::create_cq(
@@ -329,7 +337,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     pub fn arm_cq(&self, cq: &mut Cq<H>, solicited_only: bool) -> Result<(), Error> {
         let fired = {
             let mut core = self.core_lock();
-            core.poll_comp_eq(self.hal(), self.config().eq_poll_budget);
+            core.poll_comp_eq(self.hal(), self.config().eq_poll_budget, cq.eqn);
             core.cq_arms.arm(cq.cqn)
         };
         match fired {
