@@ -330,3 +330,55 @@ fn solicited_completion_breaks_moderation_only_with_scqe_break() {
     drop(dbr);
     close(&dev, ctx, "scqe break");
 }
+
+/// A consumer blocked on a completion channel wakes when the moderation
+/// timer lets the event out (device time in synchronous mode, the device
+/// thread's clock in threaded mode), not before: a shorter wait times out.
+#[test]
+fn blocking_channel_wait_wakes_at_the_moderation_timer() {
+    use mlx5_driver::verbs::CqInitAttrEx;
+    for threaded in [false, true] {
+        let (dev, mut ctx) = if threaded {
+            open_threaded(Profile::ConnectX5)
+        } else {
+            open(Profile::ConnectX5)
+        };
+        let ch = ctx.create_comp_channel().unwrap();
+        let attr = CqInitAttrEx {
+            channel: Some(ch),
+            cq_context: 77,
+            ..CqInitAttrEx::new(63)
+        };
+        let (cq, _) = ctx.create_cq_ex(&attr).unwrap();
+        let cqn = ctx.cq_num(cq).unwrap();
+        ctx.modify_cq(cq, &moderate(0, 4095)).unwrap();
+        // The first event starts the timer (it restarts at each event);
+        // t0 is taken after it, so the bounds below leave room for the
+        // time a loaded machine takes between the two.
+        ctx.req_notify_cq(cq, false).unwrap();
+        dev.traffic().complete_send(cqn, 0x11, 0, 8).unwrap();
+        let ev = ctx.get_cq_event_on(ch, 1_000_000_000).unwrap();
+        assert_eq!((ev.cq, ev.cq_context), (cq, 77));
+        ctx.ack_cq_events(cq, 1).unwrap();
+        let t0 = dev.now_ns();
+        ctx.req_notify_cq(cq, false).unwrap();
+        dev.traffic().complete_send(cqn, 0x11, 1, 8).unwrap();
+        assert_eq!(
+            ctx.get_cq_event_on(ch, 500_000).unwrap_err(),
+            Errno::ETIMEDOUT,
+            "threaded {threaded}: 500 µs into a 4.1 ms period"
+        );
+        let ev = ctx.get_cq_event_on(ch, 1_000_000_000).unwrap();
+        assert_eq!(ev.cq, cq);
+        let waited = dev.now_ns() - t0;
+        assert!(
+            waited >= 2_000_000,
+            "threaded {threaded}: woke after {waited} ns of a 4.1 ms period"
+        );
+        ctx.ack_cq_events(cq, 1).unwrap();
+        assert_eq!(drain(&mut ctx, cq).len(), 2);
+        ctx.destroy_cq(cq).unwrap();
+        ctx.destroy_comp_channel(ch).unwrap();
+        close(&dev, ctx, &format!("blocking threaded {threaded}"));
+    }
+}
