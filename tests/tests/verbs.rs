@@ -15,7 +15,9 @@ use mlx5_regs::{EventType, Opcode};
 use mlx5_sim::{Delivery, Device, ExecMode, SimConfig, SimHal};
 use mlx5_tests::{assert_clean, bring_up, PROFILES};
 
-type Ctx = Verbs<SimHal>;
+mod verbs_common;
+
+use verbs_common::{cq_events, Ctx};
 
 const QPN: u32 = 0x4d;
 const BUF: usize = 256;
@@ -64,20 +66,6 @@ fn drain(ctx: &mut Ctx, cq: CqHandle) -> Vec<WorkCompletion> {
 
 fn byte_lens(wcs: &[WorkCompletion]) -> Vec<u32> {
     wcs.iter().map(|w| w.byte_len).collect()
-}
-
-/// Every completion event readable now.
-fn cq_events(ctx: &mut Ctx) -> Vec<CqHandle> {
-    let mut v = Vec::new();
-    loop {
-        match ctx.get_cq_event() {
-            Ok(h) => v.push(h),
-            Err(e) => {
-                assert_eq!(e, Errno::EAGAIN);
-                return v;
-            }
-        }
-    }
 }
 
 /// Every async event readable now (not acknowledged).

@@ -9,7 +9,7 @@ use verbs_common::*;
 
 use mlx5_driver::cq::CqErrorCause;
 use mlx5_driver::verbs::{
-    AsyncEventDetail, AsyncEventType, CqHandle, CqModerationCaps, Errno, EventElement, ModerateCq,
+    AsyncEventDetail, AsyncEventType, CqModerationCaps, Errno, EventElement, ModerateCq,
     ModifyCqAttr,
 };
 use mlx5_regs::layouts::{cq_error, eqe};
@@ -32,20 +32,6 @@ fn modify_cqs(dev: &Device) -> usize {
         .iter()
         .filter(|&&o| o == Opcode::MODIFY_CQ.0)
         .count()
-}
-
-/// Completion events readable now.
-fn cq_events(ctx: &mut Ctx) -> Vec<CqHandle> {
-    let mut v = Vec::new();
-    loop {
-        match ctx.get_cq_event() {
-            Ok(h) => v.push(h),
-            Err(e) => {
-                assert_eq!(e, Errno::EAGAIN);
-                return v;
-            }
-        }
-    }
 }
 
 /// Every refusal of libibverbs + the kernel, in their order, before any

@@ -233,3 +233,18 @@ pub fn ids(wcs: &[WorkCompletion]) -> Vec<u64> {
 pub fn no_more_events(ctx: &mut Ctx) {
     assert_eq!(ctx.get_async_event().unwrap_err(), Errno::EAGAIN);
 }
+
+/// Every completion event of the context's own channel readable now
+/// (`get_cq_event` until `EAGAIN`).
+pub fn cq_events(ctx: &mut Ctx) -> Vec<CqHandle> {
+    let mut v = Vec::new();
+    loop {
+        match ctx.get_cq_event() {
+            Ok(h) => v.push(h),
+            Err(e) => {
+                assert_eq!(e, Errno::EAGAIN);
+                return v;
+            }
+        }
+    }
+}
