@@ -386,6 +386,20 @@ macro_rules! window_access {
 }
 
 impl<const N: usize> DmaWindow<'_, N> {
+    /// A window at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr .. ptr + N` must lie inside one live region that outlives the
+    /// window, and `ptr` must be 8-byte aligned.
+    #[inline(always)]
+    pub(crate) unsafe fn from_ptr(ptr: *mut u8) -> Self {
+        DmaWindow {
+            ptr,
+            _region: core::marker::PhantomData,
+        }
+    }
+
     window_access!(read_u8, write_u8, u8, core::convert::identity, to_be);
     window_access!(read_be16, write_be16, u16, u16::from_be, to_be);
     window_access!(read_be32, write_be32, u32, u32::from_be, to_be);

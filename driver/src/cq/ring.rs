@@ -6,7 +6,7 @@
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
-use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
 
 mod clean;
 
@@ -180,11 +180,10 @@ pub struct CqRing<H: Hal> {
     buf: DmaRegion<H>,
     /// Offset of entry 0 in `buf` (aligned to the firmware page size).
     base: usize,
-    /// Offset of entry 0's 64-byte CQE (`base` + the CQE's offset in its
-    /// entry) and log2 of the stride: the hot paths' address arithmetic,
-    /// computed once.
-    first: usize,
-    stride_log: u8,
+    /// Where the 64-byte CQE of each entry is (`base` + the CQE's offset
+    /// in its entry, one per stride), checked against `buf` once: the hot
+    /// paths' address arithmetic is a mask, a shift and an add.
+    cqes: RingLayout<64>,
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
@@ -212,11 +211,14 @@ impl<H: Hal> CqRing<H> {
         }
         let len = (1usize << log_nent) * cqe_size.stride();
         let (buf, base, pages) = alloc_paged(hal, len, max_pages)?;
+        let stride_log = cqe_size.stride().trailing_zeros() as u8;
+        let cqes = buf
+            .ring_layout::<64>(base + cqe_size.cqe_offset(), log_nent, stride_log)
+            .ok_or(HalError::InvalidRequest)?;
         let ring = CqRing {
             buf,
             base,
-            first: base + cqe_size.cqe_offset(),
-            stride_log: cqe_size.stride().trailing_zeros() as u8,
+            cqes,
             log_nent,
             cqe_size,
             consumer_index: 0,
@@ -226,9 +228,10 @@ impl<H: Hal> CqRing<H> {
     }
 
     fn init_all(&self) {
-        for i in 0..self.nent() {
+        for i in 0..self.nent() as u32 {
             self.buf
-                .write_u8(self.cqe_base(i) + off::OP_OWN, CQE_OP_OWN_INIT);
+                .ring_entry(&self.cqes, i)
+                .write_u8::<{ off::OP_OWN }>(CQE_OP_OWN_INIT);
         }
     }
 
@@ -263,15 +266,16 @@ impl<H: Hal> CqRing<H> {
         self.consumer_index
     }
 
-    #[inline(always)]
-    fn cqe_base(&self, slot: usize) -> usize {
-        self.first + (slot << self.stride_log)
-    }
-
     /// Byte offset of the 64-byte CQE for running index `index`.
     #[inline(always)]
     fn base_of(&self, index: u32) -> usize {
-        self.cqe_base(index as usize & (self.nent() - 1))
+        self.cqes.offset(index)
+    }
+
+    /// The 64-byte CQE of running index `index`.
+    #[inline(always)]
+    fn entry(&self, index: u32) -> DmaWindow<'_, 64> {
+        self.buf.ring_entry(&self.cqes, index)
     }
 
     /// Is the CQE at running index `index` owned by software?
@@ -283,7 +287,7 @@ impl<H: Hal> CqRing<H> {
     /// Read the `op_own` byte of running index `index`.
     #[inline(always)]
     fn op_own(&self, index: u32) -> u8 {
-        self.buf.read_u8(self.base_of(index) + off::OP_OWN)
+        self.entry(index).read_u8::<{ off::OP_OWN }>()
     }
 
     /// True when a CQE is waiting at the consumer index.
@@ -327,7 +331,7 @@ impl<H: Hal> CqRing<H> {
     #[inline(always)]
     pub fn pop(&mut self) -> Option<Cqe> {
         let ci = self.consumer_index;
-        let w = self.buf.window::<64>(self.base_of(ci));
+        let w = self.entry(ci);
         let op_own = w.read_u8::<{ off::OP_OWN }>();
         if !self.sw_owned(ci, op_own) {
             return None;
@@ -365,15 +369,12 @@ impl<H: Hal> CqRing<H> {
     ) -> usize {
         // Loop invariants in locals; the consumer index lives in a register
         // and is stored once.
-        let mask = (self.nent() - 1) as u32;
         let log = self.log_nent as u32;
-        let (first, shift) = (self.first, self.stride_log);
+        let cqes = self.cqes;
         let mut ci = self.consumer_index;
         let mut n = 0;
         while n < max {
-            let w = self
-                .buf
-                .window::<64>(first + (((ci & mask) as usize) << shift));
+            let w = self.buf.ring_entry(&cqes, ci);
             let op_own = w.read_u8::<{ off::OP_OWN }>();
             if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
                 break;

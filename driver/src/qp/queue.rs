@@ -201,7 +201,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// ([`BadSendCqe::OpcodeMismatch`]: retired, counted). Retires the
     /// request and the unsignaled ones before it; an error completion means
     /// the QP is in error.
-    #[inline]
+    #[inline(always)]
     pub fn complete_send(&mut self, cqe: &Cqe) -> Result<SendCompletion, BadSendCqe> {
         let r = self.match_send(cqe);
         if r.is_err() {
@@ -210,6 +210,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         r
     }
 
+    #[inline(always)]
     fn match_send(&mut self, cqe: &Cqe) -> Result<SendCompletion, BadSendCqe> {
         if cqe.qpn != self.qpn {
             return Err(BadSendCqe::WrongQp { qpn: cqe.qpn });
@@ -245,7 +246,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// Match a responder CQE of this QP's SRQ: it must name this QP and its
     /// SRQ (then [`Srq::complete_cqe`] checks the rest and returns the SRQ
     /// WQE to the free list). An error completion means the QP is in error.
-    #[inline]
+    #[inline(always)]
     pub fn complete_recv(
         &mut self,
         srq: &mut Srq<H>,

@@ -372,7 +372,7 @@ impl<H: Hal> SendRing<H> {
     /// Match a requester CQE's `wqe_counter` to its WQE: the slot must hold
     /// an outstanding WQE that starts there. Retires it and every earlier
     /// work request; returns the slot and how many were retired.
-    #[inline]
+    #[inline(always)]
     pub fn complete(
         &mut self,
         slots: &[SendSlot],
