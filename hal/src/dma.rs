@@ -506,7 +506,7 @@ impl<H: Hal> core::fmt::Debug for DmaRegion<H> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     extern crate std;
     use super::*;
     use crate::{HalError, PAGE_SIZE};
@@ -517,7 +517,7 @@ mod tests {
     /// A minimal host-memory platform: IOVA = CPU address + a fixed offset,
     /// and a counter of live regions so the tests can see RAII frees.
     #[derive(Clone)]
-    struct TestHal {
+    pub(crate) struct TestHal {
         live: Rc<Cell<usize>>,
     }
 
@@ -566,7 +566,7 @@ mod tests {
         fn delay_us(&self, _us: u32) {}
     }
 
-    fn hal() -> TestHal {
+    pub(crate) fn hal() -> TestHal {
         TestHal {
             live: Rc::new(Cell::new(0)),
         }

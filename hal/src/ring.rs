@@ -26,16 +26,6 @@ pub struct RingLayout<const N: usize> {
 }
 
 impl<const N: usize> RingLayout<N> {
-    /// A layout that fits every region: one entry at offset 0 (`N` must
-    /// not exceed the smallest region, a page). For structures that are
-    /// built before their ring.
-    pub const EMPTY: RingLayout<N> = RingLayout {
-        first: 0,
-        mask: 0,
-        shift: 0,
-        end: N,
-    };
-
     /// Entries in the ring.
     #[inline(always)]
     pub fn entries(&self) -> usize {
@@ -118,4 +108,58 @@ impl<H: Hal> DmaRegion<H> {
 #[inline(never)]
 fn layout_too_long(end: usize, len: usize) -> ! {
     panic!("ring layout of {end:#x} bytes used on a region of {len:#x} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dma::tests::hal;
+    use crate::{Hal, PAGE_SIZE};
+
+    #[test]
+    fn layouts_that_do_not_fit_or_are_unaligned_are_refused() {
+        let r = hal().alloc_dma(PAGE_SIZE).unwrap();
+        // 64 entries of 64 bytes fill the page exactly.
+        assert!(r.ring_layout::<64>(0, 6, 6).is_some());
+        assert!(
+            r.ring_layout::<64>(8, 6, 6).is_none(),
+            "one byte past the end"
+        );
+        assert!(r.ring_layout::<64>(0, 7, 6).is_none(), "twice the page");
+        assert!(
+            r.ring_layout::<16>(4, 2, 4).is_none(),
+            "unaligned first entry"
+        );
+        assert!(r.ring_layout::<16>(0, 2, 2).is_none(), "stride below 8");
+        assert!(
+            r.ring_layout::<16>(0, 0, 2).is_some(),
+            "one entry: no stride"
+        );
+        assert!(r.ring_layout::<16>(0, 40, 4).is_none());
+        assert!(
+            r.ring_layout::<16>(usize::MAX - 7, 0, 4).is_none(),
+            "overflow"
+        );
+    }
+
+    #[test]
+    fn entries_are_masked_and_land_where_the_offsets_say() {
+        let r = hal().alloc_dma(PAGE_SIZE).unwrap();
+        let l = r.ring_layout::<16>(64, 3, 5).unwrap();
+        assert_eq!((l.entries(), l.mask()), (8, 7));
+        for i in 0..20u32 {
+            r.ring_entry(&l, i).write_be32::<4>(i);
+            assert_eq!(l.offset(i), 64 + (i as usize % 8) * 32);
+            assert_eq!(r.read_be32(l.offset(i) + 4), i, "entry {i}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "ring layout")]
+    fn a_layout_for_a_longer_region_panics_instead_of_reaching_past_this_one() {
+        let h = hal();
+        let big = h.alloc_dma(4 * PAGE_SIZE).unwrap();
+        let small = h.alloc_dma(PAGE_SIZE).unwrap();
+        let l = big.ring_layout::<64>(0, 8, 6).unwrap();
+        small.ring_entry(&l, 0).write_u8::<0>(1);
+    }
 }

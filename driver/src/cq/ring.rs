@@ -187,6 +187,11 @@ pub struct CqRing<H: Hal> {
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
+    /// Offset of the owner byte at the consumer index and the owner bit
+    /// it must have there (kept with `consumer_index` by `set_ci`): the
+    /// empty poll is one checked byte load and a compare.
+    next_owner: usize,
+    next_pass: u8,
 }
 
 impl<H: Hal> CqRing<H> {
@@ -222,6 +227,8 @@ impl<H: Hal> CqRing<H> {
             log_nent,
             cqe_size,
             consumer_index: 0,
+            next_owner: cqes.offset(0) + off::OP_OWN,
+            next_pass: 0,
         };
         ring.init_all();
         Ok((ring, pages))
@@ -293,7 +300,16 @@ impl<H: Hal> CqRing<H> {
     /// True when a CQE is waiting at the consumer index.
     #[inline(always)]
     pub fn has_next(&self) -> bool {
-        self.sw_owned(self.consumer_index, self.op_own(self.consumer_index))
+        sw_owned_byte(self.buf.read_u8(self.next_owner), self.next_pass)
+    }
+
+    /// Move the consumer index (the one place it changes), keeping the
+    /// owner byte `has_next` reads in step.
+    #[inline(always)]
+    fn set_ci(&mut self, ci: u32) {
+        self.consumer_index = ci;
+        self.next_owner = self.cqes.offset(ci) + off::OP_OWN;
+        self.next_pass = ((ci >> self.log_nent) & 1) as u8;
     }
 
     /// Decode the body of a software-owned CQE (after the read barrier):
@@ -339,7 +355,7 @@ impl<H: Hal> CqRing<H> {
         // The body must not be read before the ownership byte (docs/firmware.md §5).
         barrier::dma_rmb();
         let cqe = Self::decode(&w, op_own);
-        self.consumer_index = ci.wrapping_add(1);
+        self.set_ci(ci.wrapping_add(1));
         Some(cqe)
     }
 
@@ -386,7 +402,7 @@ impl<H: Hal> CqRing<H> {
             n += 1;
         }
         if n > 0 {
-            self.consumer_index = ci;
+            self.set_ci(ci);
             self.update_doorbell(dbr);
         }
         n
@@ -438,13 +454,13 @@ impl<H: Hal> CqRing<H> {
         let end = self.consumer_index.wrapping_add(copied as u32);
         match stop {
             Ok(()) => {
-                new.consumer_index = self.consumer_index.wrapping_add(1);
+                new.set_ci(self.consumer_index.wrapping_add(1));
                 Ok(copied)
             }
             Err(e) => {
                 // Best guess for where firmware continues: right after the
                 // missing resize CQE.
-                new.consumer_index = end.wrapping_add(1);
+                new.set_ci(end.wrapping_add(1));
                 Err(e)
             }
         }
