@@ -104,27 +104,28 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// statuses and unmatched CQEs are finished out of line.
     #[inline(always)]
     fn translate(&mut self, c: &Cqe, out: &mut WorkCompletion) {
-        let mut wc = WorkCompletion {
+        // Straight into the caller's slot: no completion staged on the
+        // stack and copied.
+        *out = WorkCompletion {
             qp_num: c.qpn,
             byte_len: c.byte_len,
             ..WorkCompletion::EMPTY
         };
         let matched = if c.is_requester() {
-            self.send(c, &mut wc)
+            self.send(c, out)
         } else {
-            self.recv(c, &mut wc)
+            self.recv(c, out)
         };
         if let CqeStatus::Error {
             syndrome,
             vendor_syndrome,
         } = c.status
         {
-            error_status(&mut wc, syndrome, vendor_syndrome);
+            error_status(out, syndrome, vendor_syndrome);
         }
         if !matched {
-            unmatched(self.stats, &mut wc);
+            unmatched(self.stats, out);
         }
-        *out = wc;
     }
 
     /// A requester CQE: its QP (on this CQ as the send CQ) retires the
