@@ -356,7 +356,7 @@ impl<H: Hal> SrqRing<H> {
             d.write_be64::<8>(0);
         }
         // The book is CPU-only: native byte order (the two swaps cancel).
-        let rec = self.book.ring_entry(&self.records, idx as u32);
+        let rec = self.book.window::<REC>(idx as usize * REC);
         rec.write_be64::<0>(wr_id.swap_bytes());
         rec.write_be64::<8>(capacity(sges, self.term_lkey).swap_bytes());
         Ok(next_seg.read_be16::<2>())
