@@ -22,7 +22,9 @@
 //! ```
 //!
 //! The pool is a first-fit page allocator guarded by a spin lock; it needs
-//! no heap. Everything here is `no_std`; CI builds it for
+//! no heap. Interrupts are optional: with an [`IrqHook`]
+//! ([`IdentityHal::with_irq`]) the driver's blocking waits sleep in the
+//! integrator's wait; without one they poll. Everything here is `no_std`; CI builds it for
 //! `x86_64-unknown-none`. See `docs/bare-metal.md`.
 #![no_std]
 #![deny(missing_docs)]
@@ -30,7 +32,7 @@
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 
-use mlx5_hal::{Hal, HalError, RawDma, PAGE_SIZE};
+use mlx5_hal::{Hal, HalError, RawDma, MAX_IRQ_VECTORS, PAGE_SIZE};
 
 mod cell;
 pub use cell::StaticCell;
@@ -134,7 +136,27 @@ impl<const PAGES: usize> PagePool for DmaPool<PAGES> {
     }
 }
 
-/// The platform: BAR0 by pointer, DMA from a static pool, TSC time.
+/// The integrator's interrupt delivery, for [`IdentityHal::with_irq`]:
+/// the unikernel programs the function's MSI-X table (or its interrupt
+/// controller) itself and hands the driver a wait on those vectors.
+///
+/// `wait` has the contract of [`Hal::wait_irq`]: it returns the vectors of
+/// its mask that fired since they were last returned (and forgets them),
+/// or 0 after about `timeout_ns`; an interrupt that fires between two
+/// calls stays latched (an interrupt handler that sets a bit in an atomic
+/// word, and a wait that sleeps with `hlt`/`wfi` until the bit or a timer
+/// comes, is enough). Without a hook the driver polls its event queues.
+#[derive(Clone, Copy, Debug)]
+pub struct IrqHook {
+    /// Vectors routed to the wait (`eqc.intr` values `0..vectors`), at most
+    /// [`MAX_IRQ_VECTORS`].
+    pub vectors: u16,
+    /// Wait for any vector of the mask; returns the vectors that fired.
+    pub wait: fn(vectors: u64, timeout_ns: u64) -> u64,
+}
+
+/// The platform: BAR0 by pointer, DMA from a static pool, TSC time, and
+/// optionally interrupts ([`IrqHook`]).
 #[derive(Clone, Copy)]
 pub struct IdentityHal {
     bar0: NonNull<u8>,
@@ -142,6 +164,7 @@ pub struct IdentityHal {
     pool: &'static dyn PagePool,
     tsc_hz: u64,
     phys_offset: u64,
+    irq: Option<&'static IrqHook>,
 }
 
 // SAFETY: the BAR pointer is device memory shared by design (the driver
@@ -175,6 +198,7 @@ impl IdentityHal {
         pool: &NoPages,
         tsc_hz: 1,
         phys_offset: 0,
+        irq: None,
     };
 
     /// Build the platform.
@@ -209,7 +233,19 @@ impl IdentityHal {
             pool,
             tsc_hz: tsc_hz.max(1),
             phys_offset,
+            irq: None,
         }
+    }
+
+    /// The same platform with interrupts: the driver puts its EQs on the
+    /// hook's vectors and sleeps in its `wait` instead of polling
+    /// (`Hca::wait_for_events`). Without it (the default) waits poll with
+    /// a back-off. Set it before bring-up: the EQs get their vectors then.
+    /// The hook is a `static` (every copy of the platform, one per DMA
+    /// region, stays one pointer larger only).
+    pub const fn with_irq(mut self, hook: &'static IrqHook) -> Self {
+        self.irq = Some(hook);
+        self
     }
 
     fn reg(&self, offset: usize, width: usize) -> *mut u8 {
@@ -299,6 +335,17 @@ unsafe impl Hal for IdentityHal {
             core::hint::spin_loop();
         }
     }
+
+    fn irq_vectors(&self) -> u16 {
+        self.irq.map_or(0, |h| h.vectors.min(MAX_IRQ_VECTORS))
+    }
+
+    fn wait_irq(&self, vectors: u64, timeout_ns: u64) -> Result<u64, HalError> {
+        match self.irq {
+            Some(h) => Ok((h.wait)(vectors, timeout_ns)),
+            None => Err(HalError::Unsupported),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -322,6 +369,34 @@ mod tests {
         // SAFETY: the "BAR" is a leaked host array; the pool is static;
         // there is no device.
         unsafe { IdentityHal::new(bar as *mut u8, words * 8, &POOL, 1_000_000_000, 0) }
+    }
+
+    static LATCHED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+    fn test_wait(vectors: u64, _timeout_ns: u64) -> u64 {
+        LATCHED.fetch_and(!vectors, core::sync::atomic::Ordering::AcqRel) & vectors
+    }
+
+    #[test]
+    fn interrupts_come_from_the_hook_or_not_at_all() {
+        let bar = std::boxed::Box::leak(std::vec![0u64; 512].into_boxed_slice());
+        let h = hal(bar);
+        assert_eq!(h.irq_vectors(), 0, "no hook: the driver polls");
+        assert_eq!(h.wait_irq(1, 0).unwrap_err(), HalError::Unsupported);
+        static HOOK: IrqHook = IrqHook {
+            vectors: 200,
+            wait: test_wait,
+        };
+        let h = h.with_irq(&HOOK);
+        assert_eq!(h.irq_vectors(), MAX_IRQ_VECTORS, "clamped");
+        LATCHED.store(0b101, core::sync::atomic::Ordering::Release);
+        assert_eq!(h.wait_irq(0b001, 0).unwrap(), 0b001);
+        assert_eq!(
+            h.wait_irq(0b111, 0).unwrap(),
+            0b100,
+            "the rest stays latched"
+        );
+        assert_eq!(h.wait_irq(0b111, 0).unwrap(), 0);
     }
 
     #[test]

@@ -2,28 +2,11 @@
 //! JSON output, exit codes, injected faults, and `--device vfio:` without
 //! the device.
 
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn mlx5(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mlx5"))
-        .args(args)
-        .output()
-        .expect("run mlx5")
-}
+mod common;
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().expect("exited, not killed")
-}
+use common::{code, mlx5, stderr, stdout};
 
 /// Run with `--json`, check the exit code, parse stdout.
 fn json(args: &[&str], want_code: i32) -> Value {

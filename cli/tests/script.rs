@@ -3,25 +3,11 @@
 //! command without an expect (exit 1), a parse error (exit 2, nothing
 //! sent), stdin, variables, raw input, and the docs/cli.md examples.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
 use serde_json::Value;
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+mod common;
 
-fn mlx5_stdin(args: &[&str], stdin: &str) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mlx5"))
-        .args(args)
-        .current_dir(ROOT)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run mlx5");
-    c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    c.wait_with_output().unwrap()
-}
+use common::{docs_examples, mlx5_stdin, ROOT};
 
 fn run_json(script: &str, device: &str, want: i32) -> Value {
     let o = mlx5_stdin(&["run", "-", "--json", "-q", "--device", device], script);
@@ -178,60 +164,6 @@ fn raw_input_is_sent_as_given_and_decoded() {
 
 #[test]
 fn the_script_examples_of_docs_cli_run_as_shown() {
-    let doc = include_str!("../../docs/cli.md");
-    let start = doc.find("## `run`").expect("run section");
-    let end = doc[start + 3..]
-        .find("\n## ")
-        .map_or(doc.len(), |e| e + start + 3);
-    let mut n = 0;
-    let mut in_block = false;
-    let mut cur: Option<(Vec<String>, i32, Vec<String>)> = None;
-    let mut all = Vec::new();
-    for line in doc[start..end].lines() {
-        if line.starts_with("```") {
-            in_block = !in_block && line.len() > 3;
-            continue;
-        }
-        if !in_block {
-            continue;
-        }
-        if let Some(cmd) = line.strip_prefix("$ mlx5 ") {
-            all.extend(cur.take());
-            let (cmd, exit) = match cmd.split_once("# exit ") {
-                Some((c, e)) => (c, e.trim().parse().unwrap()),
-                None => (cmd, 0),
-            };
-            cur = Some((
-                cmd.split_whitespace().map(String::from).collect(),
-                exit,
-                Vec::new(),
-            ));
-        } else if let Some(c) = cur.as_mut() {
-            c.2.push(line.to_string());
-        }
-    }
-    all.extend(cur);
-    for (args, exit, shown) in all {
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = mlx5_stdin(&a, "");
-        let (out, err) = (
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr),
-        );
-        assert_eq!(o.status.code(), Some(exit), "{args:?}\n{out}\n{err}");
-        let (mut ol, mut el) = (out.lines(), err.lines());
-        for want in shown.iter().filter(|l| l.trim() != "...") {
-            let lines = if want.starts_with("mlx5: ") {
-                &mut el
-            } else {
-                &mut ol
-            };
-            assert!(
-                lines.any(|l| l.trim_end() == want.trim_end()),
-                "{args:?}: {want:?} not in:\n{out}\n{err}"
-            );
-        }
-        n += 1;
-    }
+    let n = docs_examples("## `run`");
     assert!(n >= 2, "{n} examples");
 }

@@ -44,6 +44,9 @@ pub struct Caps {
     pub log_max_eq_sz: u8,
     /// log2 of the number of EQs.
     pub log_max_eq: u8,
+    /// Number of EQs when not 0 (it then replaces `2^log_max_eq`, Linux
+    /// `mlx5_max_eq_cap_get`).
+    pub max_num_eqs: u16,
     /// log2 of the largest SRQ (WQEs).
     pub log_max_srq_sz: u8,
     /// log2 of the number of SRQs.
@@ -141,6 +144,7 @@ impl Caps {
             log_max_cq: c::log_max_cq.get(r),
             log_max_eq_sz: c::log_max_eq_sz.get(r),
             log_max_eq: c::log_max_eq.get(r),
+            max_num_eqs: c::max_num_eqs.get(r),
             log_max_srq_sz: c::log_max_srq_sz.get(r),
             log_max_srq: c::log_max_srq.get(r),
             log_max_rmp: c::log_max_rmp.get(r),
@@ -242,6 +246,16 @@ impl Caps {
         self.port_type == mlx5_regs::consts::port::TYPE_IB
             || self.roce
             || self.fl_rc_qp_when_roce_disabled
+    }
+
+    /// Number of EQs the function may create: `max_num_eqs` when the
+    /// device sets it, else `2^log_max_eq` (Linux `mlx5_max_eq_cap_get`).
+    pub fn max_eqs(&self) -> u32 {
+        if self.max_num_eqs != 0 {
+            self.max_num_eqs as u32
+        } else {
+            1u32 << self.log_max_eq.min(31)
+        }
     }
 
     /// Largest CQ a verbs caller may ask for: `2^log_max_cq_sz − 1` (docs/firmware.md §10).

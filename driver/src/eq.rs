@@ -1,4 +1,6 @@
-//! Event queues, polled (docs/firmware.md §5, §6).
+//! Event queues, polled (docs/firmware.md §5, §6), optionally with an
+//! interrupt vector (`eqc.intr`) that firmware signals when it writes an
+//! EQE to the armed EQ.
 //!
 //! An [`EventQueue`] owns its ring in DMA memory (every EQE's owner byte set
 //! to 1 before CREATE_EQ), is created with a 4 KiB page list, and is polled by
@@ -7,7 +9,8 @@
 //! the owner check. The consumer index is reported through the UAR doorbell
 //! without arming (+0x48) every [`CI_UPDATE_INTERVAL`] entries — well inside
 //! the 128 spare entries firmware allows — and with arming (+0x40) at the end
-//! of each poll.
+//! of each poll that consumed something, so an EQE written after the poll
+//! raises the EQ's interrupt ([`crate::Hca::wait_for_events`]).
 //!
 //! Every EQE is decoded into an [`Event`]. Dispatch (done by
 //! [`crate::Hca::poll_events`] and while commands wait): page requests go to
@@ -415,6 +418,7 @@ pub struct EventQueue<H: Hal> {
     ci: u32,
     uar_off: usize,
     consumed: u64,
+    intr: u16,
 }
 
 /// Counters of one poll.
@@ -438,6 +442,20 @@ impl<H: Hal> EventQueue<H> {
         event_mask: u64,
         buf: &mut [u8],
     ) -> Result<(Self, usize), Error> {
+        Self::prepare_on(hal, log_size, uar, event_mask, 0, buf)
+    }
+
+    /// [`EventQueue::prepare`] with the interrupt vector the EQ signals
+    /// (`eqc.intr`, an MSI-X table index; docs/firmware.md §6.1). Firmware
+    /// raises it when it writes an EQE to the armed EQ.
+    pub fn prepare_on(
+        hal: &H,
+        log_size: u8,
+        uar: u32,
+        event_mask: u64,
+        intr: u16,
+        buf: &mut [u8],
+    ) -> Result<(Self, usize), Error> {
         if !(1..=24).contains(&log_size) {
             return Err(Error::InvalidArgument("EQ log size"));
         }
@@ -451,7 +469,7 @@ impl<H: Hal> EventQueue<H> {
             log_size,
             uar_page: uar,
             log_page_size: 0,
-            intr: 0,
+            intr,
             event_mask,
         };
         let base = ring.iova();
@@ -468,6 +486,7 @@ impl<H: Hal> EventQueue<H> {
                 ci: 0,
                 uar_off: doorbell::uar_page_offset(uar),
                 consumed: 0,
+                intr,
             },
             len,
         ))
@@ -485,6 +504,11 @@ impl<H: Hal> EventQueue<H> {
         self.eqn
     }
 
+    /// The interrupt vector the EQ was created with (`eqc.intr`).
+    pub fn intr(&self) -> u16 {
+        self.intr
+    }
+
     /// log2 of the number of entries.
     pub fn log_size(&self) -> u8 {
         self.log_size
@@ -493,6 +517,12 @@ impl<H: Hal> EventQueue<H> {
     /// Consumer index (running, not masked).
     pub fn consumer_index(&self) -> u32 {
         self.ci
+    }
+
+    /// Does a software-owned EQE wait at the consumer index? One byte read,
+    /// nothing consumed (the polling fallback of a blocking wait).
+    pub fn has_event(&self) -> bool {
+        self.ready()
     }
 
     /// EQEs consumed since creation.

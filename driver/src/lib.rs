@@ -71,5 +71,5 @@ mod testhal;
 pub use caps::Caps;
 pub use eq::Event;
 pub use error::{DestroyError, Error, FatalReason};
-pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport};
+pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport, MAX_COMP_VECTORS};
 pub use stats::{CmdObserver, CmdOutcome, CmdRecord, CmdStats, OpStats};

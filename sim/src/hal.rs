@@ -76,7 +76,7 @@ impl IdleClock {
     }
 
     /// Virtual time a `delay_us` of `want_ns` lets pass.
-    fn step(&self, st: &crate::state::State, want_ns: u64) -> u64 {
+    pub(crate) fn step(&self, st: &crate::state::State, want_ns: u64) -> u64 {
         let now = st.vclock_ns;
         let idle = now.saturating_sub(self.last_write_ns.load(Ordering::Relaxed));
         // The next thing the model has scheduled: a delayed completion or
@@ -267,5 +267,13 @@ unsafe impl Hal for SimHal {
         if threaded {
             std::thread::sleep(Duration::from_micros(us as u64));
         }
+    }
+
+    fn irq_vectors(&self) -> u16 {
+        self.dev.irq_vectors()
+    }
+
+    fn wait_irq(&self, vectors: u64, timeout_ns: u64) -> Result<u64, HalError> {
+        Ok(self.dev.wait_irq(vectors, timeout_ns))
     }
 }

@@ -32,6 +32,7 @@ mod engine;
 mod hal;
 pub mod hostile;
 mod inject;
+mod irq;
 mod mkey;
 mod mmio;
 mod objects;
@@ -88,6 +89,12 @@ pub struct SimConfig {
     pub seed: u64,
     /// Maximum bytes of DMA memory the platform hands out.
     pub dma_limit: usize,
+    /// Interrupt vectors the platform enabled and delivers
+    /// ([`SimHal`]'s `irq_vectors`, within the device's MSI-X vectors).
+    /// Default 1: every EQ shares one vector, as on a platform that
+    /// enabled a single MSI-X vector. 0 models a platform without
+    /// interrupts (the driver polls).
+    pub irq_vectors: u16,
 }
 
 impl Default for SimConfig {
@@ -99,6 +106,7 @@ impl Default for SimConfig {
             issi_supported: 0b11,
             seed: 0x5eed_1234,
             dma_limit: 1 << 30,
+            irq_vectors: 1,
         }
     }
 }

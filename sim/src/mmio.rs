@@ -195,7 +195,15 @@ impl State {
         }
         eq.ci = ci;
         if arm && eq.st != ctx::ST_ALWAYS_ARMED {
-            eq.st = ctx::ST_ARMED;
+            if new_gap > 0 {
+                // EQEs beyond the new consumer index: the arm fires at once
+                // (`irq.rs`).
+                eq.st = ctx::ST_FIRED;
+                let intr = eq.intr;
+                self.raise_irq(intr);
+            } else {
+                eq.st = ctx::ST_ARMED;
+            }
         }
     }
 

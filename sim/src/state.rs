@@ -134,6 +134,8 @@ pub(crate) struct State {
     pub stats: crate::traffic::TrafficStats,
     /// Why send WQEs failed locally (malformed, key errors), for diagnosis.
     pub send_errors: Vec<String>,
+    /// Interrupt lines (`irq.rs`).
+    pub irq: std::sync::Arc<crate::irq::IrqLines>,
 }
 
 impl State {
@@ -193,6 +195,7 @@ impl State {
             dropped: 0,
             stats: Default::default(),
             send_errors: Vec::new(),
+            irq: Default::default(),
             cfg,
         };
         st.created_ns = st.now_ns();
@@ -464,8 +467,15 @@ impl State {
             return;
         }
         eq.pc = eq.pc.wrapping_add(1);
+        // An armed EQ interrupts once and waits for the next arm; an
+        // always-armed one interrupts on every EQE (`irq.rs`).
+        let fire = matches!(eq.st, ctx::ST_ARMED | ctx::ST_ALWAYS_ARMED);
         if eq.st == ctx::ST_ARMED {
             eq.st = ctx::ST_FIRED;
+        }
+        if fire {
+            let intr = eq.intr;
+            self.raise_irq(intr);
         }
     }
 

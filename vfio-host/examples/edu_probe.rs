@@ -2,9 +2,13 @@
 //! device through the same `mlx5-vfio` code a ConnectX goes through: open
 //! (sysfs checks, container, group, device, reset, bus master), BAR0 mmap,
 //! DMA memory from `Hal::alloc_dma` (IOVA allocator, huge pages or 4 KiB
-//! pages, VFIO DMA map), interrupts on eventfds, and close.
+//! pages, VFIO DMA map), interrupts (MSI enabled at open, `Hal::irq_vectors`
+//! and `Hal::wait_irq` over the eventfds, checked against the guest kernel's
+//! `/proc/interrupts`; and the opt-out), and close.
 //!
-//! Usage (as root, in the throw-away guest only): `edu_probe 0000:01:00.0`.
+//! Usage (as root, in the throw-away guest only): `edu_probe 0000:01:00.0
+//! [0000:02:00.0]`; the optional second function is QEMU's `igb`, whose
+//! MSI-X vectors `support/igb_msix.rs` checks (edu has MSI only).
 //! edu must sit alone behind a PCIe root port, so that vfio-pci can reset it
 //! (secondary bus reset) and the reset on open and close is checked. It writes `/proc/sys/vm/nr_hugepages` to run the DMA checks once on 2 MiB
 //! huge pages and once with none reserved (the 4 KiB fallback).
@@ -24,8 +28,11 @@
 use std::fmt::Display;
 use std::time::Duration;
 
-use mlx5_hal::{DmaRegion, Hal, PAGE_SIZE};
-use mlx5_vfio::{Error, Notice, VfioOptions, VfioPlatform, HUGE_PAGE_SIZE};
+#[path = "support/igb_msix.rs"]
+mod igb_msix;
+
+use mlx5_hal::{DmaRegion, Hal, HalError, PAGE_SIZE};
+use mlx5_vfio::{Error, IrqKind, Notice, VfioOptions, VfioPlatform, HUGE_PAGE_SIZE};
 
 const ID: usize = 0x00;
 const LIVENESS: usize = 0x04;
@@ -70,6 +77,7 @@ fn options() -> VfioOptions {
         dma_limit: EDU_DMA_LIMIT,
         hugepages: true,
         reset: true,
+        max_irq_vectors: mlx5_hal::MAX_IRQ_VECTORS,
     }
 }
 
@@ -227,7 +235,7 @@ fn phase(r: &mut Report, addr: &str, tag: &str, huge: bool) {
     );
 
     dma_checks(r, &p, tag, huge);
-    irq_checks(r, &p, tag);
+    irq_checks(r, &p, tag, addr);
 
     for n in p.notices() {
         println!("NOTE [{tag}] {n}");
@@ -245,6 +253,7 @@ fn phase(r: &mut Report, addr: &str, tag: &str, huge: bool) {
             return;
         }
     }
+    let irq_before = kernel_has_vfio_irq(addr);
     match extra.close() {
         Ok(()) => r.check(
             true,
@@ -253,6 +262,46 @@ fn phase(r: &mut Report, addr: &str, tag: &str, huge: bool) {
         ),
         Err(e) => r.check(false, &format!("close[{tag}]"), e),
     };
+    let irq_after = kernel_has_vfio_irq(addr);
+    r.check(
+        irq_before && !irq_after,
+        &format!("irq-off-at-close[{tag}]"),
+        format_args!(
+            "vfio-msi handler of {addr} in /proc/interrupts before close: {irq_before}, after: {irq_after}"
+        ),
+    );
+}
+
+/// Interrupts opted out: nothing enabled, the `Hal` says none, the wait
+/// says unsupported.
+fn no_irq_phase(r: &mut Report, addr: &str) {
+    let o = VfioOptions {
+        max_irq_vectors: 0,
+        ..options()
+    };
+    let p = match VfioPlatform::open(addr, o) {
+        Ok(p) => p,
+        Err(e) => {
+            r.check(false, "irq-opt-out", e);
+            return;
+        }
+    };
+    let n = Hal::irq_vectors(&p);
+    let w = Hal::wait_irq(&p, 1, 1_000_000);
+    let kernel = kernel_has_vfio_irq(addr);
+    let noticed = p
+        .notices()
+        .iter()
+        .any(|n| matches!(n, Notice::NoInterrupts { .. }));
+    let closed = p.close();
+    r.check(
+        n == 0 && w == Err(HalError::Unsupported) && !kernel && !noticed && closed.is_ok(),
+        "irq-opt-out",
+        format_args!(
+            "max_irq_vectors 0: irq_vectors() = {n}, wait_irq = {w:?}, vfio-msi in /proc/interrupts: {kernel}, \
+             notice: {noticed}, close {closed:?}"
+        ),
+    );
 }
 
 fn alloc(
@@ -384,57 +433,165 @@ fn dma_checks(r: &mut Report, p: &VfioPlatform, tag: &str, huge: bool) {
     );
 }
 
-fn irq_checks(r: &mut Report, p: &VfioPlatform, tag: &str) {
-    let fds = match p.enable_msi(1) {
-        Ok(f) => f,
-        Err(e) => {
-            r.check(false, &format!("msi-enable[{tag}]"), e);
-            return;
-        }
-    };
-    let fd = &fds[0];
-    p.mmio_write32_le(IRQ_RAISE, 0x1);
-    let got = VfioPlatform::wait_irq(fd, WAIT);
+/// The count of interrupts the guest kernel handled for the device's VFIO
+/// vector `vector` (its `vfio-msi[<vector>](<addr>)` or `vfio-msix[..]` line
+/// in `/proc/interrupts`, summed over CPUs), or `None` if no such line.
+fn kernel_irq_count(addr: &str, vector: u16) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/interrupts").ok()?;
+    let names = [
+        format!("vfio-msi[{vector}]({addr})"),
+        format!("vfio-msix[{vector}]({addr})"),
+    ];
+    let line = text
+        .lines()
+        .find(|l| names.iter().any(|n| l.contains(n.as_str())))?;
+    Some(
+        line.split_whitespace()
+            .skip(1)
+            .map_while(|t| t.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
+/// Any vfio interrupt line of the device in `/proc/interrupts`.
+fn kernel_has_vfio_irq(addr: &str) -> bool {
+    std::fs::read_to_string("/proc/interrupts").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.contains("vfio-msi") && l.contains(&format!("({addr})")))
+    })
+}
+
+fn ack(p: &VfioPlatform) -> u32 {
     let status = p.mmio_read32_le(IRQ_STATUS);
     p.mmio_write32_le(IRQ_ACK, status);
-    let quiet = matches!(
-        VfioPlatform::wait_irq(fd, Duration::from_millis(50)),
-        Err(Error::Timeout { .. })
-    );
+    status
+}
+
+/// The interrupt path through the real kernel: vfio-pci's MSI handler
+/// signals the eventfd the platform bound at open, `Hal::wait_irq` polls it.
+fn irq_checks(r: &mut Report, p: &VfioPlatform, tag: &str, addr: &str) {
+    // edu has MSI with one vector and no MSI-X (QEMU hw/misc/edu.c,
+    // msi_init), so the platform falls back from MSI-X to MSI.
+    let Some(irqs) = p.interrupts() else {
+        r.check(
+            false,
+            &format!("irq-setup[{tag}]"),
+            format_args!("no interrupts enabled; notices {:?}", p.notices()),
+        );
+        return;
+    };
+    let n = Hal::irq_vectors(p);
+    let registered = kernel_irq_count(addr, 0);
     r.check(
-        matches!(got, Ok(n) if n >= 1) && status == 1 && quiet,
-        &format!("msi-raise[{tag}]"),
+        irqs.kind == IrqKind::Msi && irqs.vectors == 1 && irqs.offered == 1 && n == 1
+            && registered.is_some(),
+        &format!("irq-setup[{tag}]"),
         format_args!(
-            "eventfd count {got:?}, irq status {status:#x}, then quiet after ack ({quiet})"
+            "{} {} of {} vector(s) enabled at open, Hal::irq_vectors() = {n}, kernel handler vfio-msi[0]({addr}) \
+             in /proc/interrupts: {}",
+            irqs.kind,
+            irqs.vectors,
+            irqs.offered,
+            registered.map_or("absent".to_string(), |c| format!("count {c}"))
         ),
     );
 
-    // DMA completion interrupt (command bit 2).
+    // Nothing raised: the wait ends at its bound, not before, not much after.
+    ack(p);
+    let t = p.now_ns();
+    let quiet = Hal::wait_irq(p, 1, 100_000_000);
+    let dt = p.now_ns() - t;
+    let t = p.now_ns();
+    let poll = Hal::wait_irq(p, 1, 0);
+    let dt0 = p.now_ns() - t;
+    r.check(
+        quiet == Ok(0) && (100_000_000..600_000_000).contains(&dt) && poll == Ok(0) && dt0 < 50_000_000,
+        &format!("irq-timeout[{tag}]"),
+        format_args!(
+            "nothing raised: wait_irq(100 ms) = {quiet:?} after {} us; wait_irq(0) = {poll:?} after {} us",
+            dt / 1000,
+            dt0 / 1000
+        ),
+    );
+    let bad = Hal::wait_irq(p, 0b10, 0);
+    r.check(
+        bad == Err(HalError::InvalidRequest),
+        &format!("irq-bad-mask[{tag}]"),
+        format_args!("wait_irq on vector 1 of 1: {bad:?}"),
+    );
+
+    // Raised while nobody waits: the kernel handles it at once, the
+    // eventfd latches it, and a wait with no time at all finds it.
+    let c0 = kernel_irq_count(addr, 0).unwrap_or(0);
+    p.mmio_write32_le(IRQ_RAISE, 0x1);
+    std::thread::sleep(Duration::from_millis(100));
+    let c1 = kernel_irq_count(addr, 0).unwrap_or(0);
+    let latched = Hal::wait_irq(p, 1, 0);
+    r.check(
+        c1 == c0 + 1 && latched == Ok(1),
+        &format!("irq-latched[{tag}]"),
+        format_args!(
+            "raised, then 100 ms without waiting: kernel count {c0} -> {c1}, then wait_irq(0) = {latched:?}"
+        ),
+    );
+
+    // Acknowledged at the device; the eventfd reported it once.
+    let status = ack(p);
+    let after = p.mmio_read32_le(IRQ_STATUS);
+    let twice = Hal::wait_irq(p, 1, 50_000_000);
+    r.check(
+        status == 1 && after == 0 && twice == Ok(0),
+        &format!("irq-once[{tag}]"),
+        format_args!(
+            "irq status {status:#x}, after ack {after:#x}; the next wait_irq(50 ms) = {twice:?}"
+        ),
+    );
+
+    // A blocked waiter wakes for the interrupt.
+    let (woke, raised_at, woke_at) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let got = Hal::wait_irq(p, 1, WAIT.as_nanos() as u64);
+            (got, p.now_ns())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let raised_at = p.now_ns();
+        p.mmio_write32_le(IRQ_RAISE, 0x1);
+        let (got, woke_at) = waiter.join().expect("waiter thread");
+        (got, raised_at, woke_at)
+    });
+    let status = ack(p);
+    r.check(
+        woke == Ok(1) && woke_at > raised_at && status == 1,
+        &format!("irq-wake[{tag}]"),
+        format_args!(
+            "a thread blocked in wait_irq(10 s) woke {} us after the raise with {woke:?} (irq status {status:#x})",
+            woke_at.saturating_sub(raised_at) / 1000
+        ),
+    );
+
+    // DMA completion raises the interrupt too (command bit 2).
     let done = match p.alloc_dma(PAGE_SIZE) {
         Ok(buf) => {
             let ran = edu_dma(p, EDU_BUF, buf.iova(), 8, DMA_TO_RAM | DMA_IRQ);
-            let got = VfioPlatform::wait_irq(fd, WAIT);
-            let status = p.mmio_read32_le(IRQ_STATUS);
-            p.mmio_write32_le(IRQ_ACK, status);
+            let got = Hal::wait_irq(p, 1, WAIT.as_nanos() as u64);
+            let status = ack(p);
+            let again = Hal::wait_irq(p, 1, 0);
             (
-                ran.is_ok() && matches!(got, Ok(n) if n >= 1) && status == DMA_IRQ_STATUS,
-                format!("eventfd count {got:?}, irq status {status:#x}"),
+                ran.is_ok() && got == Ok(1) && status == DMA_IRQ_STATUS && again == Ok(0),
+                format!("wait_irq = {got:?}, irq status {status:#x}, then {again:?}"),
             )
         }
         Err(e) => (false, e.to_string()),
     };
-    r.check(done.0, &format!("msi-dma-complete[{tag}]"), done.1);
-    let off = p.disable_irqs();
-    r.check(
-        off.is_ok(),
-        &format!("msi-disable[{tag}]"),
-        format_args!("{off:?}"),
-    );
+    r.check(done.0, &format!("irq-dma-complete[{tag}]"), done.1);
 }
 
 fn main() {
     let Some(addr) = std::env::args().nth(1) else {
-        eprintln!("usage: edu_probe <pci address of the edu device, bound to vfio-pci>");
+        eprintln!(
+            "usage: edu_probe <pci address of the edu device> [<pci address of an igb device>], \
+             both bound to vfio-pci"
+        );
         std::process::exit(2);
     };
     let mut r = Report { failures: 0 };
@@ -472,6 +629,11 @@ fn main() {
         other => {
             r.check(false, "hugepages-release", format_args!("{other:?}"));
         }
+    }
+    no_irq_phase(&mut r, &addr);
+    match std::env::args().nth(2) {
+        Some(igb) => igb_msix::checks(&mut r, &igb),
+        None => println!("INFO no igb device given: the MSI-X checks do not run"),
     }
     println!("RESULT {} failures", r.failures);
     std::process::exit(if r.failures == 0 { 0 } else { 1 });

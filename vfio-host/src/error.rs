@@ -3,7 +3,11 @@
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use vfio_ioctls::VfioError;
+
+use crate::irq::IrqKind;
 
 /// Everything that can go wrong while opening or using a VFIO device.
 #[derive(Debug)]
@@ -95,22 +99,6 @@ pub enum Error {
         what: &'static str,
         /// The OS error.
         source: io::Error,
-    },
-    /// The device has fewer interrupt vectors of this kind than requested.
-    IrqUnsupported {
-        /// "MSI" or "MSI-X".
-        kind: &'static str,
-        /// Vectors the device offers.
-        available: u32,
-        /// Vectors requested.
-        requested: u32,
-    },
-    /// A bounded wait ran out.
-    Timeout {
-        /// What was awaited.
-        what: &'static str,
-        /// How long, in milliseconds.
-        waited_ms: u64,
     },
     /// The request does not apply to this DMA region.
     DmaRegionUnsupported {
@@ -208,17 +196,6 @@ impl fmt::Display for Error {
             }
             Error::Vfio { what, source } => write!(f, "VFIO: {what}: {source}"),
             Error::Os { what, source } => write!(f, "{what}: {source}"),
-            Error::IrqUnsupported {
-                kind,
-                available,
-                requested,
-            } => write!(
-                f,
-                "{requested} {kind} vectors requested but the device offers {available}"
-            ),
-            Error::Timeout { what, waited_ms } => {
-                write!(f, "timed out after {waited_ms} ms waiting for {what}")
-            }
             Error::DmaRegionUnsupported { why } => write!(f, "DMA region: {why}"),
             Error::StillInUse { handles } => write!(
                 f,
@@ -247,6 +224,49 @@ impl Error {
     }
 }
 
+/// The container-open failures a user can act on, as their own variants.
+pub(crate) fn container_error(e: VfioError) -> Error {
+    match e {
+        VfioError::OpenContainer(source) => match source.kind() {
+            io::ErrorKind::NotFound => Error::VfioUnavailable {
+                path: "/dev/vfio/vfio".into(),
+            },
+            io::ErrorKind::PermissionDenied => Error::PermissionDenied {
+                path: "/dev/vfio/vfio".into(),
+            },
+            _ => Error::Vfio {
+                what: "opening /dev/vfio/vfio",
+                source: VfioError::OpenContainer(source),
+            },
+        },
+        source => Error::Vfio {
+            what: "setting up the VFIO container",
+            source,
+        },
+    }
+}
+
+/// The group/device-open failures a user can act on, as their own variants.
+pub(crate) fn device_error(e: VfioError, group: u32) -> Error {
+    let path = Path::new("/dev/vfio").join(group.to_string());
+    match e {
+        VfioError::OpenGroup(source, id) => match (source.kind(), source.raw_os_error()) {
+            (io::ErrorKind::PermissionDenied, _) => Error::PermissionDenied { path },
+            (io::ErrorKind::NotFound, _) => Error::VfioUnavailable { path },
+            (_, Some(libc::EBUSY)) => Error::GroupBusy { path },
+            _ => Error::Vfio {
+                what: "opening the VFIO group",
+                source: VfioError::OpenGroup(source, id),
+            },
+        },
+        VfioError::GroupViable => Error::GroupNotViable { group },
+        source => Error::Vfio {
+            what: "opening the VFIO device",
+            source,
+        },
+    }
+}
+
 /// Something a user should know that does not stop the platform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -267,6 +287,24 @@ pub enum Notice {
     },
     /// Pinning DMA memory failed with ENOMEM: the locked-memory limit is low.
     MemlockLimit,
+    /// Interrupts were asked for ([`crate::VfioOptions::max_irq_vectors`])
+    /// but none could be enabled: the device offers no MSI-X or MSI vector
+    /// with eventfd signalling, or the kernel refused every count. The
+    /// platform reports 0 vectors and the driver polls.
+    NoInterrupts {
+        /// The errno of the last failed `VFIO_DEVICE_*_IRQ*` call or of
+        /// `eventfd`; `None` when the device simply has no MSI-X or MSI.
+        errno: Option<i32>,
+    },
+    /// The kernel refused as many vectors as wanted; fewer were enabled.
+    FewerIrqVectors {
+        /// MSI-X or MSI.
+        kind: IrqKind,
+        /// Vectors wanted: the device's count capped by the options.
+        wanted: u16,
+        /// Vectors enabled.
+        enabled: u16,
+    },
 }
 
 impl fmt::Display for Notice {
@@ -294,6 +332,24 @@ impl fmt::Display for Notice {
             Notice::MemlockLimit => f.write_str(
                 "pinning DMA memory failed with ENOMEM: raise the locked-memory limit (ulimit -l unlimited) \
                  or run as root",
+            ),
+            Notice::NoInterrupts { errno: None } => f.write_str(
+                "the device offers no MSI-X or MSI vectors with eventfd signalling; no interrupts, the \
+                 driver polls",
+            ),
+            Notice::NoInterrupts { errno: Some(e) } => write!(
+                f,
+                "enabling MSI-X/MSI interrupts failed ({}); no interrupts, the driver polls",
+                io::Error::from_raw_os_error(*e)
+            ),
+            Notice::FewerIrqVectors {
+                kind,
+                wanted,
+                enabled,
+            } => write!(
+                f,
+                "the kernel refused {wanted} {kind} vectors; {enabled} enabled (the host may be short of \
+                 interrupt vectors)"
             ),
         }
     }
@@ -354,15 +410,6 @@ mod tests {
             &Error::StillInUse { handles: 2 }.to_string(),
             &["2 other handle(s)"],
         );
-        has(
-            &Error::IrqUnsupported {
-                kind: "MSI-X",
-                available: 1,
-                requested: 4,
-            }
-            .to_string(),
-            &["4 MSI-X vectors requested", "offers 1"],
-        );
     }
 
     #[test]
@@ -381,6 +428,54 @@ mod tests {
             ],
         );
         has(&Notice::MemlockLimit.to_string(), &["ulimit -l"]);
+        has(
+            &Notice::NoInterrupts {
+                errno: Some(libc::ENOSPC),
+            }
+            .to_string(),
+            &["enabling MSI-X/MSI interrupts failed", "the driver polls"],
+        );
+        has(
+            &Notice::NoInterrupts { errno: None }.to_string(),
+            &["no MSI-X or MSI vectors", "the driver polls"],
+        );
+        has(
+            &Notice::FewerIrqVectors {
+                kind: IrqKind::MsiX,
+                wanted: 64,
+                enabled: 16,
+            }
+            .to_string(),
+            &["refused 64 MSI-X vectors", "16 enabled"],
+        );
+    }
+
+    #[test]
+    fn vfio_open_errors_become_actionable_errors() {
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        match device_error(VfioError::OpenGroup(denied, "5".into()), 5) {
+            Error::PermissionDenied { path } => assert_eq!(path, Path::new("/dev/vfio/5")),
+            e => panic!("{e}"),
+        }
+        let busy = io::Error::from_raw_os_error(libc::EBUSY);
+        assert!(matches!(
+            device_error(VfioError::OpenGroup(busy, "5".into()), 5),
+            Error::GroupBusy { .. }
+        ));
+        assert!(matches!(
+            device_error(VfioError::GroupViable, 5),
+            Error::GroupNotViable { group: 5 }
+        ));
+        let missing = io::Error::from_raw_os_error(libc::ENOENT);
+        match container_error(VfioError::OpenContainer(missing)) {
+            Error::VfioUnavailable { path } => assert_eq!(path, Path::new("/dev/vfio/vfio")),
+            e => panic!("{e}"),
+        }
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        assert!(matches!(
+            container_error(VfioError::OpenContainer(denied)),
+            Error::PermissionDenied { .. }
+        ));
     }
 
     #[test]

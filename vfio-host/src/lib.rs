@@ -19,8 +19,11 @@
 //!   [`VfioOptions::dma_limit`] and to [`MIN_IOVA`]; memory comes from 2 MiB
 //!   huge pages when reserved, else 4 KiB pages (with a [`Notice`]), and is
 //!   mapped with `VFIO_IOMMU_MAP_DMA`. IOVAs are never host addresses.
-//! * **Interrupts**: MSI / MSI-X on eventfds ([`VfioPlatform::enable_msi`],
-//!   [`VfioPlatform::enable_msix`]) for users who want them; the driver polls.
+//! * **Interrupts**: at open, up to [`mlx5_hal::MAX_IRQ_VECTORS`] MSI-X
+//!   vectors (MSI when the device has no MSI-X), each on its own eventfd;
+//!   [`mlx5_hal::Hal::wait_irq`] is a bounded `ppoll` over them that reports
+//!   each firing once ([`VfioPlatform::interrupts`];
+//!   [`VfioOptions::max_irq_vectors`] `= 0` opts out and the driver polls).
 //! * **Close**: interrupts off, bus mastering off, reset, IOMMU mappings
 //!   removed, files closed; on the last drop or with [`VfioPlatform::close`].
 //!
@@ -30,17 +33,18 @@
 
 extern crate alloc;
 
+mod bar;
 mod dma;
 mod error;
 pub mod iova;
+mod irq;
 pub mod pci;
 mod platform;
 mod sys;
 
 pub use dma::{DmaStats, HUGE_PAGE_SIZE};
 pub use error::{Error, Notice};
+pub use irq::{Interrupts, IrqKind};
 pub use pci::{DeviceInfo, PciAddress};
 pub use platform::{VfioOptions, VfioPlatform, DEFAULT_IOVA_RANGES, MIN_IOVA};
 pub use sys::{parse_iommu_info, IommuInfo};
-/// The eventfd type interrupts are delivered on (from `vmm-sys-util`).
-pub use vmm_sys_util::eventfd::EventFd;

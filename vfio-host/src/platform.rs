@@ -9,18 +9,18 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use mlx5_hal::{DmaRegion, Hal, HalError, RawDma};
+use mlx5_hal::{DmaRegion, Hal, HalError, RawDma, MAX_IRQ_VECTORS};
 use vfio_bindings::bindings::vfio::{
     VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_RESET, VFIO_PCI_BAR0_REGION_INDEX,
-    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_MSI_IRQ_INDEX,
-    VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
 };
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError};
-use vmm_sys_util::eventfd::EventFd;
 
+use crate::bar::Bar;
 use crate::dma::{DmaPool, DmaStats, Mapper, PoolError};
-use crate::error::{Error, Notice};
+use crate::error::{container_error, device_error, Error, Notice};
 use crate::iova::{clip_ranges, IovaRange};
+use crate::irq::{self, Interrupts, IrqSet};
 use crate::pci::{self, DeviceInfo, PciAddress};
 use crate::sys;
 
@@ -62,6 +62,13 @@ pub struct VfioOptions {
     /// `VFIO_DEVICE_RESET` on open and on close, when the device supports
     /// it. Default `true`.
     pub reset: bool,
+    /// Interrupt vectors to enable at open, at most
+    /// [`MAX_IRQ_VECTORS`] (more is capped): MSI-X when the device has it,
+    /// else MSI, each vector on its own eventfd (see
+    /// [`VfioPlatform::interrupts`]). `0` opts out: no vectors, nothing
+    /// asked of the kernel, [`Hal::irq_vectors`] is 0 and the driver polls.
+    /// Default [`MAX_IRQ_VECTORS`].
+    pub max_irq_vectors: u16,
 }
 
 impl Default for VfioOptions {
@@ -71,80 +78,8 @@ impl Default for VfioOptions {
             dma_limit: u64::MAX,
             hugepages: true,
             reset: true,
+            max_irq_vectors: MAX_IRQ_VECTORS,
         }
-    }
-}
-
-/// BAR0 mapped into this process.
-struct Bar {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: `Bar` is a mapping of device registers, not of Rust-owned memory.
-// It is only accessed with single volatile loads and stores through raw
-// pointers (never references), which have the same meaning from any thread;
-// concurrent register access is then a question of the device's semantics,
-// which the driver owns, not of memory safety.
-unsafe impl Send for Bar {}
-// SAFETY: as for `Send`: shared access is only volatile raw-pointer access.
-unsafe impl Sync for Bar {}
-
-impl Bar {
-    /// Pointer to `width` bytes at `offset`; panics if that is outside BAR0 or
-    /// not aligned to `width`, so no access can touch other memory.
-    #[inline(always)]
-    fn at(&self, offset: usize, width: usize) -> *mut u8 {
-        assert!(
-            offset.checked_add(width).is_some_and(|end| end <= self.len),
-            "BAR0 access {offset:#x}+{width} outside BAR0 of {:#x} bytes",
-            self.len
-        );
-        assert!(
-            offset.is_multiple_of(width),
-            "unaligned BAR0 access at {offset:#x} (width {width})"
-        );
-        // SAFETY: `offset + width <= len` was just checked, so the result is
-        // inside the mapping.
-        unsafe { self.ptr.as_ptr().add(offset) }
-    }
-
-    #[inline(always)]
-    fn read32(&self, offset: usize) -> u32 {
-        let p = self.at(offset, 4).cast::<u32>();
-        // SAFETY: in bounds and 4-byte aligned (checked by `at`; the mapping
-        // is page aligned), and the mapping lives as long as `self`.
-        unsafe { p.read_volatile() }
-    }
-
-    #[inline(always)]
-    fn write32(&self, offset: usize, raw: u32) {
-        let p = self.at(offset, 4).cast::<u32>();
-        // SAFETY: as in `read32`.
-        unsafe { p.write_volatile(raw) }
-    }
-
-    #[inline(always)]
-    fn read64(&self, offset: usize) -> u64 {
-        let p = self.at(offset, 8).cast::<u64>();
-        // SAFETY: in bounds and 8-byte aligned (checked by `at`); a volatile
-        // access of the native word size is one load on 64-bit targets.
-        unsafe { p.read_volatile() }
-    }
-
-    #[inline(always)]
-    fn write64(&self, offset: usize, raw: u64) {
-        let p = self.at(offset, 8).cast::<u64>();
-        // SAFETY: as in `read64`: one aligned 8-byte store inside BAR0.
-        unsafe { p.write_volatile(raw) }
-    }
-}
-
-impl Drop for Bar {
-    fn drop(&mut self) {
-        // SAFETY: `ptr..ptr+len` is the BAR mapping created in `open` and
-        // owned only by this `Bar`; no access can follow the drop.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 
@@ -182,8 +117,9 @@ struct Inner {
     config: File,
     config_offset: u64,
     dma: Mutex<DmaPool<ContainerMapper>>,
-    /// Interrupt index currently enabled (MSI or MSI-X), if any.
-    irq: Mutex<Option<u32>>,
+    /// The vectors enabled at open; fixed until teardown, so waits take no
+    /// lock.
+    irq: Option<IrqSet>,
     notices: Mutex<Vec<Notice>>,
     iova_ranges: Vec<IovaRange>,
     can_reset: bool,
@@ -228,10 +164,10 @@ impl Inner {
         }
         self.torn_down = true;
         let mut first: Result<(), Error> = Ok(());
-        if let Some(index) = lock(&self.irq).take() {
-            if let Err(source) = self.device.disable_irq(index) {
-                first = first.and(Err(Error::Vfio {
-                    what: "disabling interrupts",
+        if let Some(irqs) = self.irq.take() {
+            if let Err(source) = irqs.disable(&self.device) {
+                first = first.and(Err(Error::Os {
+                    what: "disabling interrupts (VFIO_DEVICE_SET_IRQS, count 0)",
                     source,
                 }));
             }
@@ -299,47 +235,6 @@ fn pool_error(e: PoolError) -> Error {
 #[derive(Clone)]
 pub struct VfioPlatform {
     inner: Arc<Inner>,
-}
-
-fn container_error(e: VfioError) -> Error {
-    match e {
-        VfioError::OpenContainer(source) => match source.kind() {
-            io::ErrorKind::NotFound => Error::VfioUnavailable {
-                path: "/dev/vfio/vfio".into(),
-            },
-            io::ErrorKind::PermissionDenied => Error::PermissionDenied {
-                path: "/dev/vfio/vfio".into(),
-            },
-            _ => Error::Vfio {
-                what: "opening /dev/vfio/vfio",
-                source: VfioError::OpenContainer(source),
-            },
-        },
-        source => Error::Vfio {
-            what: "setting up the VFIO container",
-            source,
-        },
-    }
-}
-
-fn device_error(e: VfioError, group: u32) -> Error {
-    let path = Path::new("/dev/vfio").join(group.to_string());
-    match e {
-        VfioError::OpenGroup(source, id) => match (source.kind(), source.raw_os_error()) {
-            (io::ErrorKind::PermissionDenied, _) => Error::PermissionDenied { path },
-            (io::ErrorKind::NotFound, _) => Error::VfioUnavailable { path },
-            (_, Some(libc::EBUSY)) => Error::GroupBusy { path },
-            _ => Error::Vfio {
-                what: "opening the VFIO group",
-                source: VfioError::OpenGroup(source, id),
-            },
-        },
-        VfioError::GroupViable => Error::GroupNotViable { group },
-        source => Error::Vfio {
-            what: "opening the VFIO device",
-            source,
-        },
-    }
 }
 
 impl VfioPlatform {
@@ -446,7 +341,7 @@ impl VfioPlatform {
             log::warn!("mlx5-vfio: {addr}: {n}");
         }
 
-        let inner = Inner {
+        let mut inner = Inner {
             info,
             bar0,
             config,
@@ -456,7 +351,7 @@ impl VfioPlatform {
                 &iova_ranges,
                 options.hugepages,
             )),
-            irq: Mutex::new(None),
+            irq: None,
             notices: Mutex::new(notices),
             iova_ranges,
             can_reset,
@@ -479,6 +374,14 @@ impl VfioPlatform {
                     "PCI command register reads {now:#06x} after writing the enable bits"
                 )),
             });
+        }
+        // Interrupts last: an MSI is a memory write by the device, so bus
+        // mastering must be on; teardown disables them first.
+        let mut irq_notices = Vec::new();
+        inner.irq = irq::enable(&inner.device, options.max_irq_vectors, &mut irq_notices);
+        for n in irq_notices {
+            log::warn!("mlx5-vfio: {addr}: {n}");
+            lock(&inner.notices).push(n);
         }
         Ok(VfioPlatform {
             inner: Arc::new(inner),
@@ -559,87 +462,17 @@ impl VfioPlatform {
             .map_err(pool_error)
     }
 
-    /// Enable `count` MSI vectors, each signalling its own eventfd
-    /// (non-blocking). Replaces any MSI/MSI-X set enabled before.
-    pub fn enable_msi(&self, count: u32) -> Result<Vec<EventFd>, Error> {
-        self.enable_irqs(VFIO_PCI_MSI_IRQ_INDEX, "MSI", count)
-    }
-
-    /// Enable `count` MSI-X vectors, each signalling its own eventfd
-    /// (non-blocking). Replaces any MSI/MSI-X set enabled before.
-    pub fn enable_msix(&self, count: u32) -> Result<Vec<EventFd>, Error> {
-        self.enable_irqs(VFIO_PCI_MSIX_IRQ_INDEX, "MSI-X", count)
-    }
-
-    fn enable_irqs(
-        &self,
-        index: u32,
-        kind: &'static str,
-        count: u32,
-    ) -> Result<Vec<EventFd>, Error> {
-        let dev = &self.inner.device;
-        let available = dev.get_irq_info(index).map_or(0, |i| i.count);
-        if count == 0 || count > available {
-            return Err(Error::IrqUnsupported {
-                kind,
-                available,
-                requested: count,
-            });
-        }
-        let mut current = lock(&self.inner.irq);
-        if let Some(prev) = current.take() {
-            dev.disable_irq(prev).map_err(|source| Error::Vfio {
-                what: "disabling interrupts",
-                source,
-            })?;
-        }
-        let fds = (0..count)
-            .map(|_| EventFd::new(libc::EFD_NONBLOCK))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| Error::Os {
-                what: "eventfd",
-                source,
-            })?;
-        dev.enable_irq(index, fds.iter().collect())
-            .map_err(|source| Error::Vfio {
-                what: "enabling interrupts (VFIO_DEVICE_SET_IRQS)",
-                source,
-            })?;
-        *current = Some(index);
-        Ok(fds)
-    }
-
-    /// Disable whichever MSI/MSI-X set is enabled.
-    pub fn disable_irqs(&self) -> Result<(), Error> {
-        if let Some(index) = lock(&self.inner.irq).take() {
-            self.inner
-                .device
-                .disable_irq(index)
-                .map_err(|source| Error::Vfio {
-                    what: "disabling interrupts",
-                    source,
-                })?;
-        }
-        Ok(())
-    }
-
-    /// Wait (bounded) for an interrupt eventfd to fire; returns how many
-    /// interrupts it counted since the last wait, and resets it.
-    pub fn wait_irq(fd: &EventFd, timeout: Duration) -> Result<u64, Error> {
-        let ready = sys::wait_readable(fd, timeout).map_err(|source| Error::Os {
-            what: "poll on an interrupt eventfd",
-            source,
-        })?;
-        if !ready {
-            return Err(Error::Timeout {
-                what: "an interrupt",
-                waited_ms: timeout.as_millis() as u64,
-            });
-        }
-        fd.read().map_err(|source| Error::Os {
-            what: "read of an interrupt eventfd",
-            source,
-        })
+    /// The interrupts enabled at open: their kind, how many vectors
+    /// ([`Hal::irq_vectors`]) and how many the device offers. `None` when
+    /// [`VfioOptions::max_irq_vectors`] was 0 or nothing could be enabled
+    /// (then [`VfioPlatform::notices`] has a [`Notice::NoInterrupts`]).
+    ///
+    /// The vectors stay enabled until [`VfioPlatform::close`] (or the last
+    /// drop), which disables them before the device is reset. Every
+    /// interrupt of a vector is latched in its eventfd until a
+    /// [`Hal::wait_irq`] for that vector reports it.
+    pub fn interrupts(&self) -> Option<Interrupts> {
+        self.inner.irq.as_ref().map(|i| i.info)
     }
 
     /// Quiesce and release the device now, reporting any failure: interrupts
@@ -740,6 +573,24 @@ unsafe impl Hal for VfioPlatform {
         self.inner.origin.elapsed().as_nanos() as u64
     }
 
+    fn irq_vectors(&self) -> u16 {
+        self.inner.irq.as_ref().map_or(0, |i| i.vectors.len())
+    }
+
+    /// `ppoll` on the eventfds of the vectors in `vectors` for at most
+    /// `timeout_ns`, then a read of each that fired (which clears it).
+    /// Bits at or above [`Hal::irq_vectors`] are ignored; a mask naming no
+    /// vector is [`HalError::InvalidRequest`]; without interrupts,
+    /// [`HalError::Unsupported`]; a failed `ppoll` or `read` is
+    /// [`HalError::Platform`] with its errno. Signals do not end the wait
+    /// early. Allocates nothing.
+    fn wait_irq(&self, vectors: u64, timeout_ns: u64) -> Result<u64, HalError> {
+        match &self.inner.irq {
+            Some(i) => i.vectors.wait(vectors, timeout_ns),
+            None => Err(HalError::Unsupported),
+        }
+    }
+
     fn delay_us(&self, us: u32) {
         let d = Duration::from_micros(u64::from(us));
         if us < 100 {
@@ -759,34 +610,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vfio_open_errors_become_actionable_errors() {
-        let denied = io::Error::from_raw_os_error(libc::EACCES);
-        match device_error(VfioError::OpenGroup(denied, "5".into()), 5) {
-            Error::PermissionDenied { path } => assert_eq!(path, Path::new("/dev/vfio/5")),
-            e => panic!("{e}"),
-        }
-        let busy = io::Error::from_raw_os_error(libc::EBUSY);
-        assert!(matches!(
-            device_error(VfioError::OpenGroup(busy, "5".into()), 5),
-            Error::GroupBusy { .. }
-        ));
-        assert!(matches!(
-            device_error(VfioError::GroupViable, 5),
-            Error::GroupNotViable { group: 5 }
-        ));
-        let missing = io::Error::from_raw_os_error(libc::ENOENT);
-        match container_error(VfioError::OpenContainer(missing)) {
-            Error::VfioUnavailable { path } => assert_eq!(path, Path::new("/dev/vfio/vfio")),
-            e => panic!("{e}"),
-        }
-        let denied = io::Error::from_raw_os_error(libc::EACCES);
-        assert!(matches!(
-            container_error(VfioError::OpenContainer(denied)),
-            Error::PermissionDenied { .. }
-        ));
-    }
-
-    #[test]
     fn opening_a_missing_function_fails_before_touching_vfio() {
         // Domain ffff does not exist on any machine this runs on.
         let e = VfioPlatform::open("ffff:ff:1f.7", VfioOptions::default()).unwrap_err();
@@ -800,6 +623,7 @@ mod tests {
         let o = VfioOptions::default();
         assert!(!o.allow_non_mellanox);
         assert!(o.hugepages && o.reset);
+        assert_eq!(o.max_irq_vectors, MAX_IRQ_VECTORS);
         assert_eq!(o.dma_limit, u64::MAX);
         // The default IOVA space avoids the x86 MSI window.
         let msi = IovaRange::new(0xfee0_0000, 0xfef0_0000);

@@ -1,10 +1,9 @@
 //! The VFIO ioctls that `vfio-ioctls` 0.10 does not expose (device flags,
-//! a reset whose result is reported, the IOMMU's IOVA ranges), a bounded wait
-//! on a file descriptor, and the parser of the IOMMU info capability chain.
+//! a reset whose result is reported, the IOMMU's IOVA ranges) and the parser
+//! of the IOMMU info capability chain. The interrupt ioctls are in `irq.rs`.
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
 
 use vfio_bindings::bindings::vfio::{
     vfio_device_info, vfio_iommu_type1_info, VFIO_BASE, VFIO_IOMMU_INFO_CAPS,
@@ -135,33 +134,6 @@ pub fn parse_iommu_info(buf: &[u8]) -> Option<IommuInfo> {
         }
     }
     Some(IommuInfo { page_sizes, ranges })
-}
-
-/// Wait until `fd` is readable, for at most `timeout`. Retries on EINTR
-/// within the same deadline.
-pub(crate) fn wait_readable(fd: &impl AsRawFd, timeout: Duration) -> io::Result<bool> {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = left.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: `pfd` is one valid, exclusively borrowed pollfd; nfds = 1.
-        let ret = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if ret > 0 {
-            return Ok(true);
-        }
-        if ret == 0 {
-            return Ok(false);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted || left.is_zero() {
-            return Err(e);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Helpers shared by the tests of `decode`, `replay` and `diff`.
+//! Helpers shared by the `mlx5` binary's tests: running it, reading its
+//! output, and checking the docs/cli.md examples.
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -6,6 +7,29 @@ use std::process::{Command, Output, Stdio};
 
 /// The repository root: docs/cli.md examples name files relative to it.
 pub const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// Run `mlx5 ARGS` (in the test's working directory, stdin closed).
+pub fn mlx5(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mlx5"))
+        .args(args)
+        .output()
+        .expect("run mlx5")
+}
+
+/// A run's stdout, lossily decoded.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A run's stderr, lossily decoded.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A run's exit code (it must have exited, not been killed).
+pub fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited, not killed")
+}
 
 /// Run `mlx5 ARGS` in the repository root with `stdin`.
 pub fn mlx5_stdin(args: &[&str], stdin: &str) -> Output {

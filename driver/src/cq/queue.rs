@@ -21,6 +21,9 @@ pub struct CqOptions {
     /// Ignore overrun (`cqc.oi`): firmware then raises no CQ error event
     /// when the CQ overflows.
     pub overrun_ignore: bool,
+    /// Completion vector whose EQ receives the CQ's completion events
+    /// (below [`Hca::num_comp_vectors`], else [`Error::InvalidArgument`]).
+    pub comp_vector: u8,
 }
 
 impl Default for CqOptions {
@@ -28,6 +31,7 @@ impl Default for CqOptions {
         CqOptions {
             cqe_size: CqeSize::B64,
             overrun_ignore: false,
+            comp_vector: 0,
         }
     }
 }
@@ -221,15 +225,20 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         Ok(log)
     }
 
-    /// Create a CQ of at least `entries` entries on the completion EQ
-    /// (docs/firmware.md §7.1): ring initialised to invalid CQEs, doorbell record,
-    /// CREATE_CQ. The CQ gets `2^k − 1` usable entries, `2^k ≥ entries + 1`.
+    /// Create a CQ of at least `entries` entries on the completion EQ of
+    /// `opts.comp_vector` (docs/firmware.md §7.1): ring initialised to
+    /// invalid CQEs, doorbell record, CREATE_CQ. The CQ gets `2^k − 1`
+    /// usable entries, `2^k ≥ entries + 1`.
     pub fn create_cq(&self, entries: u32, opts: CqOptions) -> Result<Cq<H>, Error> {
+        let eqn = self
+            .comp_eqn_of(opts.comp_vector)
+            .ok_or(Error::InvalidArgument(
+                "completion vector not below Hca::num_comp_vectors",
+            ))?;
         let log = self.cq_log_size(entries)?;
         let hal = self.hal().clone();
         let (ring, pages) = CqRing::new_paged(&hal, log, opts.cqe_size, MAX_CONTEXT_PAGES)?;
         let dbr = DoorbellRecord::new(&hal)?;
-        let eqn = self.comp_eqn();
         let uar = self.uar();
         let mut input = [0u8; MAX_CMD_LEN];
         let len = cmd::create_cq(
@@ -314,7 +323,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     pub fn arm_cq(&self, cq: &mut Cq<H>, solicited_only: bool) -> Result<(), Error> {
         let fired = {
             let mut core = self.core_lock();
-            core.poll_comp_eq(self.hal(), self.config().eq_poll_budget);
+            core.poll_comp_eq(self.hal(), self.config().eq_poll_budget, cq.eqn);
             core.cq_arms.arm(cq.cqn)
         };
         match fired {

@@ -5,7 +5,7 @@ use mlx5_regs::consts::op_mod;
 use mlx5_regs::layouts::{cmd_hca_cap, initial_seg};
 use mlx5_regs::{EventMask, Opcode};
 
-use super::{async_event_mask, FwVersion, Hca, HcaConfig};
+use super::{async_event_mask, vectors, FwVersion, Hca, HcaConfig};
 use crate::caps::Caps;
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
@@ -68,8 +68,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Bring the HCA up in the order of docs/firmware.md §4.1: wait for firmware, set
     /// up the command queue, ENABLE_HCA, ISSI, boot pages, host endianness,
     /// QUERY/SET_HCA_CAP, init pages, INIT_HCA, capabilities, regular pages,
-    /// ALLOC_UAR, the async EQ (page requests + async events) and a
-    /// completion EQ, ALLOC_PD, QUERY_SPECIAL_CONTEXTS; then, on a device
+    /// ALLOC_UAR, the async EQ (page requests + async events) and the
+    /// completion EQs ([`HcaConfig::comp_vectors`]), ALLOC_PD,
+    /// QUERY_SPECIAL_CONTEXTS; then, on a device
     /// that can carry RC traffic ([`Caps::rdma_capable`]), the RDMA
     /// resources: the DMA key (CREATE_MKEY), an XRC domain (ALLOC_XRCD, with
     /// the `xrc` capability) and the loopback addressing
@@ -184,10 +185,10 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         Ok(caps)
     }
 
-    fn create_eq(&self, log_size: u8, mask: u64) -> Result<EventQueue<H>, Error> {
+    fn create_eq(&self, log_size: u8, mask: u64, intr: u16) -> Result<EventQueue<H>, Error> {
         let uar = self.uar.ok_or(Error::InvalidArgument("no UAR"))?;
         let mut buf = [0u8; MAX_CMD_LEN];
-        let (mut eq, len) = EventQueue::prepare(&self.hal, log_size, uar, mask, &mut buf)?;
+        let (mut eq, len) = EventQueue::prepare_on(&self.hal, log_size, uar, mask, intr, &mut buf)?;
         let mut out = [0u8; encode::CREATE_EQ_OUT];
         self.exec(&buf[..len], &mut out)?;
         eq.created(&self.hal, encode::parse_create_eq(&out));
@@ -261,7 +262,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         // Regular pages.
         self.startup_pages(op_mod::QUERY_PAGES_REGULAR)?;
 
-        // 14. UAR, async EQ, completion EQ.
+        // 14. UAR, async EQ, completion EQs.
         let out: [u8; encode::ALLOC_UAR_OUT] = self.run(encode::alloc_uar())?;
         let uar = encode::parse_alloc_uar(&out);
         // The UAR's doorbells are MMIO writes at uar × 4 KiB: an index
@@ -283,11 +284,19 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if caps.page_request_disable {
             mask.remove(EventMask::PAGE_REQUEST);
         }
-        let eq = self.create_eq(self.cfg.async_eq_log_size.min(max_log), mask.bits())?;
+        let irqs = self.hal.irq_vectors().min(mlx5_hal::MAX_IRQ_VECTORS);
+        let intr = vectors::async_intr();
+        let eq = self.create_eq(self.cfg.async_eq_log_size.min(max_log), mask.bits(), intr)?;
         self.core.lock().async_eq = Some(eq);
-        // A completion EQ: mask 0, CQs route to it through cqc.c_eqn.
-        let eq = self.create_eq(self.cfg.comp_eq_log_size.min(max_log), 0)?;
-        self.core.lock().comp_eq = Some(eq);
+        // Completion EQs: mask 0, CQs route to them through cqc.c_eqn.
+        let n = vectors::comp_vector_count(self.cfg.comp_vectors, &caps);
+        for i in 0..n {
+            let intr = vectors::comp_intr(irqs, i);
+            let eq = self.create_eq(self.cfg.comp_eq_log_size.min(max_log), 0, intr)?;
+            // Cannot fail: `n` is at most the capacity.
+            let _ = self.core.lock().comp_eqs.push(eq);
+        }
+        self.irq_mask = self.eq_irq_mask(irqs);
 
         let out: [u8; encode::ALLOC_PD_OUT] = self.run(encode::alloc_pd())?;
         self.pd = Some(encode::parse_alloc_pd(&out));

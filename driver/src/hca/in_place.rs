@@ -38,7 +38,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             core: spin::Mutex::new(Core {
                 cmd: None,
                 async_eq: None,
-                comp_eq: None,
+                comp_eqs: heapless::Vec::new(),
                 pages: PageManager::new(cfg.page_chunk_pages, cfg.max_fw_pages),
                 completions: EventSink::new(),
                 cq_arms: ArmTable::new(),
@@ -78,6 +78,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             terminate_mkey: 0,
             rdma: RdmaState::new(),
             mkey_variant: AtomicU8::new(0),
+            irq_mask: 0,
         }
     }
 

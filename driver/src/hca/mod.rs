@@ -12,6 +12,7 @@ mod in_place;
 mod rdma;
 mod service;
 mod teardown;
+mod vectors;
 
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
@@ -29,6 +30,7 @@ use crate::stats::{CmdObserver, CmdStats};
 
 pub use cmdwait::succeeds_when_dead;
 pub(crate) use service::{Core, Gone};
+pub use vectors::MAX_COMP_VECTORS;
 
 /// Pages per MANAGE_PAGES *take* command: what the preallocated output
 /// mailboxes hold ((4112 − 16) / 8 = 512; Linux takes 768 at a time at
@@ -74,8 +76,13 @@ pub struct HcaConfig {
     /// log2 of the async EQ size (default 12: 4096 EQEs, clamped to the
     /// device's `log_max_eq_sz`).
     pub async_eq_log_size: u8,
-    /// log2 of the completion EQ size (default 10).
+    /// log2 of each completion EQ's size (default 10).
     pub comp_eq_log_size: u8,
+    /// Completion vectors (completion EQs) to create (default 1). Clamped
+    /// to 1..=[`MAX_COMP_VECTORS`] and to what the device allows: its EQ
+    /// count (`max_num_eqs`, else `2^log_max_eq`) less the async EQ
+    /// ([`Hca::num_comp_vectors`] tells how many were made).
+    pub comp_vectors: u8,
     /// EQEs consumed per EQ per poll at most (default 1024).
     pub eq_poll_budget: u32,
     /// Pages per DMA chunk of the page manager (default 512 = 2 MiB).
@@ -109,6 +116,7 @@ impl HcaConfig {
         poll_max_delay_us: 1_000,
         async_eq_log_size: 12,
         comp_eq_log_size: 10,
+        comp_vectors: 1,
         eq_poll_budget: 1024,
         page_chunk_pages: 512,
         max_fw_pages: 65536,
@@ -174,7 +182,8 @@ struct Progress {
     initialized: bool,
 }
 
-/// A brought-up HCA: the command interface, the async and completion EQs,
+/// A brought-up HCA: the command interface, the async EQ and the
+/// completion EQs (one per completion vector, [`HcaConfig::comp_vectors`]),
 /// a UAR, a PD, and the firmware pages.
 ///
 /// Type parameters: the platform `H`, a command observer `O` (trace hook,
@@ -232,6 +241,9 @@ pub struct Hca<H: Hal, O: CmdObserver = (), const CE: usize = 256, const AE: usi
     rdma: rdma::RdmaState,
     /// Rolling 8-bit memory-key variant.
     mkey_variant: AtomicU8,
+    /// Interrupt vectors of this HCA's EQs (bit `i`: vector `i`), 0 when
+    /// the platform has no interrupts ([`Hca::wait_for_events`]).
+    irq_mask: u64,
 }
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
@@ -256,12 +268,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         (c.completions.overflows(), c.events.overflows())
     }
 
-    /// EQEs consumed so far: (async EQ, completion EQ).
+    /// EQEs consumed so far: (async EQ, completion EQs together).
     pub fn eqes_consumed(&self) -> (u64, u64) {
         let c = self.core.lock();
         (
             c.async_eq.as_ref().map_or(0, |e| e.consumed()),
-            c.comp_eq.as_ref().map_or(0, |e| e.consumed()),
+            c.comp_eqs.iter().map(|e| e.consumed()).sum(),
         )
     }
 
@@ -397,9 +409,10 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         self.core.lock().async_eq.as_ref().map_or(0, |e| e.eqn())
     }
 
-    /// EQ number of the completion EQ (put it in `cqc.c_eqn`).
+    /// EQ number of the completion EQ of vector 0 (put it in `cqc.c_eqn`;
+    /// [`Hca::comp_eqn_of`] for the others).
     pub fn comp_eqn(&self) -> u8 {
-        self.core.lock().comp_eq.as_ref().map_or(0, |e| e.eqn())
+        self.comp_eqn_of(0).unwrap_or(0)
     }
 
     /// The platform.

@@ -6,7 +6,7 @@ use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::Opcode;
 
 use super::cmdwait::{backoff, outcome_of, outcome_to_result, record};
-use super::{Hca, HcaConfig, PollReport, PAGES_PER_COMMAND};
+use super::{Hca, HcaConfig, PollReport, MAX_COMP_VECTORS, PAGES_PER_COMMAND};
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, BLOCK_DATA, BLOCK_STRIDE, MAX_CMD_LEN};
 use crate::cq::ArmTable;
@@ -69,7 +69,8 @@ pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
     /// `None` until bring-up made it ([`Hca::new_down`]).
     pub(crate) cmd: Option<CmdQueue<H>>,
     pub(crate) async_eq: Option<EventQueue<H>>,
-    pub(crate) comp_eq: Option<EventQueue<H>>,
+    /// One completion EQ per completion vector, vector `i` at index `i`.
+    pub(crate) comp_eqs: heapless::Vec<EventQueue<H>, MAX_COMP_VECTORS>,
     pub(crate) pages: PageManager<H>,
     pub(crate) completions: EventSink<Event, CE>,
     /// CQs armed through [`Hca::arm_cq`] and whether their event came.
@@ -95,12 +96,12 @@ pub(crate) struct Core<H: Hal, const CE: usize, const AE: usize> {
 pub(super) const LIMIT_WATCHES: usize = 8;
 
 impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
-    /// Poll both EQs once and dispatch: page requests to the page manager,
+    /// Poll every EQ once and dispatch: page requests to the page manager,
     /// completions and async events to their sinks.
-    fn poll_eqs(&mut self, hal: &H, budget: u32) -> u32 {
+    pub(super) fn poll_eqs(&mut self, hal: &H, budget: u32) -> u32 {
         let Core {
             async_eq,
-            comp_eq,
+            comp_eqs,
             pages,
             completions,
             cq_arms,
@@ -109,7 +110,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             ..
         } = self;
         let mut n = 0;
-        for eq in [async_eq, comp_eq].into_iter().flatten() {
+        for eq in async_eq.iter_mut().chain(comp_eqs.iter_mut()) {
             n += eq
                 .poll(hal, budget, |ev| {
                     dispatch(ev, pages, completions, cq_arms, events, limit_watch)
@@ -119,11 +120,11 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
         n
     }
 
-    /// Poll the completion EQ only: before an arm, an event already there
-    /// means the CQ's previous arm fired.
-    pub(crate) fn poll_comp_eq(&mut self, hal: &H, budget: u32) {
+    /// Poll the completion EQ `eqn` only: before an arm, an event already
+    /// there means the CQ's previous arm fired.
+    pub(crate) fn poll_comp_eq(&mut self, hal: &H, budget: u32, eqn: u8) {
         let Core {
-            comp_eq,
+            comp_eqs,
             pages,
             completions,
             cq_arms,
@@ -131,7 +132,7 @@ impl<H: Hal, const CE: usize, const AE: usize> Core<H, CE, AE> {
             limit_watch,
             ..
         } = self;
-        if let Some(eq) = comp_eq {
+        if let Some(eq) = comp_eqs.iter_mut().find(|e| e.eqn() == eqn) {
             eq.poll(hal, budget, |ev| {
                 dispatch(ev, pages, completions, cq_arms, events, limit_watch)
             });

@@ -6,7 +6,7 @@ use mlx5_hal::Hal;
 use mlx5_regs::consts::op_mod;
 use mlx5_regs::Opcode;
 
-use super::{Hca, TeardownReport};
+use super::{Hca, TeardownReport, MAX_COMP_VECTORS};
 use crate::cmd::encode;
 use crate::diag::{self, Show};
 use crate::eq::EventQueue;
@@ -37,7 +37,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         };
         let reclaimed_before = self.core.lock().pages.stats().reclaimed;
         let alive = !self.is_dead();
-        let mut eqs: [Option<EventQueue<H>>; 2] = [None, None];
+        // The completion EQs, then the async EQ (it serves page requests
+        // until the end, Linux `mlx5_eq_table_destroy` order).
+        let mut eqs: heapless::Vec<EventQueue<H>, { MAX_COMP_VECTORS + 1 }> = heapless::Vec::new();
 
         if alive {
             self.rdma_teardown(&mut note);
@@ -51,11 +53,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         }
         {
             let mut c = self.core.lock();
-            eqs[0] = c.comp_eq.take();
-            eqs[1] = c.async_eq.take();
+            while let Some(eq) = c.comp_eqs.pop() {
+                let _ = eqs.push(eq);
+            }
+            if let Some(eq) = c.async_eq.take() {
+                let _ = eqs.push(eq);
+            }
         }
         if alive {
-            for eq in eqs.iter().flatten() {
+            for eq in eqs.iter() {
                 note(
                     self.run(encode::destroy_eq(eq.eqn()))
                         .map(|_: [u8; encode::DESTROY_EQ_OUT]| ()),

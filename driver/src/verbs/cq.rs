@@ -2,7 +2,7 @@
 
 use mlx5_hal::Hal;
 
-use super::{CqHandle, Errno, EventElement, Verbs};
+use super::{ChannelHandle, CqHandle, Errno, EventElement, Verbs};
 use crate::cq::{Cq, CqOptions};
 use crate::stats::CmdObserver;
 
@@ -24,6 +24,10 @@ pub(super) struct CqBook {
     /// Async events read / acknowledged.
     pub(super) async_reported: u32,
     pub(super) async_acked: u32,
+    /// The channel its completion events go to (`None`: nowhere).
+    pub(super) channel: Option<ChannelHandle>,
+    /// The caller's `cq_context`.
+    pub(super) context: u64,
 }
 
 pub(super) struct CqEntry<H: Hal> {
@@ -44,30 +48,22 @@ impl<
     // ------------------------------------------------------------ CQs
 
     /// `ibv_create_cq`: a CQ of at least `cqe` entries (1..=`max_cqe`, else
-    /// `EINVAL`). Returns the handle and the actual number of entries,
-    /// `2^k − 1` (mlx5 rounds `cqe + 1` up to a power of two). `ENOMEM` when
-    /// the table or DMA memory is exhausted.
+    /// `EINVAL`) on completion vector 0, delivering its completion events
+    /// to the context's channel ([`Verbs::context_comp_channel`], read by
+    /// [`Verbs::get_cq_event`]). Returns the handle and the actual number
+    /// of entries, `2^k − 1` (mlx5 rounds `cqe + 1` up to a power of two).
+    /// `ENOMEM` when the table or DMA memory is exhausted.
+    /// [`Verbs::create_cq_ex`] takes a channel (or none), a `cq_context`,
+    /// a vector and flags.
     pub fn create_cq(&mut self, cqe: u32) -> Result<(CqHandle, u32), Errno> {
         if cqe == 0 || cqe > self.hca.caps().max_cqe() {
             return Err(Errno::EINVAL);
         }
-        if self.cqs.len() >= CQS {
-            return Err(Errno::ENOMEM);
-        }
-        let cq = self.hca.create_cq(cqe, CqOptions::default())?;
-        let n = cq.capacity();
-        let entry = CqEntry {
-            cq,
-            book: CqBook::default(),
+        let book = CqBook {
+            channel: Some(self.context_comp_channel()),
+            ..CqBook::default()
         };
-        match self.cqs.insert(entry) {
-            Ok(k) => Ok((CqHandle(k), n)),
-            Err(entry) => {
-                // Not reached (checked above); undo rather than leak.
-                let _ = self.hca.destroy_cq(entry.cq);
-                Err(Errno::ENOMEM)
-            }
-        }
+        self.create_cq_with(cqe, CqOptions::default(), book)
     }
 
     /// The CQ's current number of entries (`cq->cqe`).
@@ -124,6 +120,7 @@ impl<
         match self.hca.destroy_cq(e.cq) {
             Ok(()) => {
                 self.cqs.retire(cq.0);
+                self.unbind_channel(e.book.channel);
                 self.purge_events(EventElement::Cq(cq));
                 Ok(())
             }
@@ -152,29 +149,6 @@ impl<
         let e = self.cqs.get_mut(cq.0).ok_or(Errno::EINVAL)?;
         self.hca.arm_cq(&mut e.cq, solicited_only)?;
         Ok(())
-    }
-
-    /// `ibv_get_cq_event` on a non-blocking channel: the CQ of the next
-    /// completion event, or `EAGAIN`. Each event read must be acknowledged
-    /// with [`Verbs::ack_cq_events`] before the CQ can be destroyed.
-    pub fn get_cq_event(&mut self) -> Result<CqHandle, Errno> {
-        let polled = self.pump();
-        let best = self
-            .cqs
-            .iter_mut()
-            .filter(|(_, e)| e.book.events_pending > 0)
-            .min_by_key(|(_, e)| e.book.pending_seq)
-            .map(|(k, _)| k);
-        let Some(k) = best else {
-            polled?;
-            return Err(Errno::EAGAIN);
-        };
-        let seq = self.take_seq();
-        let e = self.cqs.get_mut(k).ok_or(Errno::EINVAL)?;
-        e.book.events_pending -= 1;
-        e.book.pending_seq = seq;
-        e.book.events_reported = e.book.events_reported.wrapping_add(1);
-        Ok(CqHandle(k))
     }
 
     /// `ibv_ack_cq_events`: acknowledge `n` events of `cq` (they may be

@@ -30,6 +30,7 @@ impl<
             cqs: Table::new(),
             srqs: Table::new(),
             qps: Table::new(),
+            channels: Table::new(),
             qpns: NumMap::new(),
             srqns: NumMap::new(),
             internal_cq: None,

@@ -10,12 +10,17 @@
 //! from each `ibv_*` call to the methods here, with every deviation, is
 //! `docs/verbs.md`.
 //!
-//! Single-threaded and polled: there is no completion channel file
-//! descriptor; [`Verbs::get_cq_event`] and [`Verbs::get_async_event`] poll
-//! the event queues and return `EAGAIN` when nothing is there (libibverbs
-//! with a non-blocking channel). Where libibverbs would block forever in a
-//! destroy (events read but not acknowledged), the destroy is refused with
-//! `EBUSY` and nothing changes, so the caller can acknowledge and retry.
+//! One caller at a time (`&mut self`). Completion channels are entries of
+//! a fixed table ([`Verbs::create_comp_channel`]); [`Verbs::create_cq`]'s
+//! CQs deliver to the context's own channel. Reading an event polls the
+//! event queues: without a timeout it returns `EAGAIN` when nothing is
+//! there (libibverbs with a non-blocking channel); with one
+//! ([`Verbs::get_cq_event_on`], [`Verbs::get_async_event_timeout`]) it
+//! sleeps in the platform's interrupt wait (or a bounded polling back-off
+//! without interrupts) until an event comes or the time runs out. Where
+//! libibverbs would block forever in a destroy (events read but not
+//! acknowledged), the destroy is refused with `EBUSY` and nothing changes,
+//! so the caller can acknowledge and retry.
 //!
 //! ```no_run
 //! # fn demo<H: mlx5_hal::Hal>(hca: mlx5_driver::Hca<H>, buf: u64) -> Result<(), mlx5_driver::verbs::Errno> {
@@ -47,6 +52,7 @@
 //! # Ok(()) }
 //! ```
 
+mod channel;
 mod cq;
 mod errno;
 mod events;
@@ -62,6 +68,7 @@ mod srq;
 mod table;
 mod types;
 
+pub use channel::{ChannelHandle, CqEvent, CqInitAttrEx, MAX_COMP_CHANNELS};
 pub use errno::Errno;
 pub use mr::Mr;
 pub use qp_types::{
@@ -86,6 +93,7 @@ use crate::cq::Cq;
 use crate::eq::Event;
 use crate::hca::{Hca, TeardownReport};
 use crate::stats::CmdObserver;
+use channel::ChannelEntry;
 use cq::CqEntry;
 use numap::NumMap;
 use qp::QpEntry;
@@ -150,6 +158,8 @@ pub struct Verbs<
     cqs: Table<CqEntry<H>, CQS>,
     srqs: Table<SrqEntry<H>, SRQS>,
     qps: Table<QpEntry<H, SQ_WQEBBS>, QPS>,
+    /// Completion channels made with `create_comp_channel`.
+    channels: Table<ChannelEntry, MAX_COMP_CHANNELS>,
     /// QPN → QP, SRQN → SRQ: a CQE finds its object in O(1).
     qpns: NumMap<QPS>,
     srqns: NumMap<SRQS>,
@@ -184,6 +194,7 @@ impl<
             cqs: Table::new(),
             srqs: Table::new(),
             qps: Table::new(),
+            channels: Table::new(),
             qpns: NumMap::new(),
             srqns: NumMap::new(),
             internal_cq: None,
@@ -222,8 +233,12 @@ impl<
             cqs,
             srqs,
             internal_cq,
+            channels,
             ..
         } = self;
+        while let Some(k) = channels.any_key() {
+            channels.remove(k);
+        }
         while let Some(k) = srqs.any_key() {
             let Some(e) = srqs.remove(k) else { break };
             let cq = match (e.srq.cqn().is_some(), e.book.cq) {
@@ -289,6 +304,7 @@ impl<
             max_send_sge: qp::max_send_sge(caps.max_wqe_sz_sq),
             max_qp_rd_atom: 1u32 << caps.log_max_ra_res_qp.min(31),
             max_qp_init_rd_atom: 1u32 << caps.log_max_ra_req_qp.min(31),
+            num_comp_vectors: self.hca.num_comp_vectors() as u32,
         }
     }
 
@@ -348,6 +364,11 @@ impl<
     fn route_completion(&mut self, cqn: u32) {
         let seq = self.next_seq + 1;
         if let Some((_, e)) = self.cqs.find_mut(|e| e.cq.cqn() == cqn) {
+            if e.book.channel.is_none() {
+                // No channel: the event goes nowhere (ib core's
+                // `ib_uverbs_comp_handler` without an event queue).
+                return;
+            }
             if e.book.events_pending == 0 {
                 e.book.pending_seq = seq;
             }

@@ -48,6 +48,9 @@ pub struct DeviceAttr {
     pub max_qp_rd_atom: u32,
     /// RDMA reads / atomics a QP issues at once: `2^log_max_ra_req_qp`.
     pub max_qp_init_rd_atom: u32,
+    /// Completion vectors ([`crate::Hca::num_comp_vectors`]): a CQ's
+    /// `comp_vector` must be below it.
+    pub num_comp_vectors: u32,
 }
 
 impl DeviceAttr {

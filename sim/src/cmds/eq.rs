@@ -62,10 +62,13 @@ impl State {
             log_size <= self.caps.log_max_eq_sz,
             bad_param(sy::EQ_LOG_SIZE),
         )?;
-        ensure(
-            self.eqs.len() < (1usize << self.caps.log_max_eq),
-            lim(sy::EQ_TOO_MANY),
-        )?;
+        // `max_num_eqs`, when set, replaces `2^log_max_eq` (Linux
+        // `mlx5_max_eq_cap_get`).
+        let max_eqs = match self.caps.max_num_eqs {
+            0 => 1usize << self.caps.log_max_eq,
+            n => n as usize,
+        };
+        ensure(self.eqs.len() < max_eqs, lim(sy::EQ_TOO_MANY))?;
         let uar = eqc::uar_page.get(e);
         ensure(self.uars.contains(&uar), bad_res(sy::EQ_UAR))?;
         let intr = eqc::intr.get(e);

@@ -30,6 +30,7 @@ impl Run {
         let opts = CqOptions {
             cqe_size,
             overrun_ignore: false,
+            comp_vector: 0,
         };
         match self.hca.create_cq(n, opts) {
             Ok(cq) => {
