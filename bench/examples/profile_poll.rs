@@ -1,17 +1,20 @@
 //! Instruction-count probe for `poll_cq`: the verbs facade, the ring API
 //! (`CqRing::poll` + `SrqRing::complete`) and the raw loop, each on an
-//! empty CQ and at batch 1 with one receive CQE waiting (the code the
-//! `facade` benchmark times), for machines whose timers are too noisy:
+//! empty CQ and at batch 1 with one receive CQE waiting, and the facade and
+//! the ring API polling 16 at a time (`facade_b16`, `ring_b16`: per CQE)
+//! (the code the `facade` benchmark times), for machines whose timers are
+//! too noisy:
 //!
 //! ```sh
 //! cargo build --release -p mlx5-bench --example profile_poll
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
 //!     target/release/examples/profile_poll
-//! callgrind_annotate --inclusive=yes /tmp/cg.out | grep -E '(facade|ring|raw)_(empty|one)'
+//! callgrind_annotate --inclusive=yes /tmp/cg.out | grep -E '(facade|ring|raw)_(empty|one|b16)'
 //! ```
 //!
-//! Each probed function is `#[inline(never)]` and called `CALLS` times
-//! (printed); divide callgrind's inclusive count by it.
+//! Each probed function is `#[inline(never)]`; the empty and batch-1
+//! probes are called `CALLS` times (printed), and the batch-16 probes take
+//! as many CQEs in all: divide callgrind's inclusive count by it.
 
 use std::hint::black_box;
 
@@ -43,6 +46,20 @@ fn ring_one(r: &mut RingRig<SimHal>, out: &mut [Cqe; 1], wr_id: &mut u64) -> usi
     let n = r.cq.poll(&r.dbr, out);
     if n == 1 {
         *wr_id = r.srq.complete(out[0].wqe_counter).unwrap();
+    }
+    n
+}
+
+#[inline(never)]
+fn facade_b16(rig: &mut Rig, wc: &mut [WorkCompletion; 16]) -> usize {
+    rig.ctx.poll_cq(rig.cq, wc).unwrap()
+}
+
+#[inline(never)]
+fn ring_b16(r: &mut RingRig<SimHal>, out: &mut [Cqe; 16], wr_id: &mut [u64; 16]) -> usize {
+    let n = r.cq.poll(&r.dbr, out);
+    for (c, w) in out[..n].iter().zip(wr_id.iter_mut()) {
+        *w = r.srq.complete(c.wqe_counter).unwrap();
     }
     n
 }
@@ -84,6 +101,9 @@ fn main() {
     let mut wc = [WorkCompletion::EMPTY; 1];
     let mut out = [Cqe::EMPTY; 1];
     let mut raw_out = [RawWc::default(); 1];
+    let mut wc16 = [WorkCompletion::EMPTY; 16];
+    let mut out16 = [Cqe::EMPTY; 16];
+    let mut ids16 = [0u64; 16];
     let (mut f_wqe, mut r_wqe) = (0u32, 0u32);
     let mut raw_ci = 0u32;
     let mut calls = 0usize;
@@ -145,7 +165,32 @@ fn main() {
             ));
             calls += 1;
         }
+        // Batch 16: the same completions again, 16 at a time.
+        for i in 0..WR {
+            let wr = [RecvWr {
+                wr_id: i as u64,
+                sges: &sge,
+            }];
+            rig.ctx.post_srq_recv(rig.srq, &wr).unwrap();
+            ring.srq.post(i as u64, &sge).unwrap();
+        }
+        ring.srq.ring_doorbell();
+        let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
+        rig.write_recv_cqes(ci, f_wqe, WR as usize);
+        f_wqe = (f_wqe + WR) % (WR + 1);
+        let ci = ring.cq.consumer_index();
+        write_recv_cqes(&ring.cq, ci, rig.qpn, rig.srqn, r_wqe, WR + 1, WR as usize);
+        r_wqe = (r_wqe + WR) % (WR + 1);
+        let (mut f, mut r) = (0, 0);
+        while f < WR as usize {
+            f += facade_b16(&mut rig, &mut wc16);
+            black_box(&wc16);
+        }
+        while r < WR as usize {
+            r += ring_b16(&mut ring, &mut out16, &mut ids16);
+            black_box(&ids16);
+        }
     }
     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
-    println!("{calls} calls of each probe (facade/ring/raw, empty and one)");
+    println!("{calls} calls of each probe (facade/ring/raw, empty and one); {calls} CQEs through the batch-16 probes");
 }

@@ -386,6 +386,20 @@ macro_rules! window_access {
 }
 
 impl<const N: usize> DmaWindow<'_, N> {
+    /// A window at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr .. ptr + N` must lie inside one live region that outlives the
+    /// window, and `ptr` must be 8-byte aligned.
+    #[inline(always)]
+    pub(crate) unsafe fn from_ptr(ptr: *mut u8) -> Self {
+        DmaWindow {
+            ptr,
+            _region: core::marker::PhantomData,
+        }
+    }
+
     window_access!(read_u8, write_u8, u8, core::convert::identity, to_be);
     window_access!(read_be16, write_be16, u16, u16::from_be, to_be);
     window_access!(read_be32, write_be32, u32, u32::from_be, to_be);
@@ -492,7 +506,7 @@ impl<H: Hal> core::fmt::Debug for DmaRegion<H> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     extern crate std;
     use super::*;
     use crate::{HalError, PAGE_SIZE};
@@ -503,7 +517,7 @@ mod tests {
     /// A minimal host-memory platform: IOVA = CPU address + a fixed offset,
     /// and a counter of live regions so the tests can see RAII frees.
     #[derive(Clone)]
-    struct TestHal {
+    pub(crate) struct TestHal {
         live: Rc<Cell<usize>>,
     }
 
@@ -552,7 +566,7 @@ mod tests {
         fn delay_us(&self, _us: u32) {}
     }
 
-    fn hal() -> TestHal {
+    pub(crate) fn hal() -> TestHal {
         TestHal {
             live: Rc::new(Cell::new(0)),
         }

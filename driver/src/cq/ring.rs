@@ -6,7 +6,7 @@
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
-use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
 
 mod clean;
 
@@ -180,14 +180,18 @@ pub struct CqRing<H: Hal> {
     buf: DmaRegion<H>,
     /// Offset of entry 0 in `buf` (aligned to the firmware page size).
     base: usize,
-    /// Offset of entry 0's 64-byte CQE (`base` + the CQE's offset in its
-    /// entry) and log2 of the stride: the hot paths' address arithmetic,
-    /// computed once.
-    first: usize,
-    stride_log: u8,
+    /// Where the 64-byte CQE of each entry is (`base` + the CQE's offset
+    /// in its entry, one per stride), checked against `buf` once: the hot
+    /// paths' address arithmetic is a mask, a shift and an add.
+    cqes: RingLayout<64>,
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
+    /// Offset of the owner byte at the consumer index and the owner bit
+    /// it must have there (kept with `consumer_index` by `set_ci`): the
+    /// empty poll is one checked byte load and a compare.
+    next_owner: usize,
+    next_pass: u8,
 }
 
 impl<H: Hal> CqRing<H> {
@@ -212,23 +216,29 @@ impl<H: Hal> CqRing<H> {
         }
         let len = (1usize << log_nent) * cqe_size.stride();
         let (buf, base, pages) = alloc_paged(hal, len, max_pages)?;
+        let stride_log = cqe_size.stride().trailing_zeros() as u8;
+        let cqes = buf
+            .ring_layout::<64>(base + cqe_size.cqe_offset(), log_nent, stride_log)
+            .ok_or(HalError::InvalidRequest)?;
         let ring = CqRing {
             buf,
             base,
-            first: base + cqe_size.cqe_offset(),
-            stride_log: cqe_size.stride().trailing_zeros() as u8,
+            cqes,
             log_nent,
             cqe_size,
             consumer_index: 0,
+            next_owner: cqes.offset(0) + off::OP_OWN,
+            next_pass: 0,
         };
         ring.init_all();
         Ok((ring, pages))
     }
 
     fn init_all(&self) {
-        for i in 0..self.nent() {
+        for i in 0..self.nent() as u32 {
             self.buf
-                .write_u8(self.cqe_base(i) + off::OP_OWN, CQE_OP_OWN_INIT);
+                .ring_entry(&self.cqes, i)
+                .write_u8::<{ off::OP_OWN }>(CQE_OP_OWN_INIT);
         }
     }
 
@@ -263,15 +273,16 @@ impl<H: Hal> CqRing<H> {
         self.consumer_index
     }
 
-    #[inline(always)]
-    fn cqe_base(&self, slot: usize) -> usize {
-        self.first + (slot << self.stride_log)
-    }
-
     /// Byte offset of the 64-byte CQE for running index `index`.
     #[inline(always)]
     fn base_of(&self, index: u32) -> usize {
-        self.cqe_base(index as usize & (self.nent() - 1))
+        self.cqes.offset(index)
+    }
+
+    /// The 64-byte CQE of running index `index`.
+    #[inline(always)]
+    fn entry(&self, index: u32) -> DmaWindow<'_, 64> {
+        self.buf.ring_entry(&self.cqes, index)
     }
 
     /// Is the CQE at running index `index` owned by software?
@@ -283,13 +294,22 @@ impl<H: Hal> CqRing<H> {
     /// Read the `op_own` byte of running index `index`.
     #[inline(always)]
     fn op_own(&self, index: u32) -> u8 {
-        self.buf.read_u8(self.base_of(index) + off::OP_OWN)
+        self.entry(index).read_u8::<{ off::OP_OWN }>()
     }
 
     /// True when a CQE is waiting at the consumer index.
     #[inline(always)]
     pub fn has_next(&self) -> bool {
-        self.sw_owned(self.consumer_index, self.op_own(self.consumer_index))
+        sw_owned_byte(self.buf.read_u8(self.next_owner), self.next_pass)
+    }
+
+    /// Move the consumer index (the one place it changes), keeping the
+    /// owner byte `has_next` reads in step.
+    #[inline(always)]
+    fn set_ci(&mut self, ci: u32) {
+        self.consumer_index = ci;
+        self.next_owner = self.cqes.offset(ci) + off::OP_OWN;
+        self.next_pass = ((ci >> self.log_nent) & 1) as u8;
     }
 
     /// Decode the body of a software-owned CQE (after the read barrier):
@@ -327,7 +347,7 @@ impl<H: Hal> CqRing<H> {
     #[inline(always)]
     pub fn pop(&mut self) -> Option<Cqe> {
         let ci = self.consumer_index;
-        let w = self.buf.window::<64>(self.base_of(ci));
+        let w = self.entry(ci);
         let op_own = w.read_u8::<{ off::OP_OWN }>();
         if !self.sw_owned(ci, op_own) {
             return None;
@@ -335,7 +355,7 @@ impl<H: Hal> CqRing<H> {
         // The body must not be read before the ownership byte (docs/firmware.md §5).
         barrier::dma_rmb();
         let cqe = Self::decode(&w, op_own);
-        self.consumer_index = ci.wrapping_add(1);
+        self.set_ci(ci.wrapping_add(1));
         Some(cqe)
     }
 
@@ -365,15 +385,12 @@ impl<H: Hal> CqRing<H> {
     ) -> usize {
         // Loop invariants in locals; the consumer index lives in a register
         // and is stored once.
-        let mask = (self.nent() - 1) as u32;
         let log = self.log_nent as u32;
-        let (first, shift) = (self.first, self.stride_log);
+        let cqes = self.cqes;
         let mut ci = self.consumer_index;
         let mut n = 0;
         while n < max {
-            let w = self
-                .buf
-                .window::<64>(first + (((ci & mask) as usize) << shift));
+            let w = self.buf.ring_entry(&cqes, ci);
             let op_own = w.read_u8::<{ off::OP_OWN }>();
             if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
                 break;
@@ -385,7 +402,7 @@ impl<H: Hal> CqRing<H> {
             n += 1;
         }
         if n > 0 {
-            self.consumer_index = ci;
+            self.set_ci(ci);
             self.update_doorbell(dbr);
         }
         n
@@ -437,13 +454,13 @@ impl<H: Hal> CqRing<H> {
         let end = self.consumer_index.wrapping_add(copied as u32);
         match stop {
             Ok(()) => {
-                new.consumer_index = self.consumer_index.wrapping_add(1);
+                new.set_ci(self.consumer_index.wrapping_add(1));
                 Ok(copied)
             }
             Err(e) => {
                 // Best guess for where firmware continues: right after the
                 // missing resize CQE.
-                new.consumer_index = end.wrapping_add(1);
+                new.set_ci(end.wrapping_add(1));
                 Err(e)
             }
         }

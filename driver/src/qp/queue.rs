@@ -169,6 +169,16 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// first request.
     #[inline]
     pub fn post_send(&mut self, reqs: &[SendRequest<'_>]) -> Result<(), PostSendFailure> {
+        self.post_send_iter(reqs.iter().copied())
+    }
+
+    /// [`Qp::post_send`] of requests made on the fly (no list to build
+    /// first): the same checks, one doorbell for all that were written.
+    #[inline(always)]
+    pub fn post_send_iter<'r, I>(&mut self, reqs: I) -> Result<(), PostSendFailure>
+    where
+        I: IntoIterator<Item = SendRequest<'r>>,
+    {
         let fail = |error| Err(PostSendFailure { index: 0, error });
         if !self.state.can_post_send() {
             return fail(SendError::BadState { state: self.state });
@@ -179,8 +189,8 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         let slots = self.slots.as_mut();
         let mut last = None;
         let mut result = Ok(());
-        for (index, r) in reqs.iter().enumerate() {
-            match ring.write(slots, r) {
+        for (index, r) in reqs.into_iter().enumerate() {
+            match ring.write(slots, &r) {
                 Ok(ctrl) => last = Some(ctrl),
                 Err(error) => {
                     result = Err(PostSendFailure { index, error });
@@ -201,7 +211,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// ([`BadSendCqe::OpcodeMismatch`]: retired, counted). Retires the
     /// request and the unsignaled ones before it; an error completion means
     /// the QP is in error.
-    #[inline]
+    #[inline(always)]
     pub fn complete_send(&mut self, cqe: &Cqe) -> Result<SendCompletion, BadSendCqe> {
         let r = self.match_send(cqe);
         if r.is_err() {
@@ -210,6 +220,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         r
     }
 
+    #[inline(always)]
     fn match_send(&mut self, cqe: &Cqe) -> Result<SendCompletion, BadSendCqe> {
         if cqe.qpn != self.qpn {
             return Err(BadSendCqe::WrongQp { qpn: cqe.qpn });
@@ -245,7 +256,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// Match a responder CQE of this QP's SRQ: it must name this QP and its
     /// SRQ (then [`Srq::complete_cqe`] checks the rest and returns the SRQ
     /// WQE to the free list). An error completion means the QP is in error.
-    #[inline]
+    #[inline(always)]
     pub fn complete_recv(
         &mut self,
         srq: &mut Srq<H>,

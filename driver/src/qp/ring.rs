@@ -29,12 +29,13 @@
 //!   index is not the start of an outstanding WQE is refused: the device is
 //!   not trusted.
 
-use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
 use mlx5_regs::consts::wqe;
 use mlx5_regs::doorbell::QP_DBR_SND;
 
 use super::wr::{BadSendCqe, Payload, SendError, SendOp, SendRequest, SendSlot};
 use crate::pagelist::{alloc_paged, PageList};
+use crate::srq::Sge;
 
 /// Bytes in a send basic block (`MLX5_SEND_WQE_BB`).
 pub const WQEBB: usize = wqe::SEND_WQE_BB;
@@ -176,6 +177,9 @@ pub struct SendRing<H: Hal> {
     buf: DmaRegion<H>,
     /// Offset of WQEBB 0 in `buf` (aligned to the firmware page size).
     base: usize,
+    /// The WQEBBs, checked against `buf` once: the first block of a WQE
+    /// (control, remote address, first data units) is one window.
+    blocks: RingLayout<WQEBB>,
     geo: SqGeometry,
     qpn: u32,
     /// Producer counter in WQEBBs.
@@ -202,10 +206,14 @@ impl<H: Hal> SendRing<H> {
         bf_size: usize,
     ) -> Result<(Self, PageList), HalError> {
         let (buf, base, pages) = alloc_paged(hal, geo.bytes(), max_pages)?;
+        let blocks = buf
+            .ring_layout::<WQEBB>(base, geo.log_wqebbs, WQEBB.trailing_zeros() as u8)
+            .ok_or(HalError::InvalidRequest)?;
         Ok((
             SendRing {
                 buf,
                 base,
+                blocks,
                 geo,
                 qpn: 0,
                 cur_post: 0,
@@ -258,7 +266,7 @@ impl<H: Hal> SendRing<H> {
     /// `slots` (length ≥ the ring's WQEBBs, checked by the QP at creation).
     /// Nothing is published; returns the WQE's first 8 bytes, the value of
     /// the doorbell that publishes it.
-    #[inline]
+    #[inline(always)]
     pub fn write(&mut self, slots: &mut [SendSlot], r: &SendRequest<'_>) -> Result<u64, SendError> {
         if self.head.wrapping_sub(self.tail) >= self.geo.max_send_wr {
             return Err(SendError::Full);
@@ -266,7 +274,6 @@ impl<H: Hal> SendRing<H> {
         let wqebbs = self.geo.wqebbs();
         let idx = self.cur_post as usize & (wqebbs - 1);
         let ring_units = wqebbs * (WQEBB / UNIT);
-        let wqe = self.base + idx * WQEBB;
         let opcode = r.op.opcode();
         // Segments after the control segment: [raddr], data or inline. The
         // first WQEBB holds four units, so everything before the data lies
@@ -288,22 +295,20 @@ impl<H: Hal> SendRing<H> {
                     });
                 }
                 // One bounds check per contiguous part: up to the ring end,
-                // then from its start.
+                // then (only when the list wraps) from its start.
                 let n = sges.len();
                 let first = n.min(ring_units - data_unit);
-                let mut segs = self
+                let head = self
                     .buf
-                    .windows::<UNIT>(self.base + data_unit * UNIT, first)
-                    .chain(self.buf.windows::<UNIT>(self.base, n - first));
-                for sge in sges.iter().filter(|s| s.length != 0) {
-                    let Some(d) = segs.next() else {
-                        unreachable!("one window per gather entry")
-                    };
-                    d.write_be32::<0>(sge.length);
-                    d.write_be32::<4>(sge.lkey);
-                    d.write_be64::<8>(sge.addr);
-                    ds += 1;
-                }
+                    .windows::<UNIT>(self.base + data_unit * UNIT, first);
+                ds += if first == n {
+                    write_sges(head, sges)
+                } else {
+                    write_sges(
+                        head.chain(self.buf.windows::<UNIT>(self.base, n - first)),
+                        sges,
+                    )
+                };
             }
             Payload::Inline(data) => {
                 if data.len() > self.geo.max_inline_data as usize {
@@ -326,11 +331,10 @@ impl<H: Hal> SendRing<H> {
                 }
             }
         }
-        let ctrl = self.buf.window::<UNIT>(wqe);
+        let ctrl = self.buf.ring_entry(&self.blocks, idx as u32);
         if let Some((addr, rkey)) = raddr {
-            let seg = self.buf.window::<UNIT>(wqe + UNIT);
-            seg.write_be64::<0>(addr);
-            seg.write_be64::<8>((rkey as u64) << 32);
+            ctrl.write_be64::<UNIT>(addr);
+            ctrl.write_be64::<{ UNIT + 8 }>((rkey as u64) << 32);
         }
         let fm_ce_se = if r.signaled { wqe::CTRL_CQ_UPDATE } else { 0 }
             | if r.solicited { wqe::CTRL_SOLICITED } else { 0 };
@@ -372,7 +376,7 @@ impl<H: Hal> SendRing<H> {
     /// Match a requester CQE's `wqe_counter` to its WQE: the slot must hold
     /// an outstanding WQE that starts there. Retires it and every earlier
     /// work request; returns the slot and how many were retired.
-    #[inline]
+    #[inline(always)]
     pub fn complete(
         &mut self,
         slots: &[SendSlot],
@@ -398,4 +402,22 @@ impl<H: Hal> SendRing<H> {
         self.tail = 0;
         slots.fill(SendSlot::EMPTY);
     }
+}
+
+/// Write the non-empty entries of `sges` as data segments into `segs`
+/// (one window per entry, checked by the caller); returns how many were
+/// written. Zero-length entries are skipped, as Linux and rdma-core do.
+#[inline(always)]
+fn write_sges<'a>(mut segs: impl Iterator<Item = DmaWindow<'a, UNIT>>, sges: &[Sge]) -> usize {
+    let mut ds = 0;
+    for sge in sges.iter().filter(|s| s.length != 0) {
+        let Some(d) = segs.next() else {
+            unreachable!("one window per gather entry")
+        };
+        d.write_be32::<0>(sge.length);
+        d.write_be32::<4>(sge.lkey);
+        d.write_be64::<8>(sge.addr);
+        ds += 1;
+    }
+    ds
 }

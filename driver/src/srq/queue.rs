@@ -188,7 +188,7 @@ impl<H: Hal> Srq<H> {
     ///   buffer.
     ///
     /// Every refusal is counted in [`Srq::rejected_cqes`].
-    #[inline]
+    #[inline(always)]
     pub fn complete_cqe(&mut self, cqe: &Cqe) -> Result<RecvCompletion, BadRecvCqe> {
         let r = self.match_cqe(cqe);
         if r.is_err() {

@@ -13,7 +13,7 @@
 //! WQE) lives in DMA memory the platform hands out, so the ring needs no heap
 //! and no caller-provided arrays.
 
-use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError, RingLayout};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::INVALID_LKEY;
@@ -160,6 +160,10 @@ pub struct SrqRing<H: Hal> {
     /// Offset of WQE 0 in `wqes` (aligned to the firmware page size).
     base: usize,
     book: DmaRegion<H>,
+    /// The next segment of each WQE in `wqes`, and each record in `book`,
+    /// checked against their regions once.
+    next_segs: RingLayout<SEG>,
+    records: RingLayout<REC>,
     dbr: DmaRegion<H>,
     geo: SrqGeometry,
     head: u16,
@@ -190,10 +194,18 @@ impl<H: Hal> SrqRing<H> {
         // One record per WQE: wr_id, capacity or FREE.
         let book = hal.alloc_dma(n * REC)?;
         let dbr = hal.alloc_dma(mlx5_regs::doorbell::SRQ_DBR_SIZE)?;
+        let next_segs = wqes
+            .ring_layout::<SEG>(base, geo.log_wqe_cnt, geo.log_stride)
+            .ok_or(HalError::InvalidRequest)?;
+        let records = book
+            .ring_layout::<REC>(0, geo.log_wqe_cnt, REC.trailing_zeros() as u8)
+            .ok_or(HalError::InvalidRequest)?;
         let ring = SrqRing {
             wqes,
             base,
             book,
+            next_segs,
+            records,
             dbr,
             geo,
             head: 0,
@@ -259,7 +271,9 @@ impl<H: Hal> SrqRing<H> {
 
     #[inline(always)]
     fn set_next(&self, index: u16, next: u16) {
-        self.wqes.write_be16(self.wqe(index) + 2, next);
+        self.wqes
+            .ring_entry(&self.next_segs, index as u32)
+            .write_be16::<2>(next);
     }
 
     /// Write one receive WQE for `wr_id` at the head of the free list. The
@@ -367,12 +381,13 @@ impl<H: Hal> SrqRing<H> {
     /// [`SrqRing::complete`] with the capacity of the posted scatter list,
     /// for checking a completion's byte count. One range check, one book
     /// record read and freed, one store linking the WQE after the tail.
-    #[inline]
+    #[inline(always)]
     pub fn complete_wqe(&mut self, wqe_index: u16) -> Result<CompletedWqe, CompleteError> {
-        if wqe_index as usize >= self.geo.wqe_cnt() {
+        // A range check, not a mask: an index beyond the ring is refused.
+        if wqe_index as u32 > self.records.mask() {
             return Err(CompleteError::OutOfRange { index: wqe_index });
         }
-        let rec = self.book.window::<REC>(wqe_index as usize * REC);
+        let rec = self.book.ring_entry(&self.records, wqe_index as u32);
         let capacity = rec.read_be64::<8>().swap_bytes();
         if capacity == FREE {
             return Err(CompleteError::NotPosted { index: wqe_index });

@@ -8,7 +8,6 @@
 //! RDMA_WRITE, RDMA_WRITE_WITH_IMM: control + remote-address segment, 32
 //! bytes).
 
-use heapless::Vec as HVec;
 use mlx5_hal::Hal;
 
 use super::table::Table;
@@ -22,7 +21,7 @@ use crate::qp::ring::{MAX_DS, SQ_OVERHEAD};
 use crate::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
 use crate::stats::CmdObserver;
 
-/// Work requests converted and posted per doorbell.
+/// Work requests posted per doorbell.
 const CHUNK: usize = 16;
 
 /// Verbs bookkeeping of a QP.
@@ -364,33 +363,38 @@ impl<
     #[inline]
     pub fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostSendError> {
         let fail = |index, errno| PostSendError { index, errno };
-        if self.hca.is_dead() && !wrs.is_empty() {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        if self.hca.is_dead() {
             return Err(fail(0, Errno::EIO));
         }
         let e = self.qps.get_mut(qp.0).ok_or(fail(0, Errno::EINVAL))?;
         let max_gs = e.book.cap.max_send_sge as usize;
-        let can_send = e.book.can_send;
         let sig_all = e.book.sq_sig_all;
-        let mut start = 0;
-        while start < wrs.len() {
-            let mut reqs: HVec<SendRequest<'_>, CHUNK> = HVec::new();
-            let mut bad = None;
-            for (i, wr) in wrs[start..].iter().take(CHUNK).enumerate() {
-                let inline = wr.send_flags.contains(SendFlags::INLINE);
-                if !can_send || (!inline && wr.sg_list.len() > max_gs) {
-                    bad = Some(start + i);
-                    break;
-                }
-                let _ = reqs.push(request(wr, inline, sig_all));
+        // The facade's own refusals first (rdma-core checks them per
+        // request as it goes: the ones before the first refused request
+        // are posted): not in RTS since the last reset, or more gather
+        // entries than asked for at creation.
+        let ok = if e.book.can_send {
+            wrs.iter()
+                .position(|wr| {
+                    !wr.send_flags.contains(SendFlags::INLINE) && wr.sg_list.len() > max_gs
+                })
+                .unwrap_or(wrs.len())
+        } else {
+            0
+        };
+        // Converted as they are written (no staging list), one doorbell
+        // per chunk.
+        for (c, chunk) in wrs[..ok].chunks(CHUNK).enumerate() {
+            let reqs = chunk.iter().map(|wr| request(wr, sig_all));
+            if let Err(f) = e.qp.post_send_iter(reqs) {
+                return Err(fail(c * CHUNK + f.index, Errno::ENOMEM));
             }
-            let n = reqs.len();
-            if let Err(f) = e.qp.post_send(&reqs) {
-                return Err(fail(start + f.index, Errno::ENOMEM));
-            }
-            if let Some(index) = bad {
-                return Err(fail(index, Errno::ENOMEM));
-            }
-            start += n;
+        }
+        if ok < wrs.len() {
+            return Err(fail(ok, Errno::ENOMEM));
         }
         Ok(())
     }
@@ -398,7 +402,8 @@ impl<
 
 /// One verbs work request as the driver's.
 #[inline(always)]
-fn request<'a>(wr: &SendWr<'a>, inline: bool, sig_all: bool) -> SendRequest<'a> {
+fn request<'a>(wr: &SendWr<'a>, sig_all: bool) -> SendRequest<'a> {
+    let inline = wr.send_flags.contains(SendFlags::INLINE);
     let op = match wr.opcode {
         WrOpcode::Send => SendOp::Send,
         WrOpcode::SendWithImm => SendOp::SendImm { imm: wr.imm_data },

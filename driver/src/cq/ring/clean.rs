@@ -56,7 +56,7 @@ impl<H: Hal> CqRing<H> {
             }
         }
         if removed > 0 {
-            self.consumer_index = ci.wrapping_add(removed);
+            self.set_ci(ci.wrapping_add(removed));
             // The moved entries are in place before the device may reuse
             // the freed slots.
             barrier::dma_wmb();

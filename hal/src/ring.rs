@@ -1,0 +1,165 @@
+//! Rings of equal entries inside a DMA region, bounds-checked once.
+//!
+//! A hot loop over a ring (CQEs, WQEs, a per-WQE book) indexes it with a
+//! free-running counter masked to the ring size. Checking every access
+//! against the region costs an add, two compares and an alignment test per
+//! entry; a [`RingLayout`] proves once, when made, that every entry the
+//! mask can produce lies inside the region and is aligned, so an access is
+//! the mask, a shift and an add, and the one check left
+//! ([`DmaRegion::ring_entry`]: the layout's end against the region's
+//! length) does not depend on the index and leaves the loop.
+
+use crate::dma::{DmaRegion, DmaWindow};
+use crate::Hal;
+
+/// `2^log_entries` windows of `N` bytes, the first at byte `first` of a
+/// region, `2^log_stride` bytes apart: checked against a region once by
+/// [`DmaRegion::ring_layout`], used with [`DmaRegion::ring_entry`].
+/// Plain data (copy it into the structure that owns the region).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLayout<const N: usize> {
+    first: usize,
+    mask: u32,
+    shift: u8,
+    /// `first + (mask << shift) + N`: the region must be at least this long.
+    end: usize,
+}
+
+impl<const N: usize> RingLayout<N> {
+    /// Entries in the ring.
+    #[inline(always)]
+    pub fn entries(&self) -> usize {
+        self.mask as usize + 1
+    }
+
+    /// `entries() - 1`: the mask applied to an index.
+    #[inline(always)]
+    pub fn mask(&self) -> u32 {
+        self.mask
+    }
+
+    /// Offset of entry `index & mask()` in the region.
+    #[inline(always)]
+    pub fn offset(&self, index: u32) -> usize {
+        self.first + (((index & self.mask) as usize) << self.shift)
+    }
+}
+
+impl<H: Hal> DmaRegion<H> {
+    /// Check a ring of `2^log_entries` windows of `N` bytes, the first at
+    /// `first`, `2^log_stride` bytes apart: every window must lie inside
+    /// this region and be 8-byte aligned (`first` a multiple of 8, the
+    /// stride too unless the ring has one entry, `N` a multiple of 8).
+    /// `None` when it does not fit.
+    pub fn ring_layout<const N: usize>(
+        &self,
+        first: usize,
+        log_entries: u8,
+        log_stride: u8,
+    ) -> Option<RingLayout<N>> {
+        const {
+            assert!(
+                N > 0 && N.is_multiple_of(8),
+                "entry windows are 8-byte multiples"
+            )
+        };
+        if log_entries >= 32 || log_stride >= 32 || !first.is_multiple_of(8) {
+            return None;
+        }
+        if log_entries > 0 && log_stride < 3 {
+            return None;
+        }
+        let mask = (1u64 << log_entries) - 1;
+        let last = usize::try_from(mask << log_stride).ok()?;
+        let end = first.checked_add(last)?.checked_add(N)?;
+        (end <= self.len()).then_some(RingLayout {
+            first,
+            mask: mask as u32,
+            shift: log_stride,
+            end,
+        })
+    }
+
+    /// The window of entry `index & layout.mask()`: no per-index check.
+    /// Panics when `layout` does not fit this region (one made for a
+    /// longer region); that check does not depend on `index`.
+    #[inline(always)]
+    pub fn ring_entry<const N: usize>(
+        &self,
+        layout: &RingLayout<N>,
+        index: u32,
+    ) -> DmaWindow<'_, N> {
+        if layout.end > self.len() {
+            layout_too_long(layout.end, self.len());
+        }
+        let off = layout.offset(index);
+        // SAFETY: `off + N <= first + (mask << shift) + N = end <= len`
+        // (the index is masked; `end` was computed without overflow when
+        // the layout was made, and checked against this region's length
+        // just above), so the window lies inside the region, which the
+        // borrow of `self` keeps alive. `first` and the stride are
+        // multiples of 8 (or the ring has one entry), and regions are
+        // page aligned, so the window is 8-byte aligned.
+        unsafe { DmaWindow::from_ptr(self.as_ptr().add(off)) }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn layout_too_long(end: usize, len: usize) -> ! {
+    panic!("ring layout of {end:#x} bytes used on a region of {len:#x} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dma::tests::hal;
+    use crate::{Hal, PAGE_SIZE};
+
+    #[test]
+    fn layouts_that_do_not_fit_or_are_unaligned_are_refused() {
+        let r = hal().alloc_dma(PAGE_SIZE).unwrap();
+        // 64 entries of 64 bytes fill the page exactly.
+        assert!(r.ring_layout::<64>(0, 6, 6).is_some());
+        assert!(
+            r.ring_layout::<64>(8, 6, 6).is_none(),
+            "one byte past the end"
+        );
+        assert!(r.ring_layout::<64>(0, 7, 6).is_none(), "twice the page");
+        assert!(
+            r.ring_layout::<16>(4, 2, 4).is_none(),
+            "unaligned first entry"
+        );
+        assert!(r.ring_layout::<16>(0, 2, 2).is_none(), "stride below 8");
+        assert!(
+            r.ring_layout::<16>(0, 0, 2).is_some(),
+            "one entry: no stride"
+        );
+        assert!(r.ring_layout::<16>(0, 40, 4).is_none());
+        assert!(
+            r.ring_layout::<16>(usize::MAX - 7, 0, 4).is_none(),
+            "overflow"
+        );
+    }
+
+    #[test]
+    fn entries_are_masked_and_land_where_the_offsets_say() {
+        let r = hal().alloc_dma(PAGE_SIZE).unwrap();
+        let l = r.ring_layout::<16>(64, 3, 5).unwrap();
+        assert_eq!((l.entries(), l.mask()), (8, 7));
+        for i in 0..20u32 {
+            r.ring_entry(&l, i).write_be32::<4>(i);
+            assert_eq!(l.offset(i), 64 + (i as usize % 8) * 32);
+            assert_eq!(r.read_be32(l.offset(i) + 4), i, "entry {i}");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "ring layout")]
+    fn a_layout_for_a_longer_region_panics_instead_of_reaching_past_this_one() {
+        let h = hal();
+        let big = h.alloc_dma(4 * PAGE_SIZE).unwrap();
+        let small = h.alloc_dma(PAGE_SIZE).unwrap();
+        let l = big.ring_layout::<64>(0, 8, 6).unwrap();
+        small.ring_entry(&l, 0).write_u8::<0>(1);
+    }
+}
