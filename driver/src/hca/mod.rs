@@ -1,7 +1,8 @@
 //! The HCA: bring-up (`bringup.rs`, with the RDMA resources in
 //! `rdma.rs`), the command path with its bounded waits (`cmdwait.rs`),
-//! event polling and page service (`service.rs`), and teardown
-//! (`teardown.rs`) (docs/firmware.md §4).
+//! event polling and its dispatch (`service.rs`), the firmware page
+//! service (`page_service.rs`), completion vectors and the interrupt wait
+//! (`vectors.rs`), and teardown (`teardown.rs`) (docs/firmware.md §4).
 //!
 //! This file holds the [`Hca`] object, its configuration and the read-only
 //! accessors; each concept lives in its own submodule.
@@ -9,6 +10,7 @@
 mod bringup;
 mod cmdwait;
 mod in_place;
+mod page_service;
 mod rdma;
 mod service;
 mod teardown;
