@@ -224,7 +224,7 @@ grep -qx 'PROBE-EXIT 0' "$CONSOLE.txt" || fail="${fail:+$fail; }the in-guest pro
 grep -qx 'RESULT 0 failures' "$CONSOLE.txt" || fail="${fail:+$fail; }no 'RESULT 0 failures' line"
 grep -q '^INIT-FAIL' "$CONSOLE.txt" && fail="${fail:+$fail; }the guest init reported a failure"
 REQUIRED_STEPS="open dma-from-device dma-after-unmap irq-setup irq-timeout irq-latched irq-once irq-wake
-irq-dma-complete close irq-off-at-close"
+irq-fd irq-dma-complete close irq-off-at-close"
 for step in $REQUIRED_STEPS; do
     for tag in hugepages 4k-fallback; do
         grep -q "^PASS $step\[$tag\] " "$CONSOLE.txt" || fail="${fail:+$fail; }no PASS line for $step[$tag]"

@@ -569,6 +569,38 @@ fn irq_checks(r: &mut Report, p: &VfioPlatform, tag: &str, addr: &str) {
         ),
     );
 
+    // An application's own event loop: the vector's eventfd (irq_fd) becomes
+    // readable on the interrupt; read there, the interrupt is consumed and
+    // wait_irq does not report it again.
+    let fd_check = match p.irq_fd(0) {
+        Some(fd) => {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            p.mmio_write32_le(IRQ_RAISE, 0x1);
+            // SAFETY: one initialised pollfd in a live local; `fd` stays open
+            // while the platform `p` lives.
+            let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+            let mut buf = [0u8; 8];
+            // SAFETY: `buf` is a live, exclusively borrowed 8-byte buffer, the
+            // size of an eventfd read.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
+            let after = Hal::wait_irq(p, 1, 0);
+            let status = ack(p);
+            (
+                ready == 1 && n == 8 && u64::from_ne_bytes(buf) >= 1 && after == Ok(0) && status == 1,
+                format!(
+                    "poll(irq_fd(0)) = {ready}, read {n} bytes (count {}), then wait_irq(0) = {after:?} (irq status {status:#x})",
+                    u64::from_ne_bytes(buf)
+                ),
+            )
+        }
+        None => (false, "irq_fd(0) is None".to_string()),
+    };
+    r.check(fd_check.0, &format!("irq-fd[{tag}]"), fd_check.1);
+
     // DMA completion raises the interrupt too (command bit 2).
     let done = match p.alloc_dma(PAGE_SIZE) {
         Ok(buf) => {

@@ -143,6 +143,12 @@ impl Vectors {
         self.fds.len() as u16
     }
 
+    /// The eventfd of vector `i`, as a raw descriptor (`None` past the
+    /// last vector).
+    pub(crate) fn raw_fd(&self, i: u16) -> Option<RawFd> {
+        self.fds.get(usize::from(i)).map(AsRawFd::as_raw_fd)
+    }
+
     fn raw_fds(&self) -> Vec<RawFd> {
         self.fds.iter().map(AsRawFd::as_raw_fd).collect()
     }

@@ -169,3 +169,41 @@ fn signals_neither_end_the_wait_early_nor_lose_a_firing() {
     );
     assert_eq!(fired, Ok(1));
 }
+
+/// The descriptor an application's own event loop waits on: readable when
+/// the vector fires; once the application reads it, the interrupt is
+/// consumed and `wait` does not report it again; left unread, `wait`
+/// reports it.
+#[test]
+fn the_raw_fd_is_what_an_own_event_loop_waits_on() {
+    let v = Vectors::new(2).unwrap();
+    assert!(v.raw_fd(2).is_none());
+    let fd = v.raw_fd(1).unwrap();
+    let readable = |timeout_ms: i32| {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one initialised pollfd in a live local; `fd` is open
+        // (owned by `v`, alive for the whole test).
+        let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        assert!(r >= 0, "poll failed");
+        r == 1 && p.revents & libc::POLLIN != 0
+    };
+    assert!(!readable(0), "nothing fired yet");
+    fire(&v, 1);
+    assert!(readable(1000), "the vector fired");
+    // Left unread, the driver's wait reports it (and clears it).
+    assert_eq!(v.wait(0b10, 0), Ok(0b10));
+    assert!(!readable(0));
+    // Read by the application, it is consumed there.
+    fire(&v, 1);
+    let mut buf = [0u8; 8];
+    // SAFETY: `buf` is a live, exclusively borrowed 8-byte buffer; an
+    // eventfd read writes exactly 8 bytes.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
+    assert_eq!(n, 8);
+    assert_eq!(u64::from_ne_bytes(buf), 1, "one firing");
+    assert_eq!(v.wait(0b10, 0), Ok(0));
+}

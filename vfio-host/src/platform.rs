@@ -475,6 +475,22 @@ impl VfioPlatform {
         self.inner.irq.as_ref().map(|i| i.info)
     }
 
+    /// The eventfd interrupt vector `vector` signals, for a program that
+    /// waits in its own event loop (`epoll`, `mio`, an async runtime)
+    /// beside its other descriptors instead of in [`Hal::wait_irq`]. It
+    /// becomes readable when the vector fires; reading it (8 bytes) clears
+    /// it, as `wait_irq` does. After a wake-up, read it, then take the
+    /// events without blocking (`Hca::poll_events`, or the verbs calls with
+    /// a timeout of 0); the driver's event queues are armed again by that
+    /// poll. `None` without interrupts or past the last vector.
+    ///
+    /// The descriptor belongs to the platform: it stays open until
+    /// [`VfioPlatform::close`] (or the last drop), which closes it. Do not
+    /// close it yourself.
+    pub fn irq_fd(&self, vector: u16) -> Option<std::os::fd::RawFd> {
+        self.inner.irq.as_ref()?.vectors.raw_fd(vector)
+    }
+
     /// Quiesce and release the device now, reporting any failure: interrupts
     /// off, bus mastering off, reset (if supported and enabled in the
     /// options), IOMMU mappings removed, BAR unmapped, VFIO files closed.
