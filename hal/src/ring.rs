@@ -104,6 +104,70 @@ impl<H: Hal> DmaRegion<H> {
     }
 }
 
+/// A DMA region with one byte offset in it (a cursor) that is checked when
+/// it is set and read without a check: a ring's owner byte at its consumer
+/// index, polled many times for each time the index moves. Dereferences to
+/// the region for every other access.
+pub struct CursorRegion<H: Hal> {
+    region: DmaRegion<H>,
+    /// Always `< region.len()` (checked by `new` and `set_cursor`).
+    cursor: usize,
+}
+
+impl<H: Hal> CursorRegion<H> {
+    /// Wrap `region` with the cursor at byte 0; `None` for an empty region.
+    pub fn new(region: DmaRegion<H>) -> Option<Self> {
+        (!region.is_empty()).then_some(CursorRegion { region, cursor: 0 })
+    }
+
+    /// The region.
+    #[inline(always)]
+    pub fn region(&self) -> &DmaRegion<H> {
+        &self.region
+    }
+
+    /// Move the cursor to byte `offset`. Panics when it lies outside the
+    /// region.
+    #[inline(always)]
+    pub fn set_cursor(&mut self, offset: usize) {
+        if offset >= self.region.len() {
+            cursor_outside(offset, self.region.len());
+        }
+        self.cursor = offset;
+    }
+
+    /// The cursor's offset.
+    #[inline(always)]
+    pub fn cursor(&self) -> usize {
+        self.cursor
+    }
+
+    /// Read the byte at the cursor: no check.
+    #[inline(always)]
+    pub fn read_cursor_u8(&self) -> u8 {
+        // SAFETY: `cursor < len` holds from `new` (0 in a non-empty
+        // region) and `set_cursor` (checked), the only writers of the
+        // private fields, and a region's length never changes; the byte
+        // lies inside memory the platform keeps valid for volatile access
+        // while the region (borrowed through `self`) lives.
+        unsafe { self.region.as_ptr().add(self.cursor).read_volatile() }
+    }
+}
+
+impl<H: Hal> core::ops::Deref for CursorRegion<H> {
+    type Target = DmaRegion<H>;
+    #[inline(always)]
+    fn deref(&self) -> &DmaRegion<H> {
+        &self.region
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn cursor_outside(offset: usize, len: usize) -> ! {
+    panic!("cursor {offset:#x} outside a region of {len:#x} bytes")
+}
+
 #[cold]
 #[inline(never)]
 fn layout_too_long(end: usize, len: usize) -> ! {
@@ -161,5 +225,26 @@ mod tests {
         let small = h.alloc_dma(PAGE_SIZE).unwrap();
         let l = big.ring_layout::<64>(0, 8, 6).unwrap();
         small.ring_entry(&l, 0).write_u8::<0>(1);
+    }
+
+    #[test]
+    fn a_cursor_is_checked_when_set_and_reads_its_byte() {
+        let r = hal().alloc_dma(PAGE_SIZE).unwrap();
+        r.write_u8(PAGE_SIZE - 1, 0xa5);
+        r.write_u8(7, 0x3c);
+        let mut c = super::CursorRegion::new(r).unwrap();
+        assert_eq!(c.cursor(), 0);
+        c.set_cursor(PAGE_SIZE - 1);
+        assert_eq!(c.read_cursor_u8(), 0xa5);
+        c.set_cursor(7);
+        assert_eq!(c.read_cursor_u8(), 0x3c);
+        assert_eq!(c.read_u8(PAGE_SIZE - 1), 0xa5, "derefs to the region");
+    }
+
+    #[test]
+    #[should_panic(expected = "outside a region")]
+    fn a_cursor_past_the_end_panics_when_set() {
+        let r = hal().alloc_dma(PAGE_SIZE).unwrap();
+        super::CursorRegion::new(r).unwrap().set_cursor(PAGE_SIZE);
     }
 }

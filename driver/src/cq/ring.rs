@@ -6,7 +6,7 @@
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
-use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
+use mlx5_hal::{barrier, CursorRegion, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
 
 mod clean;
 
@@ -177,7 +177,10 @@ impl Cqe {
 /// CQE in that slot belongs to software when its opcode is not INVALID and its
 /// owner bit equals `(ci >> log_nent) & 1` (docs/firmware.md §7.2).
 pub struct CqRing<H: Hal> {
-    buf: DmaRegion<H>,
+    /// The ring's region; its cursor is the owner byte at the consumer
+    /// index (kept with `consumer_index` by `set_ci`), checked when it
+    /// moves, so the empty poll is one unchecked byte load and a compare.
+    buf: CursorRegion<H>,
     /// Offset of entry 0 in `buf` (aligned to the firmware page size).
     base: usize,
     /// Where the 64-byte CQE of each entry is (`base` + the CQE's offset
@@ -187,10 +190,8 @@ pub struct CqRing<H: Hal> {
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
-    /// Offset of the owner byte at the consumer index and the owner bit
-    /// it must have there (kept with `consumer_index` by `set_ci`): the
-    /// empty poll is one checked byte load and a compare.
-    next_owner: usize,
+    /// The owner bit the CQE at the consumer index must have (kept with
+    /// `consumer_index` by `set_ci`).
     next_pass: u8,
 }
 
@@ -220,6 +221,8 @@ impl<H: Hal> CqRing<H> {
         let cqes = buf
             .ring_layout::<64>(base + cqe_size.cqe_offset(), log_nent, stride_log)
             .ok_or(HalError::InvalidRequest)?;
+        let mut buf = CursorRegion::new(buf).ok_or(HalError::InvalidRequest)?;
+        buf.set_cursor(cqes.offset(0) + off::OP_OWN);
         let ring = CqRing {
             buf,
             base,
@@ -227,7 +230,6 @@ impl<H: Hal> CqRing<H> {
             log_nent,
             cqe_size,
             consumer_index: 0,
-            next_owner: cqes.offset(0) + off::OP_OWN,
             next_pass: 0,
         };
         ring.init_all();
@@ -260,7 +262,7 @@ impl<H: Hal> CqRing<H> {
 
     /// The DMA region holding the ring; entry 0 is at [`CqRing::base_offset`].
     pub fn region(&self) -> &DmaRegion<H> {
-        &self.buf
+        self.buf.region()
     }
 
     /// Offset of entry 0 inside [`CqRing::region`].
@@ -300,7 +302,7 @@ impl<H: Hal> CqRing<H> {
     /// True when a CQE is waiting at the consumer index.
     #[inline(always)]
     pub fn has_next(&self) -> bool {
-        sw_owned_byte(self.buf.read_u8(self.next_owner), self.next_pass)
+        sw_owned_byte(self.buf.read_cursor_u8(), self.next_pass)
     }
 
     /// Move the consumer index (the one place it changes), keeping the
@@ -308,7 +310,7 @@ impl<H: Hal> CqRing<H> {
     #[inline(always)]
     fn set_ci(&mut self, ci: u32) {
         self.consumer_index = ci;
-        self.next_owner = self.cqes.offset(ci) + off::OP_OWN;
+        self.buf.set_cursor(self.cqes.offset(ci) + off::OP_OWN);
         self.next_pass = ((ci >> self.log_nent) & 1) as u8;
     }
 
