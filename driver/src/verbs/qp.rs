@@ -370,34 +370,56 @@ impl<
             return Err(fail(0, Errno::EIO));
         }
         let e = self.qps.get_mut(qp.0).ok_or(fail(0, Errno::EINVAL))?;
+        if !e.book.can_send {
+            // Not in RTS since the last reset: nothing is posted.
+            return Err(fail(0, Errno::ENOMEM));
+        }
         let max_gs = e.book.cap.max_send_sge as usize;
         let sig_all = e.book.sq_sig_all;
-        // The facade's own refusals first (rdma-core checks them per
-        // request as it goes: the ones before the first refused request
-        // are posted): not in RTS since the last reset, or more gather
-        // entries than asked for at creation.
-        let ok = if e.book.can_send {
-            wrs.iter()
-                .position(|wr| {
-                    !wr.send_flags.contains(SendFlags::INLINE) && wr.sg_list.len() > max_gs
-                })
-                .unwrap_or(wrs.len())
-        } else {
-            0
-        };
-        // Converted as they are written (no staging list), one doorbell
-        // per chunk.
-        for (c, chunk) in wrs[..ok].chunks(CHUNK).enumerate() {
-            let reqs = chunk.iter().map(|wr| request(wr, sig_all));
-            if let Err(f) = e.qp.post_send_iter(reqs) {
-                return Err(fail(c * CHUNK + f.index, Errno::ENOMEM));
-            }
+        // One call per chunk of 16 (one doorbell each); a list of up to 16
+        // is one call with no chunk loop to set up.
+        if wrs.len() <= CHUNK {
+            return post_chunk(&mut e.qp, wrs, 0, max_gs, sig_all);
         }
-        if ok < wrs.len() {
-            return Err(fail(ok, Errno::ENOMEM));
+        for (c, chunk) in wrs.chunks(CHUNK).enumerate() {
+            post_chunk(&mut e.qp, chunk, c * CHUNK, max_gs, sig_all)?;
         }
         Ok(())
     }
+}
+
+/// Post up to [`CHUNK`] requests with one doorbell, each converted as it
+/// is written (no staging list); `base` is the first one's index in the
+/// caller's list. The facade's own refusal (more gather entries than asked
+/// for at creation) is found as the requests go, as rdma-core does: the
+/// ones before it stay posted.
+#[inline(always)]
+fn post_chunk<H: Hal, const W: usize>(
+    qp: &mut Qp<H, [SendSlot; W]>,
+    chunk: &[SendWr<'_>],
+    base: usize,
+    max_gs: usize,
+    sig_all: bool,
+) -> Result<(), PostSendError> {
+    let mut refused = None;
+    let reqs = chunk.iter().enumerate().map_while(|(i, wr)| {
+        if !wr.send_flags.contains(SendFlags::INLINE) && wr.sg_list.len() > max_gs {
+            refused = Some(i);
+            return None;
+        }
+        Some(request(wr, sig_all))
+    });
+    let index = match qp.post_send_iter(reqs) {
+        Err(f) => f.index,
+        Ok(()) => match refused {
+            Some(i) => i,
+            None => return Ok(()),
+        },
+    };
+    Err(PostSendError {
+        index: base + index,
+        errno: Errno::ENOMEM,
+    })
 }
 
 /// One verbs work request as the driver's.
