@@ -130,7 +130,7 @@ pub enum Event {
     },
 }
 
-/// A queue-pair event, typed (event types of QPF/Linux
+/// A queue-pair event, typed (the event types of Linux
 /// `qp_allowed_event_types`, `drivers/infiniband/hw/mlx5/qpc.c`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -1,4 +1,4 @@
-//! RC queue pairs (issue 14): a send ring, an SRQ (or nothing) as the
+//! RC queue pairs: a send ring, an SRQ (or nothing) as the
 //! receive side, the state machine, the send data path and requester
 //! completions.
 //!
