@@ -420,6 +420,29 @@ impl Rig {
         std::iter::from_fn(|| self.hca.next_event()).collect()
     }
 
+    /// Poll the EQs until at least `n` async events came, and return every
+    /// one that did; bounded as [`wait_cqes`] (5 s of device time, 10 s of
+    /// real time), after which whatever came is returned for the caller's
+    /// assertion to report. An event can trail the completion that showed
+    /// its cause: the device writes CQEs and EQEs as separate DMA writes (the
+    /// threaded model's device thread as real hardware), and a test thread
+    /// reads the CQ ring without the model's lock, so a test that expects an
+    /// event after a completion waits for it.
+    pub fn wait_events(&self, n: usize) -> Vec<Event> {
+        let mut got = self.events();
+        let start = self.hca.hal().now_ns();
+        let real = Instant::now();
+        while got.len() < n {
+            let waited = self.hca.hal().now_ns().saturating_sub(start);
+            if waited > 5_000_000_000 || real.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            self.hca.hal().delay_us(20);
+            got.extend(self.events());
+        }
+        got
+    }
+
     /// Destroy everything, tear down, and check the model is back to
     /// nothing ([`assert_torn_down`]); the side door was never used.
     pub fn finish(self, what: &str) {

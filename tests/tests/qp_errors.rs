@@ -26,9 +26,10 @@ fn reconnect(rig: &mut Rig) {
         .unwrap();
 }
 
-/// The QP events waiting, as (QPN, event); any other event fails.
-fn qp_events(rig: &Rig) -> Vec<(u32, QpEvent)> {
-    rig.events()
+/// The QP events that came, waiting (bounded) for at least `n`, as (QPN,
+/// event); any other event fails.
+fn qp_events(rig: &Rig, n: usize) -> Vec<(u32, QpEvent)> {
+    rig.wait_events(n)
         .iter()
         .map(|e: &Event| e.qp_event().unwrap_or_else(|| panic!("event {e:?}")))
         .collect()
@@ -98,7 +99,7 @@ fn bad_gather(rig: &mut Rig, lkey: u32, addr: u64, what: &str) {
     assert_eq!(rig.srq.outstanding(), before, "{what}: no receive consumed");
     assert!(drain(&mut rig.rcq).is_empty(), "{what}");
     assert!(
-        qp_events(rig).is_empty(),
+        qp_events(rig, 0).is_empty(),
         "{what}: reported by the CQE only"
     );
     assert_eq!(rig.dev.traffic().stats().messages, 0, "{what}");
@@ -192,7 +193,11 @@ fn a_key_of_another_protection_domain_is_refused_on_every_side() {
         );
         assert_states(&rig, QpState::Error, QpState::Error, &what);
         let rx = rig.rx.qpn();
-        assert_eq!(qp_events(&rig), [(rx, QpEvent::LastWqeReached)], "{what}");
+        assert_eq!(
+            qp_events(&rig, 1),
+            [(rx, QpEvent::LastWqeReached)],
+            "{what}"
+        );
         assert!(rig.dst.read(1, 256).iter().all(|&b| b == 0), "{what}");
         assert_eq!(rig.srq.outstanding(), 0, "{what}");
 
@@ -242,7 +247,7 @@ fn bad_rdma_write(rig: &mut Rig, rkey: u32, raddr: u64, what: &str) {
         "{what}: no CQE for the responder"
     );
     let rx = rig.rx.qpn();
-    let evs = rig.events();
+    let evs = rig.wait_events(2);
     let got: Vec<_> = evs.iter().map(|e| rig.rx.handle_event(e)).collect();
     assert_eq!(
         got,
@@ -392,7 +397,7 @@ fn a_message_longer_than_the_receive_buffer_is_a_length_error_on_both_sides() {
             );
             assert_states(&rig, QpState::Error, QpState::Error, &w);
             let rx = rig.rx.qpn();
-            assert_eq!(qp_events(&rig), [(rx, QpEvent::LastWqeReached)], "{w}");
+            assert_eq!(qp_events(&rig, 1), [(rx, QpEvent::LastWqeReached)], "{w}");
             small.assert_guards(&w);
             assert_eq!(rig.srq.outstanding(), 0, "{w}");
             reconnect(&mut rig);
