@@ -430,11 +430,9 @@ impl Rig {
     /// event after a completion waits for it.
     pub fn wait_events(&self, n: usize) -> Vec<Event> {
         let mut got = self.events();
-        let start = self.hca.hal().now_ns();
-        let real = Instant::now();
+        let patience = Patience::new(self.hca.hal());
         while got.len() < n {
-            let waited = self.hca.hal().now_ns().saturating_sub(start);
-            if waited > 5_000_000_000 || real.elapsed() > Duration::from_secs(10) {
+            if patience.check(self.hca.hal()).is_err() {
                 break;
             }
             self.hca.hal().delay_us(20);
@@ -540,22 +538,47 @@ pub fn assert_torn_down_except_faults(dev: &Device, what: &str) {
     );
 }
 
+/// The bound of the rig's waits: 5 s of device time or 10 s of real time,
+/// whichever comes first (a threaded model's device time is real time; a
+/// synchronous one's moves only with the waiter's delays).
+struct Patience {
+    start_ns: u64,
+    real: Instant,
+}
+
+impl Patience {
+    fn new(hal: &SimHal) -> Patience {
+        Patience {
+            start_ns: hal.now_ns(),
+            real: Instant::now(),
+        }
+    }
+
+    /// The device time waited so far: `Ok` within the bound, `Err` past it.
+    fn check(&self, hal: &SimHal) -> Result<u64, u64> {
+        let waited = hal.now_ns().saturating_sub(self.start_ns);
+        if waited > 5_000_000_000 || self.real.elapsed() > Duration::from_secs(10) {
+            Err(waited)
+        } else {
+            Ok(waited)
+        }
+    }
+}
+
 /// Poll `cq` until exactly `n` CQEs arrived, letting device time pass
 /// between empty polls (RNR and ACK retries run then). Panics after 5 s of
 /// device time or 10 s of real time, or when more than `n` arrive.
 pub fn wait_cqes(hca: &Hca<SimHal>, cq: &mut Cq<SimHal>, n: usize) -> Vec<Cqe> {
     let mut got = Vec::with_capacity(n);
     let mut out = [Cqe::EMPTY; 16];
-    let start = hca.hal().now_ns();
-    let real = Instant::now();
+    let patience = Patience::new(hca.hal());
     while got.len() < n {
         let k = cq.poll(&mut out[..(n - got.len()).min(16)]);
         if k > 0 {
             got.extend_from_slice(&out[..k]);
             continue;
         }
-        let waited = hca.hal().now_ns().saturating_sub(start);
-        if waited > 5_000_000_000 || real.elapsed() > Duration::from_secs(10) {
+        if let Err(waited) = patience.check(hca.hal()) {
             panic!(
                 "CQ {:#x}: {} of {n} CQEs after {waited} ns: {got:?}",
                 cq.cqn(),
