@@ -35,6 +35,8 @@ fn on_a_dead_device_destroys_free_everything_and_posts_fail_with_eio() {
             },
             "{p:?}"
         );
+        let e = ctx.post_send(pair.a, &wrs[..1]).unwrap_err();
+        assert_eq!((e.index, e.errno), (0, Errno::EIO), "one request, {p:?}");
         let rsge = [pair.sge(RECV_AREA, 64)];
         let e = ctx
             .post_srq_recv(

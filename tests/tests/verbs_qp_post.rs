@@ -54,6 +54,9 @@ fn post_send_refusals_are_enomem_at_the_bad_wr_and_the_rest_stays_posted() {
             errno: Errno::ENOMEM
         }
     );
+    // Alone on the full queue: the same refusal.
+    let e = ctx.post_send(p.a, &[write(6, &one, &p)]).unwrap_err();
+    assert_eq!((e.index, e.errno), (0, Errno::ENOMEM));
     assert_eq!(ids(&poll_n(&dev, &mut ctx, p.scq, 4)), [0, 1, 2, 3]);
     // Too many gather entries (more than asked for, though the WQE would
     // hold them), then inline data beyond max_inline_data.
@@ -73,6 +76,19 @@ fn post_send_refusals_are_enomem_at_the_bad_wr_and_the_rest_stays_posted() {
     let wrs = [inline(13, &fits[..]), inline(14, &big[..])];
     let e = ctx.post_send(p.a, &wrs).unwrap_err();
     assert_eq!((e.index, e.errno), (1, Errno::ENOMEM));
+    // The same refusals of a request posted alone (the facade's one-request
+    // path): ENOMEM at index 0, nothing written, no doorbell.
+    let before = doorbells(&dev);
+    for wr in [write(15, &three, &p), inline(16, &big[..])] {
+        assert_eq!(
+            ctx.post_send(p.a, &[wr]).unwrap_err(),
+            PostSendError {
+                index: 0,
+                errno: Errno::ENOMEM
+            }
+        );
+    }
+    assert_eq!(doorbells(&dev), before, "nothing rung");
     assert_eq!(ids(&poll_n(&dev, &mut ctx, p.scq, 2)), [10, 13]);
     // The bad one in the second batch of 16: the first 17 are posted.
     let p2 = Pair::new(&dev, &mut ctx, cap(32, 1, 0));

@@ -28,9 +28,9 @@ pub use cmd::{PathQuery, QpQuery};
 pub use opt::QpOptional;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
 pub use ring::{SendQueueCaps, SendRing, SqGeometry, SqSizeError};
-pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot};
+pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot, SendWork};
 
 #[cfg(test)]
 mod cmd_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

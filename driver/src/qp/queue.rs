@@ -8,7 +8,7 @@ use mlx5_regs::CqeOpcode;
 
 use super::attr::QpState;
 use super::ring::{SendRing, SqGeometry};
-use super::wr::{BadSendCqe, SendError, SendOpcode, SendRequest, SendSlot};
+use super::wr::{BadSendCqe, SendError, SendOpcode, SendRequest, SendSlot, SendWork};
 use crate::cq::{Cq, Cqe, CqeError, CqeStatus};
 use crate::eq::{Event, QpEvent};
 use crate::srq::{BadRecvCqe, RecvCompletion, Srq};
@@ -173,11 +173,13 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     }
 
     /// [`Qp::post_send`] of requests made on the fly (no list to build
-    /// first): the same checks, one doorbell for all that were written.
+    /// first), of any [`SendWork`] type: the same checks, one doorbell for
+    /// all that were written.
     #[inline(always)]
-    pub fn post_send_iter<'r, I>(&mut self, reqs: I) -> Result<(), PostSendFailure>
+    pub fn post_send_iter<I>(&mut self, reqs: I) -> Result<(), PostSendFailure>
     where
-        I: IntoIterator<Item = SendRequest<'r>>,
+        I: IntoIterator,
+        I::Item: SendWork,
     {
         let fail = |error| Err(PostSendFailure { index: 0, error });
         if !self.state.can_post_send() {
@@ -202,6 +204,30 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
             ring.ring_doorbell(&self.hal, &self.dbr, ctrl);
         }
         result
+    }
+
+    /// [`Qp::post_send`] of one request: the same checks and the same WQE,
+    /// without a loop. The error is the request's ([`PostSendFailure`]
+    /// with index 0 in the list form).
+    #[inline(always)]
+    pub fn post_send_one<R: SendWork + ?Sized>(&mut self, r: &R) -> Result<(), SendError> {
+        if !self.state.can_post_send() {
+            return Err(SendError::BadState { state: self.state });
+        }
+        let Some(ring) = self.sq.as_mut() else {
+            return Err(SendError::NoSendQueue);
+        };
+        let ctrl = ring.write(self.slots.as_mut(), r)?;
+        ring.ring_doorbell(&self.hal, &self.dbr, ctrl);
+        Ok(())
+    }
+
+    /// Refuse send work requests with more than `max` gather entries
+    /// ([`SendRing::limit_sges`]); without a send queue nothing changes.
+    pub fn limit_send_sges(&mut self, max: u32) {
+        if let Some(r) = self.sq.as_mut() {
+            r.limit_sges(max);
+        }
     }
 
     /// Match a requester CQE (REQ or REQ_ERR) to its work request, treating

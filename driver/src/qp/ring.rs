@@ -33,7 +33,7 @@ use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
 use mlx5_regs::consts::wqe;
 use mlx5_regs::doorbell::QP_DBR_SND;
 
-use super::wr::{BadSendCqe, Payload, SendError, SendOp, SendRequest, SendSlot};
+use super::wr::{BadSendCqe, Payload, SendError, SendSlot, SendWork};
 use crate::pagelist::{alloc_paged, PageList};
 use crate::srq::Sge;
 
@@ -181,6 +181,9 @@ pub struct SendRing<H: Hal> {
     /// (control, remote address, first data units) is one window.
     blocks: RingLayout<WQEBB>,
     geo: SqGeometry,
+    /// Gather entries a work request may carry: the geometry's
+    /// `max_send_sge` unless lowered by [`SendRing::limit_sges`].
+    max_sge: u32,
     qpn: u32,
     /// Producer counter in WQEBBs.
     cur_post: u16,
@@ -215,6 +218,7 @@ impl<H: Hal> SendRing<H> {
                 base,
                 blocks,
                 geo,
+                max_sge: geo.max_send_sge,
                 qpn: 0,
                 cur_post: 0,
                 head: 0,
@@ -234,6 +238,21 @@ impl<H: Hal> SendRing<H> {
     /// The geometry.
     pub fn geometry(&self) -> SqGeometry {
         self.geo
+    }
+
+    /// Refuse work requests with more than `max` gather entries (at most
+    /// the geometry's `max_send_sge`, which stays the limit when `max` is
+    /// above it). The verbs facade enforces the number asked for at
+    /// creation, which may be below what a WQE holds, as rdma-core does
+    /// (`qp->sq.max_gs` is `cap.max_send_sge` in `providers/mlx5/verbs.c`
+    /// `create_qp`).
+    pub fn limit_sges(&mut self, max: u32) {
+        self.max_sge = max.min(self.geo.max_send_sge);
+    }
+
+    /// Gather entries a work request may carry.
+    pub fn max_sges(&self) -> u32 {
+        self.max_sge
     }
 
     /// The DMA region holding the ring; WQEBB 0 is at
@@ -262,36 +281,38 @@ impl<H: Hal> SendRing<H> {
         self.bf_offset
     }
 
-    /// Write one WQE for `r` at the producer position and record it in
-    /// `slots` (length ≥ the ring's WQEBBs, checked by the QP at creation).
+    /// Write one WQE for `r` (a [`crate::qp::SendRequest`] or any other
+    /// [`SendWork`]) at the producer position and record it in `slots`
+    /// (length ≥ the ring's WQEBBs, checked by the QP at creation).
     /// Nothing is published; returns the WQE's first 8 bytes, the value of
     /// the doorbell that publishes it.
     #[inline(always)]
-    pub fn write(&mut self, slots: &mut [SendSlot], r: &SendRequest<'_>) -> Result<u64, SendError> {
+    pub fn write<R: SendWork + ?Sized>(
+        &mut self,
+        slots: &mut [SendSlot],
+        r: &R,
+    ) -> Result<u64, SendError> {
         if self.head.wrapping_sub(self.tail) >= self.geo.max_send_wr {
             return Err(SendError::Full);
         }
         let wqebbs = self.geo.wqebbs();
         let idx = self.cur_post as usize & (wqebbs - 1);
         let ring_units = wqebbs * (WQEBB / UNIT);
-        let opcode = r.op.opcode();
-        // Segments after the control segment: [raddr], data or inline. The
-        // first WQEBB holds four units, so everything before the data lies
-        // inside it and never wraps.
-        let (imm, raddr) = match r.op {
-            SendOp::Send => (0, None),
-            SendOp::SendImm { imm } => (imm, None),
-            SendOp::RdmaWrite { raddr, rkey } => (0, Some((raddr, rkey))),
-            SendOp::RdmaWriteImm { raddr, rkey, imm } => (imm, Some((raddr, rkey))),
-        };
-        let mut ds = 1 + raddr.is_some() as usize;
+        // The opcode alone decides the layout. Segments after the control
+        // segment: [raddr], data or inline. The first WQEBB holds four
+        // units, so everything before the data lies inside it and never
+        // wraps.
+        let opcode = r.opcode();
+        let rdma = opcode.is_rdma_write();
+        let imm = if opcode.has_imm() { r.imm() } else { 0 };
+        let mut ds = 1 + rdma as usize;
         let data_unit = idx * (WQEBB / UNIT) + ds;
-        match r.payload {
+        match r.payload() {
             Payload::Sges(sges) => {
-                if sges.len() > self.geo.max_send_sge as usize {
+                if sges.len() > self.max_sge as usize {
                     return Err(SendError::TooManySges {
                         given: sges.len(),
-                        max: self.geo.max_send_sge,
+                        max: self.max_sge,
                     });
                 }
                 // One bounds check per contiguous part: up to the ring end,
@@ -332,12 +353,18 @@ impl<H: Hal> SendRing<H> {
             }
         }
         let ctrl = self.buf.ring_entry(&self.blocks, idx as u32);
-        if let Some((addr, rkey)) = raddr {
+        if rdma {
+            let (addr, rkey) = r.remote();
             ctrl.write_be64::<UNIT>(addr);
             ctrl.write_be64::<{ UNIT + 8 }>((rkey as u64) << 32);
         }
-        let fm_ce_se = if r.signaled { wqe::CTRL_CQ_UPDATE } else { 0 }
-            | if r.solicited { wqe::CTRL_SOLICITED } else { 0 };
+        let signaled = r.signaled();
+        let fm_ce_se = if signaled { wqe::CTRL_CQ_UPDATE } else { 0 }
+            | if r.solicited() {
+                wqe::CTRL_SOLICITED
+            } else {
+                0
+            };
         let word0 = mlx5_regs::doorbell::qp_send_doorbell(
             wqe::opmod_idx_opcode(0, self.cur_post, opcode as u8),
             wqe::qpn_ds(self.qpn, ds as u8),
@@ -345,11 +372,11 @@ impl<H: Hal> SendRing<H> {
         ctrl.write_be64::<0>(word0);
         ctrl.write_be64::<8>(((fm_ce_se as u64) << 32) | imm as u64);
         slots[idx] = SendSlot {
-            wr_id: r.wr_id,
+            wr_id: r.wr_id(),
             seq: self.head,
             index: self.cur_post,
             opcode: opcode as u8,
-            signaled: r.signaled,
+            signaled,
         };
         self.cur_post = self
             .cur_post

@@ -22,6 +22,19 @@ pub enum SendOpcode {
 }
 
 impl SendOpcode {
+    /// Whether the WQE carries immediate data (SEND_IMM, RDMA_WRITE_IMM).
+    #[inline(always)]
+    pub const fn has_imm(self) -> bool {
+        matches!(self, SendOpcode::SendImm | SendOpcode::RdmaWriteImm)
+    }
+
+    /// Whether the WQE is an RDMA write, which carries a remote-address
+    /// segment (RDMA_WRITE, RDMA_WRITE_IMM).
+    #[inline(always)]
+    pub const fn is_rdma_write(self) -> bool {
+        matches!(self, SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm)
+    }
+
     /// The opcode a table slot recorded (anything else reads as SEND; the
     /// table is written by this driver only).
     fn from_raw(v: u8) -> SendOpcode {
@@ -102,6 +115,81 @@ pub struct SendRequest<'a> {
     pub signaled: bool,
     /// Set the solicited-event bit (`IBV_SEND_SOLICITED`).
     pub solicited: bool,
+}
+
+/// What the send ring reads of a work request while it writes the WQE.
+///
+/// The ring ([`super::SendRing::write`], [`super::Qp::post_send_iter`]) is
+/// written against this trait, so a request of another shape (the verbs
+/// facade's `SendWr`) goes into the WQE as it is, with one opcode dispatch
+/// and no conversion into a [`SendRequest`] first.
+///
+/// The WQE's layout follows [`SendWork::opcode`] alone: the ring reads
+/// [`SendWork::imm`] only for the opcodes with immediate data and
+/// [`SendWork::remote`] only for the RDMA writes (the remote-address
+/// segment is written for those and for no other), and checks the payload
+/// against the QP's limits itself, so no implementation can make it write
+/// a WQE the opcode does not describe.
+pub trait SendWork {
+    /// Returned with the completion.
+    fn wr_id(&self) -> u64;
+    /// The WQE opcode.
+    fn opcode(&self) -> SendOpcode;
+    /// Immediate data (read for SEND_IMM and RDMA_WRITE_IMM only).
+    fn imm(&self) -> u32;
+    /// Remote address and key (read for the RDMA writes only).
+    fn remote(&self) -> (u64, u32);
+    /// The data.
+    fn payload(&self) -> Payload<'_>;
+    /// Ask for a completion on success.
+    fn signaled(&self) -> bool;
+    /// Set the solicited-event bit.
+    fn solicited(&self) -> bool;
+}
+
+impl SendWork for SendRequest<'_> {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    #[inline(always)]
+    fn opcode(&self) -> SendOpcode {
+        self.op.opcode()
+    }
+
+    #[inline(always)]
+    fn imm(&self) -> u32 {
+        match self.op {
+            SendOp::SendImm { imm } | SendOp::RdmaWriteImm { imm, .. } => imm,
+            SendOp::Send | SendOp::RdmaWrite { .. } => 0,
+        }
+    }
+
+    #[inline(always)]
+    fn remote(&self) -> (u64, u32) {
+        match self.op {
+            SendOp::RdmaWrite { raddr, rkey } | SendOp::RdmaWriteImm { raddr, rkey, .. } => {
+                (raddr, rkey)
+            }
+            SendOp::Send | SendOp::SendImm { .. } => (0, 0),
+        }
+    }
+
+    #[inline(always)]
+    fn payload(&self) -> Payload<'_> {
+        self.payload
+    }
+
+    #[inline(always)]
+    fn signaled(&self) -> bool {
+        self.signaled
+    }
+
+    #[inline(always)]
+    fn solicited(&self) -> bool {
+        self.solicited
+    }
 }
 
 /// One entry of the caller's send table (one per WQEBB of the ring).

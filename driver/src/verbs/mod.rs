@@ -64,6 +64,8 @@ mod mr;
 mod numap;
 mod poll;
 mod qp;
+#[cfg(test)]
+mod qp_tests;
 mod qp_types;
 mod srq;
 mod table;

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::loopback::LoopbackMode;
 use crate::qp::ring::{MAX_DS, SQ_OVERHEAD};
-use crate::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
+use crate::qp::{Payload, Qp, QpLinks, SendOpcode, SendQueueCaps, SendSlot, SendWork};
 use crate::stats::CmdObserver;
 
 /// Work requests posted per doorbell.
@@ -173,7 +173,10 @@ impl<
             async_acked: 0,
         };
         let l = links(&mut self.cqs, &mut self.srqs, send.is_some(), &book)?;
-        let qp = self.hca.create_qp(send, l, [SendSlot::EMPTY; SQ_WQEBBS])?;
+        let mut qp = self.hca.create_qp(send, l, [SendSlot::EMPTY; SQ_WQEBBS])?;
+        // `post_send` refuses more gather entries than asked for, not
+        // only more than a WQE holds (rdma-core `sq.max_gs`).
+        qp.limit_send_sges(out.max_send_sge);
         let qpn = qp.qpn();
         let key = match self.qps.insert(QpEntry { qp, book }) {
             Ok(k) => k,
@@ -374,81 +377,97 @@ impl<
             // Not in RTS since the last reset: nothing is posted.
             return Err(fail(0, Errno::ENOMEM));
         }
-        let max_gs = e.book.cap.max_send_sge as usize;
         let sig_all = e.book.sq_sig_all;
+        // Every refusal of the ring (queue full, more gather entries than
+        // asked for at creation, inline data too large) is ENOMEM, as in
+        // rdma-core; the requests before it stay posted.
+        if let [wr] = wrs {
+            // One request: no loop, no list bookkeeping.
+            return e
+                .qp
+                .post_send_one(&Posted { wr, sig_all })
+                .map_err(|_| fail(0, Errno::ENOMEM));
+        }
         // One call per chunk of 16 (one doorbell each); a list of up to 16
         // is one call with no chunk loop to set up.
         if wrs.len() <= CHUNK {
-            return post_chunk(&mut e.qp, wrs, 0, max_gs, sig_all);
+            return post_chunk(&mut e.qp, wrs, 0, sig_all);
         }
         for (c, chunk) in wrs.chunks(CHUNK).enumerate() {
-            post_chunk(&mut e.qp, chunk, c * CHUNK, max_gs, sig_all)?;
+            post_chunk(&mut e.qp, chunk, c * CHUNK, sig_all)?;
         }
         Ok(())
     }
 }
 
-/// Post up to [`CHUNK`] requests with one doorbell, each converted as it
-/// is written (no staging list); `base` is the first one's index in the
-/// caller's list. The facade's own refusal (more gather entries than asked
-/// for at creation) is found as the requests go, as rdma-core does: the
-/// ones before it stay posted.
+/// Post up to [`CHUNK`] requests with one doorbell, each written into its
+/// WQE as it is (no staging list, no conversion); `base` is the first
+/// one's index in the caller's list.
 #[inline(always)]
 fn post_chunk<H: Hal, const W: usize>(
     qp: &mut Qp<H, [SendSlot; W]>,
     chunk: &[SendWr<'_>],
     base: usize,
-    max_gs: usize,
     sig_all: bool,
 ) -> Result<(), PostSendError> {
-    let mut refused = None;
-    let reqs = chunk.iter().enumerate().map_while(|(i, wr)| {
-        if !wr.send_flags.contains(SendFlags::INLINE) && wr.sg_list.len() > max_gs {
-            refused = Some(i);
-            return None;
-        }
-        Some(request(wr, sig_all))
-    });
-    let index = match qp.post_send_iter(reqs) {
-        Err(f) => f.index,
-        Ok(()) => match refused {
-            Some(i) => i,
-            None => return Ok(()),
-        },
-    };
-    Err(PostSendError {
-        index: base + index,
-        errno: Errno::ENOMEM,
-    })
+    qp.post_send_iter(chunk.iter().map(|wr| Posted { wr, sig_all }))
+        .map_err(|f| PostSendError {
+            index: base + f.index,
+            errno: Errno::ENOMEM,
+        })
 }
 
-/// One verbs work request as the driver's.
-#[inline(always)]
-fn request<'a>(wr: &SendWr<'a>, sig_all: bool) -> SendRequest<'a> {
-    let inline = wr.send_flags.contains(SendFlags::INLINE);
-    let op = match wr.opcode {
-        WrOpcode::Send => SendOp::Send,
-        WrOpcode::SendWithImm => SendOp::SendImm { imm: wr.imm_data },
-        WrOpcode::RdmaWrite => SendOp::RdmaWrite {
-            raddr: wr.remote_addr,
-            rkey: wr.rkey,
-        },
-        WrOpcode::RdmaWriteWithImm => SendOp::RdmaWriteImm {
-            raddr: wr.remote_addr,
-            rkey: wr.rkey,
-            imm: wr.imm_data,
-        },
-    };
-    SendRequest {
-        wr_id: wr.wr_id,
-        op,
-        payload: if inline {
-            Payload::Inline(wr.inline_data)
+/// A verbs work request as the send ring reads it ([`SendWork`]), with
+/// the QP's `sq_sig_all`.
+pub(super) struct Posted<'w, 'a> {
+    pub(super) wr: &'w SendWr<'a>,
+    pub(super) sig_all: bool,
+}
+
+impl SendWork for Posted<'_, '_> {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.wr.wr_id
+    }
+
+    #[inline(always)]
+    fn opcode(&self) -> SendOpcode {
+        // rdma-core's `mlx5_ib_opcode` table.
+        match self.wr.opcode {
+            WrOpcode::RdmaWrite => SendOpcode::RdmaWrite,
+            WrOpcode::RdmaWriteWithImm => SendOpcode::RdmaWriteImm,
+            WrOpcode::Send => SendOpcode::Send,
+            WrOpcode::SendWithImm => SendOpcode::SendImm,
+        }
+    }
+
+    #[inline(always)]
+    fn imm(&self) -> u32 {
+        self.wr.imm_data
+    }
+
+    #[inline(always)]
+    fn remote(&self) -> (u64, u32) {
+        (self.wr.remote_addr, self.wr.rkey)
+    }
+
+    #[inline(always)]
+    fn payload(&self) -> Payload<'_> {
+        if self.wr.send_flags.contains(SendFlags::INLINE) {
+            Payload::Inline(self.wr.inline_data)
         } else {
-            Payload::Sges(wr.sg_list)
-        },
-        signaled: sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
-        solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+            Payload::Sges(self.wr.sg_list)
+        }
+    }
+
+    #[inline(always)]
+    fn signaled(&self) -> bool {
+        self.sig_all || self.wr.send_flags.contains(SendFlags::SIGNALED)
+    }
+
+    #[inline(always)]
+    fn solicited(&self) -> bool {
+        self.wr.send_flags.contains(SendFlags::SOLICITED)
     }
 }
 

@@ -20,7 +20,7 @@ const QPN: u32 = 0x1234;
 const BF: usize = 0x3800;
 const BF_SIZE: usize = 512;
 
-pub(super) fn geometry(max_wr: u32, max_sge: u32, max_inline: u32) -> SqGeometry {
+pub(crate) fn geometry(max_wr: u32, max_sge: u32, max_inline: u32) -> SqGeometry {
     SqGeometry::for_request(
         &SendQueueCaps {
             max_send_wr: max_wr,
@@ -34,7 +34,7 @@ pub(super) fn geometry(max_wr: u32, max_sge: u32, max_inline: u32) -> SqGeometry
 }
 
 /// A QP in RTS with a send ring of `geo`, built without firmware.
-pub(super) fn qp(hal: &TestHal, geo: SqGeometry) -> Qp<TestHal, Vec<SendSlot>> {
+pub(crate) fn qp(hal: &TestHal, geo: SqGeometry) -> Qp<TestHal, Vec<SendSlot>> {
     let (mut ring, _) = SendRing::new(hal, geo, usize::MAX, BF, BF_SIZE).unwrap();
     ring.set_qpn(QPN);
     Qp {
@@ -63,6 +63,11 @@ pub(super) struct Wqe {
     fm_ce_se: u8,
     imm: u32,
     units: Vec<[u8; 16]>,
+}
+
+/// The QP's send table (for comparing two QPs' bookkeeping).
+pub(crate) fn slots(q: &Qp<TestHal, Vec<SendSlot>>) -> &[SendSlot] {
+    &q.slots
 }
 
 pub(super) fn read_wqe(q: &Qp<TestHal, Vec<SendSlot>>, wqebb: usize) -> Wqe {
@@ -97,7 +102,7 @@ pub(super) fn data_seg(u: &[u8; 16]) -> (u32, u32, u64) {
     )
 }
 
-pub(super) fn sge(i: u32, len: u32) -> Sge {
+pub(crate) fn sge(i: u32, len: u32) -> Sge {
     Sge {
         addr: 0x10_0000 * i as u64,
         length: len,
