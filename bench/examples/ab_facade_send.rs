@@ -1,0 +1,133 @@
+//! Interleaved timing of `post_send`: the verbs facade (`Verbs::post_send`)
+//! against the ring API (`Qp::post_send`), on the rigs `benches/facade.rs`
+//! times as `facade_send/...`, alternating blocks of 64 requests so that
+//! both sides see the same load on a shared machine (criterion times one
+//! side for seconds, then the other, and a neighbour's job can land on
+//! either):
+//!
+//! ```sh
+//! cargo build --release -p mlx5-bench --example ab_facade_send
+//! target/release/examples/ab_facade_send sge1 1 40000
+//! PAD=1600 target/release/examples/ab_facade_send sge1 1 40000
+//! ```
+//!
+//! Arguments: `sge1`, `sge4` or `inline64`, the requests per call, the
+//! rounds (each round posts 64 requests through each side, in alternating
+//! order). `PAD` (bytes) shifts the heap placement of the request lists:
+//! a list whose entries sit at the same offset modulo 4 KiB as the WQEs
+//! just written can stall loads on stores to another address (4K
+//! aliasing), which moves one side's time by up to 2x depending only on
+//! where the allocator put things; compare a few `PAD` values before
+//! reading anything into one figure. Prints the medians (ns per request)
+//! and the ratio facade / ring; the first tenth of the rounds is warm-up.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use mlx5_bench::facade_send::{write_req_cqes, RingSendRig, SendRig, SEND_WR};
+use mlx5_driver::cq::Cqe;
+use mlx5_driver::qp::{Payload, SendOp, SendRequest};
+use mlx5_driver::srq::Sge;
+use mlx5_driver::verbs::{SendFlags, SendWr, WorkCompletion};
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let kind = args.next().unwrap_or_else(|| "sge1".into());
+    let batch: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
+    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
+    let pad: usize = std::env::var("PAD")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let (nsge, inline) = match kind.as_str() {
+        "sge4" => (4, 0),
+        "inline64" => (0, 64),
+        _ => (1, 0),
+    };
+    let sge: Vec<Sge> = (0..nsge as u64)
+        .map(|i| Sge {
+            addr: 0x10_0000 + i * 4096,
+            length: 1024,
+            lkey: 0x42,
+        })
+        .collect();
+    let data = [0x5au8; 64];
+    let n = SEND_WR as usize;
+    let flags = if inline > 0 {
+        SendFlags::SIGNALED | SendFlags::INLINE
+    } else {
+        SendFlags::SIGNALED
+    };
+    let _pad1 = vec![0u8; pad];
+    let wrs: Vec<SendWr> = (0..n as u64)
+        .map(|i| SendWr {
+            wr_id: i,
+            send_flags: flags,
+            sg_list: &sge,
+            inline_data: &data[..inline],
+            ..SendWr::EMPTY
+        })
+        .collect();
+    let _pad2 = vec![0u8; pad];
+    let reqs: Vec<SendRequest> = (0..n as u64)
+        .map(|i| SendRequest {
+            wr_id: i,
+            op: SendOp::Send,
+            payload: if inline > 0 {
+                Payload::Inline(&data[..inline])
+            } else {
+                Payload::Sges(&sge)
+            },
+            signaled: true,
+            solicited: false,
+        })
+        .collect();
+    let mut rig = SendRig::new(8);
+    let mut r = RingSendRig::new(8);
+    let mut wc = [WorkCompletion::EMPTY; 1];
+    let mut out = [Cqe::EMPTY; 1];
+    let mut ft = Vec::with_capacity(rounds);
+    let mut rt = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        for side in 0..2 {
+            if (side == 0) == (round % 2 == 0) {
+                let p0 = rig.producer();
+                let t = Instant::now();
+                for chunk in wrs.chunks(batch) {
+                    rig.ctx.post_send(rig.qp, black_box(chunk)).unwrap();
+                }
+                ft.push(t.elapsed().as_nanos() as f64 / n as f64);
+                // Untimed: one CQE for the last WQE retires them all.
+                let step = rig.producer().wrapping_sub(p0) / n as u16;
+                let ring = rig.ctx.cq(rig.cq).unwrap().ring();
+                let ci = ring.consumer_index();
+                write_req_cqes(ring, ci, rig.qpn, rig.producer() - step, 0, 1);
+                assert_eq!(rig.ctx.poll_cq(rig.cq, &mut wc).unwrap(), 1);
+            } else {
+                let p0 = r.producer();
+                let t = Instant::now();
+                for chunk in reqs.chunks(batch) {
+                    r.qp.post_send(black_box(chunk)).unwrap();
+                }
+                rt.push(t.elapsed().as_nanos() as f64 / n as f64);
+                let step = r.producer().wrapping_sub(p0) / n as u16;
+                let ci = r.cq.ring().consumer_index();
+                write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), r.producer() - step, 0, 1);
+                assert_eq!(r.cq.poll(&mut out), 1);
+                r.qp.complete_send(&out[0]).unwrap();
+            }
+        }
+    }
+    assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+    let skip = rounds / 10;
+    let (fm, rm) = (median(&mut ft[skip..]), median(&mut rt[skip..]));
+    println!(
+        "pad {pad} {kind} batch {batch}: facade {fm:.2} ns, ring {rm:.2} ns, facade / ring {:.3}",
+        fm / rm
+    );
+}
