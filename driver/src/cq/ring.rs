@@ -9,23 +9,15 @@
 use mlx5_hal::{barrier, CursorRegion, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
 
 mod clean;
+mod cqe;
+
+use cqe::off;
+pub use cqe::{Cqe, CqeStatus, CqeView};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
 use mlx5_regs::doorbell::{cq_arm_doorbell, cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
 use mlx5_regs::CqeOpcode;
-
-/// Byte offsets inside a 64-byte CQE (docs/firmware.md §7.2, `struct mlx5_cqe64`).
-mod off {
-    pub const FLAGS_RQPN: usize = 0x18;
-    pub const SRQN: usize = 0x20;
-    pub const IMM: usize = 0x24;
-    pub const BYTE_CNT: usize = 0x2c;
-    pub const SYNDROME_WORD: usize = 0x34;
-    pub const QPN: usize = 0x38;
-    pub const WQE_COUNTER: usize = 0x3c;
-    pub const OP_OWN: usize = 0x3f;
-}
 
 /// Entries whose owner bytes the resize copy checks with one branch.
 const GROUP: usize = 8;
@@ -92,82 +84,6 @@ impl CqeSize {
     }
     const fn cqe_offset(self) -> usize {
         self.stride() - 64
-    }
-}
-
-/// Outcome of a completion, as the CQE reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CqeStatus {
-    /// The work request completed.
-    Success,
-    /// An error CQE (opcode REQ_ERR or RESP_ERR).
-    Error {
-        /// `syndrome` (docs/firmware.md §7.2 error syndromes, e.g. 0x01 local length).
-        syndrome: u8,
-        /// Vendor syndrome.
-        vendor_syndrome: u8,
-    },
-}
-
-/// One decoded CQE: every field the consumer needs, read once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cqe {
-    /// CQE opcode (`op_own` bits 7:4).
-    pub opcode: CqeOpcode,
-    /// Success or error with syndromes.
-    pub status: CqeStatus,
-    /// Bytes received (responder) or transferred.
-    pub byte_len: u32,
-    /// WQE index (SQ index for requester CQEs, SRQ WQE index for receives).
-    pub wqe_counter: u16,
-    /// QP number (24 bits): the sending QP of a requester CQE, the
-    /// receiving QP of a responder CQE.
-    pub qpn: u32,
-    /// Top byte of `sop_drop_qpn`: the send WQE opcode of a requester CQE
-    /// (`MLX5_OPCODE_*`), 0 for a responder CQE.
-    pub send_opcode: u8,
-    /// `flags_rqpn` bits 23:0: the sender's QP number of a responder CQE.
-    pub src_qpn: u32,
-    /// SRQ number (24 bits; meaningful for SRQ receives).
-    pub srqn: u32,
-    /// Immediate data / invalidated rkey (big-endian value as the CQE holds it).
-    pub imm: u32,
-}
-
-/// [`Cqe::EMPTY`].
-impl Default for Cqe {
-    fn default() -> Self {
-        Cqe::EMPTY
-    }
-}
-
-impl Cqe {
-    /// An all-zero CQE, handy to initialise output arrays
-    /// (also [`Cqe::default`]).
-    pub const EMPTY: Cqe = Cqe {
-        opcode: CqeOpcode(0),
-        status: CqeStatus::Success,
-        byte_len: 0,
-        wqe_counter: 0,
-        qpn: 0,
-        send_opcode: 0,
-        src_qpn: 0,
-        srqn: 0,
-        imm: 0,
-    };
-
-    /// True for a send-side completion (opcode REQ or REQ_ERR).
-    #[inline(always)]
-    pub fn is_requester(&self) -> bool {
-        self.opcode == CqeOpcode::REQ || self.opcode == CqeOpcode::REQ_ERR
-    }
-
-    /// The typed error of an error CQE, `None` for a successful one.
-    pub fn error(&self) -> Option<super::CqeError> {
-        match self.status {
-            CqeStatus::Success => None,
-            CqeStatus::Error { syndrome, .. } => Some(super::CqeError::from_syndrome(syndrome)),
-        }
     }
 }
 
@@ -314,34 +230,6 @@ impl<H: Hal> CqRing<H> {
         self.next_pass = ((ci >> self.log_nent) & 1) as u8;
     }
 
-    /// Decode the body of a software-owned CQE (after the read barrier):
-    /// every field read once.
-    #[inline(always)]
-    fn decode(w: &DmaWindow<'_, 64>, op_own: u8) -> Cqe {
-        let opcode = CqeOpcode(op_own >> 4);
-        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
-            let s = w.read_be32::<{ off::SYNDROME_WORD }>();
-            CqeStatus::Error {
-                syndrome: s as u8,
-                vendor_syndrome: (s >> 8) as u8,
-            }
-        } else {
-            CqeStatus::Success
-        };
-        let sop_drop_qpn = w.read_be32::<{ off::QPN }>();
-        Cqe {
-            opcode,
-            status,
-            byte_len: w.read_be32::<{ off::BYTE_CNT }>(),
-            wqe_counter: w.read_be16::<{ off::WQE_COUNTER }>(),
-            qpn: sop_drop_qpn & 0x00ff_ffff,
-            send_opcode: (sop_drop_qpn >> 24) as u8,
-            src_qpn: w.read_be32::<{ off::FLAGS_RQPN }>() & 0x00ff_ffff,
-            srqn: w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff,
-            imm: w.read_be32::<{ off::IMM }>(),
-        }
-    }
-
     /// Take the next CQE if software owns it: ownership check, one read
     /// barrier, then the body, every field read once through a window that
     /// was bounds-checked once. Does not publish the consumer index; call
@@ -356,7 +244,7 @@ impl<H: Hal> CqRing<H> {
         }
         // The body must not be read before the ownership byte (docs/firmware.md §5).
         barrier::dma_rmb();
-        let cqe = Self::decode(&w, op_own);
+        let cqe = CqeView::new(w, op_own).decode();
         self.set_ci(ci.wrapping_add(1));
         Some(cqe)
     }
@@ -374,16 +262,30 @@ impl<H: Hal> CqRing<H> {
     }
 
     /// Poll up to `max` CQEs, handing each to `f` as it is decoded (oldest
-    /// first, nothing staged); returns how many. The owner byte at the
-    /// consumer index is the first thing read, so an empty CQ costs one
-    /// load and compare; the consumer index is published in the doorbell
-    /// record once, at the end, and only when something was taken.
+    /// first, nothing staged); returns how many. As
+    /// [`CqRing::poll_each_view`], with every field read.
     #[inline(always)]
     pub fn poll_each(
         &mut self,
         dbr: &DoorbellRecord<H>,
         max: usize,
         mut f: impl FnMut(&Cqe),
+    ) -> usize {
+        self.poll_each_view(dbr, max, |v| f(&v.decode()))
+    }
+
+    /// Poll up to `max` CQEs, handing each to `f` in place (oldest first),
+    /// for a consumer that reads only the fields it needs; returns how
+    /// many. The owner byte at the consumer index is the first thing read,
+    /// so an empty CQ costs one load and compare; the consumer index is
+    /// published in the doorbell record once, at the end, and only when
+    /// something was taken.
+    #[inline(always)]
+    pub fn poll_each_view(
+        &mut self,
+        dbr: &DoorbellRecord<H>,
+        max: usize,
+        mut f: impl FnMut(CqeView<'_>),
     ) -> usize {
         // Loop invariants in locals; the consumer index lives in a register
         // and is stored once.
@@ -399,7 +301,7 @@ impl<H: Hal> CqRing<H> {
             }
             // The body must not be read before the ownership byte (docs/firmware.md §5).
             barrier::dma_rmb();
-            f(&Self::decode(&w, op_own));
+            f(CqeView::new(w, op_own));
             ci = ci.wrapping_add(1);
             n += 1;
         }
