@@ -154,7 +154,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     fn translate(&mut self, v: CqeView<'_>, out: &mut WorkCompletion) {
         let op = v.opcode();
         if op == CqeOpcode::REQ {
-            let c = v.decode();
+            let c = v.decode_requester();
             *out = WorkCompletion {
                 qp_num: c.qpn,
                 byte_len: c.byte_len,

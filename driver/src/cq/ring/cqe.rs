@@ -146,6 +146,32 @@ impl<'a> CqeView<'a> {
         self.w.read_be32::<{ off::IMM }>()
     }
 
+    /// The fields a requester CQE carries, each read once; `src_qpn`,
+    /// `srqn` and `imm` (a receive's) are not read and are 0.
+    #[inline(always)]
+    pub fn decode_requester(&self) -> Cqe {
+        let opcode = self.opcode();
+        let status = if opcode == CqeOpcode::REQ_ERR {
+            let s = self.w.read_be32::<{ off::SYNDROME_WORD }>();
+            CqeStatus::Error {
+                syndrome: s as u8,
+                vendor_syndrome: (s >> 8) as u8,
+            }
+        } else {
+            CqeStatus::Success
+        };
+        let sop_drop_qpn = self.sop_drop_qpn();
+        Cqe {
+            opcode,
+            status,
+            byte_len: self.byte_len(),
+            wqe_counter: self.wqe_counter(),
+            qpn: sop_drop_qpn & 0x00ff_ffff,
+            send_opcode: (sop_drop_qpn >> 24) as u8,
+            ..Cqe::EMPTY
+        }
+    }
+
     /// Every field, each read once.
     #[inline(always)]
     pub fn decode(&self) -> Cqe {
