@@ -66,8 +66,28 @@ fn free_wqe(ctx: &Ctx, srq: SrqHandle) -> u16 {
         .expect("a free WQE")
 }
 
+/// Everything in `cq`, polled `batch` at a time.
+fn poll_all(ctx: &mut Ctx, cq: CqHandle, batch: usize) -> Vec<WorkCompletion> {
+    let mut wc = vec![WorkCompletion::EMPTY; batch];
+    let mut got = Vec::new();
+    loop {
+        let n = ctx.poll_cq(cq, &mut wc).unwrap();
+        got.extend_from_slice(&wc[..n]);
+        if n == 0 {
+            return got;
+        }
+    }
+}
+
 #[test]
 fn a_receive_matched_by_the_route_gives_the_completion_the_general_path_would() {
+    // One per call has a path of its own.
+    for batch in [1, 3, 16] {
+        route_cases(batch);
+    }
+}
+
+fn route_cases(batch: usize) {
     let (dev, mut ctx) = open(Profile::ConnectX5);
     let p = Pair::unconnected(&dev, &mut ctx, QpCap::default());
     // A second SRQ, and a QP receiving on another CQ through it.
@@ -142,10 +162,8 @@ fn a_receive_matched_by_the_route_gives_the_completion_the_general_path_would() 
         put(CqeOpcode::RESP_SEND, qpn_a, srqn, w[7], 64, 0),
     ];
     write(&ctx, p.rcq, &cqes);
-    let mut wc = [WorkCompletion::EMPTY; 16];
-    let n = ctx.poll_cq(p.rcq, &mut wc).unwrap();
-    assert_eq!(n, cqes.len());
-    let got = &wc[..n];
+    let got = poll_all(&mut ctx, p.rcq, batch);
+    assert_eq!(got.len(), cqes.len(), "batch {batch}");
     let ok = |i: usize, wr_id, opcode, byte_len, imm, inv| {
         let e = WorkCompletion {
             wr_id,
@@ -158,7 +176,7 @@ fn a_receive_matched_by_the_route_gives_the_completion_the_general_path_would() 
             qp_num: qpn_a,
             srq_num: Some(srqn),
         };
-        assert_eq!(got[i], e, "CQE {i}");
+        assert_eq!(got[i], e, "CQE {i}, batch {batch}");
     };
     ok(0, 100, WcOpcode::Recv, 100, None, None);
     ok(1, 101, WcOpcode::Recv, 7, Some(0x1234_5678), None);
@@ -174,7 +192,7 @@ fn a_receive_matched_by_the_route_gives_the_completion_the_general_path_would() 
                 WorkCompletion::VENDOR_ERR_UNMATCHED,
                 Some(srq_num)
             ),
-            "CQE {i}"
+            "CQE {i}, batch {batch}"
         );
     };
     refused(4, 104, srqn);

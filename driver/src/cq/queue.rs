@@ -136,6 +136,12 @@ impl<H: Hal> Cq<H> {
         self.ring.poll_each(&self.dbr, max, f)
     }
 
+    /// Take at most one CQE, handed over in place; returns 0 or 1.
+    #[inline(always)]
+    pub fn poll_one_view(&mut self, f: impl FnOnce(CqeView<'_>)) -> usize {
+        self.ring.poll_one_view(&self.dbr, f)
+    }
+
     /// [`Cq::poll_each`] with each CQE handed over in place, for a consumer
     /// that reads only the fields it needs ([`CqeView`]).
     #[inline(always)]

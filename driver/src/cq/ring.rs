@@ -312,6 +312,25 @@ impl<H: Hal> CqRing<H> {
         n
     }
 
+    /// Take at most one CQE, handing it in place to `f`; returns 0 or 1.
+    /// [`CqRing::poll_each_view`] with `max` 1, without the loop: what a
+    /// consumer polling one completion per call runs.
+    #[inline(always)]
+    pub fn poll_one_view(&mut self, dbr: &DoorbellRecord<H>, f: impl FnOnce(CqeView<'_>)) -> usize {
+        let ci = self.consumer_index;
+        let w = self.buf.ring_entry(&self.cqes, ci);
+        let op_own = w.read_u8::<{ off::OP_OWN }>();
+        if !self.sw_owned(ci, op_own) {
+            return 0;
+        }
+        // The body must not be read before the ownership byte (docs/firmware.md §5).
+        barrier::dma_rmb();
+        f(CqeView::new(w, op_own));
+        self.set_ci(ci.wrapping_add(1));
+        self.update_doorbell(dbr);
+        1
+    }
+
     /// Publish the consumer index in the doorbell record. The reads of the
     /// consumed CQEs are ordered before this store, so the device cannot
     /// overwrite an entry still being read.

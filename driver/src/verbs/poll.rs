@@ -10,7 +10,8 @@ use super::numap::NumMap;
 use super::qp::QpEntry;
 use super::table::{Key, Table};
 use super::{
-    CqHandle, Errno, SrqEntry, SrqHandle, Verbs, VerbsStats, WcOpcode, WcStatus, WorkCompletion,
+    CqEntry, CqHandle, Errno, SrqEntry, SrqHandle, Verbs, VerbsStats, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use crate::cq::{Cqe, CqeStatus, CqeView};
 use crate::qp::{BadSendCqe, SendOpcode};
@@ -55,14 +56,21 @@ impl<
             return Ok(0);
         }
         // Out of line with four register arguments: the empty path above
-        // needs no stack frame.
-        Ok(self.poll_busy(cq, wc))
+        // needs no stack frame. One completion per call (a latency-bound
+        // loop) has its own path, with no loop to set up.
+        Ok(match wc {
+            [one] => self.poll_busy_one(cq, one),
+            _ => self.poll_busy(cq, wc),
+        })
     }
 
-    /// `poll_cq` once a CQE is waiting: each decoded straight into the
-    /// caller's next slot.
-    #[inline(never)]
-    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> usize {
+    /// The CQ's entry and, borrowed apart from it, what matching its CQEs
+    /// needs.
+    #[inline(always)]
+    fn split_for_poll(
+        &mut self,
+        cq: CqHandle,
+    ) -> Option<(&mut CqEntry<H>, Matcher<'_, H, QPS, SQ_WQEBBS, SRQS>)> {
         let Verbs {
             cqs,
             srqs,
@@ -72,16 +80,33 @@ impl<
             stats,
             ..
         } = self;
-        let Some(e) = cqs.get_mut(cq.0) else {
-            return 0;
-        };
-        let mut m = Matcher {
+        let e = cqs.get_mut(cq.0)?;
+        let m = Matcher {
             cq,
             qps,
             qpns,
             srqs,
             srqns,
             stats,
+        };
+        Some((e, m))
+    }
+
+    /// `poll_cq` of one completion once a CQE is waiting.
+    #[inline(never)]
+    fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
+        let Some((e, mut m)) = self.split_for_poll(cq) else {
+            return 0;
+        };
+        e.cq.poll_one_view(|v| m.translate(v, wc))
+    }
+
+    /// `poll_cq` once a CQE is waiting: each decoded straight into the
+    /// caller's next slot.
+    #[inline(never)]
+    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> usize {
+        let Some((e, mut m)) = self.split_for_poll(cq) else {
+            return 0;
         };
         let mut slots = wc.iter_mut();
         e.cq.poll_each_view(slots.len(), |v| {
