@@ -6,7 +6,7 @@
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
-use mlx5_hal::{barrier, CursorRegion, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingRegion};
 
 mod clean;
 mod cqe;
@@ -93,16 +93,15 @@ impl CqeSize {
 /// CQE in that slot belongs to software when its opcode is not INVALID and its
 /// owner bit equals `(ci >> log_nent) & 1` (docs/firmware.md §7.2).
 pub struct CqRing<H: Hal> {
-    /// The ring's region; its cursor is the owner byte at the consumer
-    /// index (kept with `consumer_index` by `set_ci`), checked when it
-    /// moves, so the empty poll is one unchecked byte load and a compare.
-    buf: CursorRegion<H>,
+    /// The ring's region with the 64-byte CQE of each entry (`base` + the
+    /// CQE's offset in its entry, one per stride) laid out in it, checked
+    /// once: the hot paths' address arithmetic is a mask, a shift and an
+    /// add. Its cursor is the owner byte at the consumer index (kept with
+    /// `consumer_index` by `set_ci`), checked when it moves, so the empty
+    /// poll is one unchecked byte load and a compare.
+    buf: RingRegion<H, 64>,
     /// Offset of entry 0 in `buf` (aligned to the firmware page size).
     base: usize,
-    /// Where the 64-byte CQE of each entry is (`base` + the CQE's offset
-    /// in its entry, one per stride), checked against `buf` once: the hot
-    /// paths' address arithmetic is a mask, a shift and an add.
-    cqes: RingLayout<64>,
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
@@ -134,15 +133,12 @@ impl<H: Hal> CqRing<H> {
         let len = (1usize << log_nent) * cqe_size.stride();
         let (buf, base, pages) = alloc_paged(hal, len, max_pages)?;
         let stride_log = cqe_size.stride().trailing_zeros() as u8;
-        let cqes = buf
-            .ring_layout::<64>(base + cqe_size.cqe_offset(), log_nent, stride_log)
+        let mut buf = RingRegion::new(buf, base + cqe_size.cqe_offset(), log_nent, stride_log)
             .ok_or(HalError::InvalidRequest)?;
-        let mut buf = CursorRegion::new(buf).ok_or(HalError::InvalidRequest)?;
-        buf.set_cursor(cqes.offset(0) + off::OP_OWN);
+        buf.set_cursor(buf.layout().offset(0) + off::OP_OWN);
         let ring = CqRing {
             buf,
             base,
-            cqes,
             log_nent,
             cqe_size,
             consumer_index: 0,
@@ -155,7 +151,7 @@ impl<H: Hal> CqRing<H> {
     fn init_all(&self) {
         for i in 0..self.nent() as u32 {
             self.buf
-                .ring_entry(&self.cqes, i)
+                .entry(i)
                 .write_u8::<{ off::OP_OWN }>(CQE_OP_OWN_INIT);
         }
     }
@@ -194,13 +190,13 @@ impl<H: Hal> CqRing<H> {
     /// Byte offset of the 64-byte CQE for running index `index`.
     #[inline(always)]
     fn base_of(&self, index: u32) -> usize {
-        self.cqes.offset(index)
+        self.buf.layout().offset(index)
     }
 
     /// The 64-byte CQE of running index `index`.
     #[inline(always)]
     fn entry(&self, index: u32) -> DmaWindow<'_, 64> {
-        self.buf.ring_entry(&self.cqes, index)
+        self.buf.entry(index)
     }
 
     /// Is the CQE at running index `index` owned by software?
@@ -226,7 +222,8 @@ impl<H: Hal> CqRing<H> {
     #[inline(always)]
     fn set_ci(&mut self, ci: u32) {
         self.consumer_index = ci;
-        self.buf.set_cursor(self.cqes.offset(ci) + off::OP_OWN);
+        self.buf
+            .set_cursor(self.buf.layout().offset(ci) + off::OP_OWN);
         self.next_pass = ((ci >> self.log_nent) & 1) as u8;
     }
 
@@ -290,11 +287,10 @@ impl<H: Hal> CqRing<H> {
         // Loop invariants in locals; the consumer index lives in a register
         // and is stored once.
         let log = self.log_nent as u32;
-        let cqes = self.cqes;
         let mut ci = self.consumer_index;
         let mut n = 0;
         while n < max {
-            let w = self.buf.ring_entry(&cqes, ci);
+            let w = self.buf.entry(ci);
             let op_own = w.read_u8::<{ off::OP_OWN }>();
             if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
                 break;
@@ -318,7 +314,7 @@ impl<H: Hal> CqRing<H> {
     #[inline(always)]
     pub fn poll_one_view(&mut self, dbr: &DoorbellRecord<H>, f: impl FnOnce(CqeView<'_>)) -> usize {
         let ci = self.consumer_index;
-        let w = self.buf.ring_entry(&self.cqes, ci);
+        let w = self.buf.entry(ci);
         let op_own = w.read_u8::<{ off::OP_OWN }>();
         if !self.sw_owned(ci, op_own) {
             return 0;
