@@ -28,11 +28,12 @@ for dirpath, dirnames, filenames in os.walk(root):
     bench_dir = os.path.dirname(dirpath)
     rel = os.path.relpath(bench_dir, root).split(os.sep)
     # "driver" rows have one baseline; "facade" rows (the verbs facade) are
-    # compared with both the ring API ("ring") and the raw loop ("raw").
+    # compared with the ring API ("ring"), the ring API with the facade's
+    # checks ("checked", where measured) and the raw loop ("raw").
     who = "driver" if "driver" in rel else "facade" if "facade" in rel else None
     if who is None:
         continue
-    bases = ("raw", "plain_copy", "model") if who == "driver" else ("ring", "raw")
+    bases = ("raw", "plain_copy", "model") if who == "driver" else ("ring", "checked", "raw")
     found = False
     for base in bases:
         raw_dir = os.path.join(root, *[base if p == who else p for p in rel])

@@ -2,11 +2,13 @@
 //! loop, in the same run, on the same platform (rings in the model's DMA
 //! memory; the benchmark plays the device by storing CQEs):
 //! - `facade_poll_empty/{facade,ring,raw}`: one poll of an empty CQ;
-//! - `facade_poll/cq_2^k/{facade,ring,raw}/B`: receive completions polled
-//!   B at a time (ring: `CqRing::poll` + `SrqRing::complete`);
+//! - `facade_poll/cq_2^k/{facade,ring,checked,raw}/B`: receive completions
+//!   polled B at a time (ring: `CqRing::poll` + `SrqRing::complete`;
+//!   checked: the ring API with the facade's checks for one known QP and
+//!   SRQ, `mlx5_bench::facade::complete_checked`);
 //! - `facade_post/{n}_sge/{k}_per_call/{facade,ring,raw}`: receive posts,
 //!   k requests per call (ring: `SrqRing::post_list`);
-//! - `facade_recv_loop/{facade,ring,raw}/B`: poll B, repost B;
+//! - `facade_recv_loop/{facade,ring,checked,raw}/B`: poll B, repost B;
 //! - `facade_send/{1_sge,4_sge,inline_64}/{k}_per_call/{facade,ring,raw}`:
 //!   signaled SENDs, k per call (ring: `Qp::post_send`);
 //! - `facade_send_poll/{facade,ring,raw}/B`: requester completions polled
@@ -19,7 +21,9 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mlx5_bench::facade::{raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig};
+use mlx5_bench::facade::{
+    complete_checked, raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig,
+};
 use mlx5_bench::facade_send::{write_req_cqes, RawSq, RingSendRig, SendRig, SEND_WR};
 use mlx5_bench::RawSrq;
 use mlx5_driver::cq::Cqe;
@@ -136,6 +140,36 @@ fn poll_batches(c: &mut Criterion) {
                             let k = r.cq.poll(&r.dbr, &mut out);
                             for c in &out[..k] {
                                 black_box(r.srq.complete(c.wqe_counter).unwrap());
+                            }
+                            black_box(&out[..k]);
+                            got += k;
+                        }
+                        total += t.elapsed();
+                    }
+                    total
+                });
+            });
+            g.bench_with_input(BenchmarkId::new("checked", batch), &batch, |b, &batch| {
+                let rig = Rig::new(1, 1, 1);
+                let hal = rig.dev.hal();
+                let geo = SrqGeometry::for_request(wr as usize, 1).unwrap();
+                let mut r = RingRig::new(&hal, log_cq, geo);
+                let mut out = vec![Cqe::EMPTY; batch];
+                let mut wqe = 0u32;
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        ring_fill(&mut r, n, &sge);
+                        let ci = r.cq.consumer_index();
+                        write_recv_cqes(&r.cq, ci, rig.qpn, rig.srqn, wqe, wr + 1, n);
+                        wqe = (wqe + wr) % (wr + 1);
+                        let t = Instant::now();
+                        let mut got = 0;
+                        while got < n {
+                            let k = r.cq.poll(&r.dbr, &mut out);
+                            for c in &out[..k] {
+                                let id = complete_checked(&mut r.srq, c, rig.qpn, rig.srqn);
+                                black_box(id.unwrap());
                             }
                             black_box(&out[..k]);
                             got += k;
@@ -338,6 +372,37 @@ fn recv_loop(c: &mut Criterion) {
                         let k = r.cq.poll(&r.dbr, &mut out);
                         for c in &out[..k] {
                             black_box(r.srq.complete(c.wqe_counter).unwrap());
+                        }
+                        r.srq
+                            .post_list((0..k as u64).map(|i| (i, &sge[..])))
+                            .unwrap();
+                        got += k;
+                    }
+                    total += t.elapsed();
+                }
+                total
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("checked", batch), &batch, |b, &batch| {
+            let rig = Rig::new(1, 1, 1);
+            let geo = SrqGeometry::for_request(WR as usize, 1).unwrap();
+            let mut r = RingRig::new(&rig.dev.hal(), 8, geo);
+            ring_fill(&mut r, WR as usize, &sge);
+            let mut out = vec![Cqe::EMPTY; batch];
+            let mut wqe = 0u32;
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let ci = r.cq.consumer_index();
+                    write_recv_cqes(&r.cq, ci, rig.qpn, rig.srqn, wqe, WR + 1, P);
+                    wqe = (wqe + P as u32) % (WR + 1);
+                    let t = Instant::now();
+                    let mut got = 0;
+                    while got < P {
+                        let k = r.cq.poll(&r.dbr, &mut out);
+                        for c in &out[..k] {
+                            let id = complete_checked(&mut r.srq, c, rig.qpn, rig.srqn);
+                            black_box(id.unwrap());
                         }
                         r.srq
                             .post_list((0..k as u64).map(|i| (i, &sge[..])))

@@ -1,7 +1,9 @@
 //! Instruction-count probe for `poll_cq`: the verbs facade, the ring API
 //! (`CqRing::poll` + `SrqRing::complete`) and the raw loop, each on an
 //! empty CQ and at batch 1 with one receive CQE waiting, and the facade and
-//! the ring API polling 16 at a time (`facade_b16`, `ring_b16`: per CQE)
+//! the ring API polling 16 at a time (`facade_b16`, `ring_b16`: per CQE),
+//! and the ring API with the facade's checks for one known QP and SRQ
+//! (`checked_one`, `checked_b16`; `mlx5_bench::facade::complete_checked`)
 //! (the code the `facade` benchmark times), for machines whose timers are
 //! too noisy:
 //!
@@ -9,7 +11,7 @@
 //! cargo build --release -p mlx5-bench --example profile_poll
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
 //!     target/release/examples/profile_poll
-//! callgrind_annotate --inclusive=yes /tmp/cg.out | grep -E '(facade|ring|raw)_(empty|one|b16)'
+//! callgrind_annotate --inclusive=yes /tmp/cg.out | grep -E '(facade|ring|checked|raw)_(empty|one|b16)'
 //! ```
 //!
 //! Each probed function is `#[inline(never)]`; the empty and batch-1
@@ -18,7 +20,9 @@
 
 use std::hint::black_box;
 
-use mlx5_bench::facade::{raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig};
+use mlx5_bench::facade::{
+    complete_checked, raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig,
+};
 use mlx5_driver::cq::Cqe;
 use mlx5_driver::srq::{Sge, SrqGeometry};
 use mlx5_driver::verbs::{RecvWr, WorkCompletion};
@@ -65,6 +69,27 @@ fn ring_b16(r: &mut RingRig<SimHal>, out: &mut [Cqe; 16], wr_id: &mut [u64; 16])
 }
 
 #[inline(never)]
+fn checked_one(r: &mut RingRig<SimHal>, out: &mut [Cqe; 1], ids: (u32, u32)) -> u64 {
+    let n = r.cq.poll(&r.dbr, out);
+    assert_eq!(n, 1);
+    complete_checked(&mut r.srq, &out[0], ids.0, ids.1).unwrap()
+}
+
+#[inline(never)]
+fn checked_b16(
+    r: &mut RingRig<SimHal>,
+    out: &mut [Cqe; 16],
+    wr_id: &mut [u64; 16],
+    ids: (u32, u32),
+) -> usize {
+    let n = r.cq.poll(&r.dbr, out);
+    for (c, w) in out[..n].iter().zip(wr_id.iter_mut()) {
+        *w = complete_checked(&mut r.srq, c, ids.0, ids.1).unwrap();
+    }
+    n
+}
+
+#[inline(never)]
 fn raw_empty_probe(ring: *const u8, log: u32, ci: u32) -> bool {
     // SAFETY: the caller passes the live ring of a `RingRig` of 2^log CQEs.
     unsafe { raw_empty(ring, log, ci) }
@@ -90,6 +115,8 @@ fn main() {
     let hal = rig.dev.hal();
     let geo = SrqGeometry::for_request(WR as usize, 1).unwrap();
     let mut ring = RingRig::new(&hal, LOG, geo);
+    let mut cring = RingRig::new(&hal, LOG, geo);
+    let mut c_wqe = 0u32;
     let raw_ring = RingRig::new(&hal, LOG, geo);
     let raw_dbr = mlx5_hal::Hal::alloc_dma(&hal, 8).unwrap();
     let wrids: Vec<u64> = (0..geo.wqe_cnt() as u64).collect();
@@ -188,6 +215,27 @@ fn main() {
         }
         while r < WR as usize {
             r += ring_b16(&mut ring, &mut out16, &mut ids16);
+            black_box(&ids16);
+        }
+        // The ring API with the facade's checks: batch 1, then batch 16.
+        let ids = (rig.qpn, rig.srqn);
+        let mut fill = |cring: &mut RingRig<SimHal>| {
+            for i in 0..WR {
+                cring.srq.post(i as u64, &sge).unwrap();
+            }
+            cring.srq.ring_doorbell();
+            let ci = cring.cq.consumer_index();
+            write_recv_cqes(&cring.cq, ci, ids.0, ids.1, c_wqe, WR + 1, WR as usize);
+            c_wqe = (c_wqe + WR) % (WR + 1);
+        };
+        fill(&mut cring);
+        for _ in 0..WR {
+            black_box(checked_one(&mut cring, &mut out, ids));
+        }
+        fill(&mut cring);
+        let mut c = 0;
+        while c < WR as usize {
+            c += checked_b16(&mut cring, &mut out16, &mut ids16, ids);
             black_box(&ids16);
         }
     }

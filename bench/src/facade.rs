@@ -6,11 +6,12 @@
 //! The model is only used to create the objects (firmware commands); the
 //! timed loops touch ring memory alone, as on a card.
 
-use mlx5_driver::cq::{CqRing, CqeSize, DoorbellRecord};
+use mlx5_driver::cq::{CqRing, Cqe, CqeSize, CqeStatus, DoorbellRecord};
 use mlx5_driver::srq::{SrqGeometry, SrqRing};
 use mlx5_driver::verbs::{CqHandle, QpCap, QpHandle, QpInitAttr, SrqHandle, SrqInitAttr, Verbs};
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::Hal;
+use mlx5_regs::CqeOpcode;
 use mlx5_sim::{Device, SimConfig, SimHal};
 
 /// The verbs context the benchmarks use (default table sizes).
@@ -151,6 +152,31 @@ impl<H: Hal> RingRig<H> {
             srq: SrqRing::new(hal, geo).expect("DMA"),
         }
     }
+}
+
+/// A receive CQE through the ring API by a consumer that checks what the
+/// verbs facade checks, for one QP and its SRQ known in advance: a
+/// successful receive opcode, the QP and SRQ numbers, the WQE posted
+/// ([`SrqRing::complete_wqe`]) and the byte count within its buffers (none
+/// for RDMA WRITE with immediate, which scatters nothing). The `wr_id`, or
+/// `None` when a check fails. What the facade does beyond this is find the
+/// QP and its SRQ by number among all of its objects, and fill a
+/// `WorkCompletion`.
+#[inline(always)]
+pub fn complete_checked<H: Hal>(srq: &mut SrqRing<H>, c: &Cqe, qpn: u32, srqn: u32) -> Option<u64> {
+    let recv = matches!(
+        c.opcode,
+        CqeOpcode::RESP_SEND
+            | CqeOpcode::RESP_SEND_IMM
+            | CqeOpcode::RESP_SEND_INV
+            | CqeOpcode::RESP_WR_IMM
+    );
+    if !recv || c.status != CqeStatus::Success || c.qpn != qpn || c.srqn != srqn {
+        return None;
+    }
+    let done = srq.complete_wqe(c.wqe_counter).ok()?;
+    let fits = c.opcode == CqeOpcode::RESP_WR_IMM || c.byte_len as u64 <= done.capacity;
+    fits.then_some(done.wr_id)
 }
 
 /// What the raw baseline hands back per completion (the fields a

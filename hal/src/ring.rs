@@ -7,7 +7,9 @@
 //! mask can produce lies inside the region and is aligned, so an access is
 //! the mask, a shift and an add, and the one check left
 //! ([`DmaRegion::ring_entry`]: the layout's end against the region's
-//! length) does not depend on the index and leaves the loop.
+//! length) does not depend on the index. A [`RingRegion`] owns its region
+//! and holds the layout checked against it, so not even that check is
+//! left.
 
 use crate::dma::{DmaRegion, DmaWindow};
 use crate::Hal;
@@ -104,26 +106,65 @@ impl<H: Hal> DmaRegion<H> {
     }
 }
 
-/// A DMA region with one byte offset in it (a cursor) that is checked when
-/// it is set and read without a check: a ring's owner byte at its consumer
-/// index, polled many times for each time the index moves. Dereferences to
-/// the region for every other access.
-pub struct CursorRegion<H: Hal> {
+/// A DMA region that holds a ring: the region with a [`RingLayout`] checked
+/// against it once, when made, so [`RingRegion::entry`] has no check at all
+/// (the mask, a shift and an add). It also keeps one byte offset, a cursor,
+/// checked when it is set and read with no check: a ring's owner byte at
+/// its consumer index, polled many times for each time the index moves.
+/// Dereferences to the region for every other access.
+pub struct RingRegion<H: Hal, const N: usize> {
     region: DmaRegion<H>,
+    /// Fits `region` (checked by `new`; neither changes afterwards).
+    layout: RingLayout<N>,
     /// Always `< region.len()` (checked by `new` and `set_cursor`).
     cursor: usize,
 }
 
-impl<H: Hal> CursorRegion<H> {
-    /// Wrap `region` with the cursor at byte 0; `None` for an empty region.
-    pub fn new(region: DmaRegion<H>) -> Option<Self> {
-        (!region.is_empty()).then_some(CursorRegion { region, cursor: 0 })
+impl<H: Hal, const N: usize> RingRegion<H, N> {
+    /// The ring of `2^log_entries` windows of `N` bytes in `region`, the
+    /// first at `first`, `2^log_stride` bytes apart, with the cursor at
+    /// byte 0. `None` when it does not fit (the rules of
+    /// [`DmaRegion::ring_layout`]).
+    pub fn new(
+        region: DmaRegion<H>,
+        first: usize,
+        log_entries: u8,
+        log_stride: u8,
+    ) -> Option<Self> {
+        let layout = region.ring_layout::<N>(first, log_entries, log_stride)?;
+        // A layout that fits holds at least N > 0 bytes: byte 0 is inside.
+        Some(RingRegion {
+            region,
+            layout,
+            cursor: 0,
+        })
     }
 
     /// The region.
     #[inline(always)]
     pub fn region(&self) -> &DmaRegion<H> {
         &self.region
+    }
+
+    /// The ring's layout.
+    #[inline(always)]
+    pub fn layout(&self) -> &RingLayout<N> {
+        &self.layout
+    }
+
+    /// The window of entry `index & layout().mask()`: no check.
+    #[inline(always)]
+    pub fn entry(&self, index: u32) -> DmaWindow<'_, N> {
+        let off = self.layout.offset(index);
+        // SAFETY: `off + N <= first + (mask << shift) + N = end <= len`:
+        // the index is masked, `end` was computed without overflow when the
+        // layout was made, and `new` checked it against this region's
+        // length; the private layout never changes and neither does a
+        // region's length. So the window lies inside the region, which the
+        // borrow of `self` keeps alive. `first` and the stride are
+        // multiples of 8 (or the ring has one entry), and regions are page
+        // aligned, so the window is 8-byte aligned.
+        unsafe { DmaWindow::from_ptr(self.region.as_ptr().add(off)) }
     }
 
     /// Move the cursor to byte `offset`. Panics when it lies outside the
@@ -145,16 +186,16 @@ impl<H: Hal> CursorRegion<H> {
     /// Read the byte at the cursor: no check.
     #[inline(always)]
     pub fn read_cursor_u8(&self) -> u8 {
-        // SAFETY: `cursor < len` holds from `new` (0 in a non-empty
-        // region) and `set_cursor` (checked), the only writers of the
-        // private fields, and a region's length never changes; the byte
-        // lies inside memory the platform keeps valid for volatile access
-        // while the region (borrowed through `self`) lives.
+        // SAFETY: `cursor < len` holds from `new` (0, and a ring that fits
+        // makes the region non-empty) and `set_cursor` (checked), the only
+        // writers of the private fields, and a region's length never
+        // changes; the byte lies inside memory the platform keeps valid for
+        // volatile access while the region (borrowed through `self`) lives.
         unsafe { self.region.as_ptr().add(self.cursor).read_volatile() }
     }
 }
 
-impl<H: Hal> core::ops::Deref for CursorRegion<H> {
+impl<H: Hal, const N: usize> core::ops::Deref for RingRegion<H, N> {
     type Target = DmaRegion<H>;
     #[inline(always)]
     fn deref(&self) -> &DmaRegion<H> {
@@ -228,11 +269,30 @@ mod tests {
     }
 
     #[test]
+    fn a_ring_region_refuses_a_ring_that_does_not_fit_and_reaches_every_entry() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        assert!(super::RingRegion::<_, 64>::new(r, 8, 6, 6).is_none());
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let ring = super::RingRegion::<_, 16>::new(r, 64, 3, 5).unwrap();
+        assert_eq!(ring.layout().entries(), 8);
+        for i in 0..20u32 {
+            ring.entry(i).write_be32::<12>(i);
+            assert_eq!(ring.read_be32(64 + (i as usize % 8) * 32 + 12), i);
+        }
+        // The last entry ends at the region's last byte.
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let ring = super::RingRegion::<_, 64>::new(r, 0, 6, 6).unwrap();
+        ring.entry(63).write_u8::<63>(0x5a);
+        assert_eq!(ring.read_u8(PAGE_SIZE - 1), 0x5a);
+    }
+
+    #[test]
     fn a_cursor_is_checked_when_set_and_reads_its_byte() {
         let r = hal().alloc_dma(PAGE_SIZE).unwrap();
         r.write_u8(PAGE_SIZE - 1, 0xa5);
         r.write_u8(7, 0x3c);
-        let mut c = super::CursorRegion::new(r).unwrap();
+        let mut c = super::RingRegion::<_, 64>::new(r, 0, 6, 6).unwrap();
         assert_eq!(c.cursor(), 0);
         c.set_cursor(PAGE_SIZE - 1);
         assert_eq!(c.read_cursor_u8(), 0xa5);
@@ -245,6 +305,8 @@ mod tests {
     #[should_panic(expected = "outside a region")]
     fn a_cursor_past_the_end_panics_when_set() {
         let r = hal().alloc_dma(PAGE_SIZE).unwrap();
-        super::CursorRegion::new(r).unwrap().set_cursor(PAGE_SIZE);
+        super::RingRegion::<_, 8>::new(r, 0, 0, 0)
+            .unwrap()
+            .set_cursor(PAGE_SIZE);
     }
 }

@@ -6,7 +6,7 @@ use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
 use super::moderation::{self, CqModeration, CqPeriodMode};
-use super::ring::{CqRing, Cqe, CqeSize, DoorbellRecord};
+use super::ring::{CqRing, Cqe, CqeSize, CqeView, DoorbellRecord};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
@@ -134,6 +134,19 @@ impl<H: Hal> Cq<H> {
     #[inline(always)]
     pub fn poll_each(&mut self, max: usize, f: impl FnMut(&Cqe)) -> usize {
         self.ring.poll_each(&self.dbr, max, f)
+    }
+
+    /// Take at most one CQE, handed over in place; returns 0 or 1.
+    #[inline(always)]
+    pub fn poll_one_view(&mut self, f: impl FnOnce(CqeView<'_>)) -> usize {
+        self.ring.poll_one_view(&self.dbr, f)
+    }
+
+    /// [`Cq::poll_each`] with each CQE handed over in place, for a consumer
+    /// that reads only the fields it needs ([`CqeView`]).
+    #[inline(always)]
+    pub fn poll_each_view(&mut self, max: usize, f: impl FnMut(CqeView<'_>)) -> usize {
+        self.ring.poll_each_view(&self.dbr, max, f)
     }
 
     /// Take one completion (the consumer index is published at once).

@@ -6,26 +6,18 @@
 //! doorbell record) and, for arming, one UAR doorbell. Firmware commands
 //! (CREATE_CQ, MODIFY_CQ, DESTROY_CQ) are issued by [`super`].
 
-use mlx5_hal::{barrier, CursorRegion, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingRegion};
 
 mod clean;
+mod cqe;
+
+use cqe::off;
+pub use cqe::{Cqe, CqeStatus, CqeView};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
 use mlx5_regs::doorbell::{cq_arm_doorbell, cq_arm_word, CQ_ARM_NEXT, CQ_ARM_SOLICITED};
 use mlx5_regs::CqeOpcode;
-
-/// Byte offsets inside a 64-byte CQE (docs/firmware.md §7.2, `struct mlx5_cqe64`).
-mod off {
-    pub const FLAGS_RQPN: usize = 0x18;
-    pub const SRQN: usize = 0x20;
-    pub const IMM: usize = 0x24;
-    pub const BYTE_CNT: usize = 0x2c;
-    pub const SYNDROME_WORD: usize = 0x34;
-    pub const QPN: usize = 0x38;
-    pub const WQE_COUNTER: usize = 0x3c;
-    pub const OP_OWN: usize = 0x3f;
-}
 
 /// Entries whose owner bytes the resize copy checks with one branch.
 const GROUP: usize = 8;
@@ -95,98 +87,21 @@ impl CqeSize {
     }
 }
 
-/// Outcome of a completion, as the CQE reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CqeStatus {
-    /// The work request completed.
-    Success,
-    /// An error CQE (opcode REQ_ERR or RESP_ERR).
-    Error {
-        /// `syndrome` (docs/firmware.md §7.2 error syndromes, e.g. 0x01 local length).
-        syndrome: u8,
-        /// Vendor syndrome.
-        vendor_syndrome: u8,
-    },
-}
-
-/// One decoded CQE: every field the consumer needs, read once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cqe {
-    /// CQE opcode (`op_own` bits 7:4).
-    pub opcode: CqeOpcode,
-    /// Success or error with syndromes.
-    pub status: CqeStatus,
-    /// Bytes received (responder) or transferred.
-    pub byte_len: u32,
-    /// WQE index (SQ index for requester CQEs, SRQ WQE index for receives).
-    pub wqe_counter: u16,
-    /// QP number (24 bits): the sending QP of a requester CQE, the
-    /// receiving QP of a responder CQE.
-    pub qpn: u32,
-    /// Top byte of `sop_drop_qpn`: the send WQE opcode of a requester CQE
-    /// (`MLX5_OPCODE_*`), 0 for a responder CQE.
-    pub send_opcode: u8,
-    /// `flags_rqpn` bits 23:0: the sender's QP number of a responder CQE.
-    pub src_qpn: u32,
-    /// SRQ number (24 bits; meaningful for SRQ receives).
-    pub srqn: u32,
-    /// Immediate data / invalidated rkey (big-endian value as the CQE holds it).
-    pub imm: u32,
-}
-
-/// [`Cqe::EMPTY`].
-impl Default for Cqe {
-    fn default() -> Self {
-        Cqe::EMPTY
-    }
-}
-
-impl Cqe {
-    /// An all-zero CQE, handy to initialise output arrays
-    /// (also [`Cqe::default`]).
-    pub const EMPTY: Cqe = Cqe {
-        opcode: CqeOpcode(0),
-        status: CqeStatus::Success,
-        byte_len: 0,
-        wqe_counter: 0,
-        qpn: 0,
-        send_opcode: 0,
-        src_qpn: 0,
-        srqn: 0,
-        imm: 0,
-    };
-
-    /// True for a send-side completion (opcode REQ or REQ_ERR).
-    #[inline(always)]
-    pub fn is_requester(&self) -> bool {
-        self.opcode == CqeOpcode::REQ || self.opcode == CqeOpcode::REQ_ERR
-    }
-
-    /// The typed error of an error CQE, `None` for a successful one.
-    pub fn error(&self) -> Option<super::CqeError> {
-        match self.status {
-            CqeStatus::Success => None,
-            CqeStatus::Error { syndrome, .. } => Some(super::CqeError::from_syndrome(syndrome)),
-        }
-    }
-}
-
 /// A CQ buffer in DMA memory with its software consumer index.
 ///
 /// `consumer_index` is a free-running counter; slot = `ci & (nent - 1)`, and a
 /// CQE in that slot belongs to software when its opcode is not INVALID and its
 /// owner bit equals `(ci >> log_nent) & 1` (docs/firmware.md §7.2).
 pub struct CqRing<H: Hal> {
-    /// The ring's region; its cursor is the owner byte at the consumer
-    /// index (kept with `consumer_index` by `set_ci`), checked when it
-    /// moves, so the empty poll is one unchecked byte load and a compare.
-    buf: CursorRegion<H>,
+    /// The ring's region with the 64-byte CQE of each entry (`base` + the
+    /// CQE's offset in its entry, one per stride) laid out in it, checked
+    /// once: the hot paths' address arithmetic is a mask, a shift and an
+    /// add. Its cursor is the owner byte at the consumer index (kept with
+    /// `consumer_index` by `set_ci`), checked when it moves, so the empty
+    /// poll is one unchecked byte load and a compare.
+    buf: RingRegion<H, 64>,
     /// Offset of entry 0 in `buf` (aligned to the firmware page size).
     base: usize,
-    /// Where the 64-byte CQE of each entry is (`base` + the CQE's offset
-    /// in its entry, one per stride), checked against `buf` once: the hot
-    /// paths' address arithmetic is a mask, a shift and an add.
-    cqes: RingLayout<64>,
     log_nent: u8,
     cqe_size: CqeSize,
     consumer_index: u32,
@@ -218,15 +133,12 @@ impl<H: Hal> CqRing<H> {
         let len = (1usize << log_nent) * cqe_size.stride();
         let (buf, base, pages) = alloc_paged(hal, len, max_pages)?;
         let stride_log = cqe_size.stride().trailing_zeros() as u8;
-        let cqes = buf
-            .ring_layout::<64>(base + cqe_size.cqe_offset(), log_nent, stride_log)
+        let mut buf = RingRegion::new(buf, base + cqe_size.cqe_offset(), log_nent, stride_log)
             .ok_or(HalError::InvalidRequest)?;
-        let mut buf = CursorRegion::new(buf).ok_or(HalError::InvalidRequest)?;
-        buf.set_cursor(cqes.offset(0) + off::OP_OWN);
+        buf.set_cursor(buf.layout().offset(0) + off::OP_OWN);
         let ring = CqRing {
             buf,
             base,
-            cqes,
             log_nent,
             cqe_size,
             consumer_index: 0,
@@ -239,7 +151,7 @@ impl<H: Hal> CqRing<H> {
     fn init_all(&self) {
         for i in 0..self.nent() as u32 {
             self.buf
-                .ring_entry(&self.cqes, i)
+                .entry(i)
                 .write_u8::<{ off::OP_OWN }>(CQE_OP_OWN_INIT);
         }
     }
@@ -278,13 +190,13 @@ impl<H: Hal> CqRing<H> {
     /// Byte offset of the 64-byte CQE for running index `index`.
     #[inline(always)]
     fn base_of(&self, index: u32) -> usize {
-        self.cqes.offset(index)
+        self.buf.layout().offset(index)
     }
 
     /// The 64-byte CQE of running index `index`.
     #[inline(always)]
     fn entry(&self, index: u32) -> DmaWindow<'_, 64> {
-        self.buf.ring_entry(&self.cqes, index)
+        self.buf.entry(index)
     }
 
     /// Is the CQE at running index `index` owned by software?
@@ -310,36 +222,9 @@ impl<H: Hal> CqRing<H> {
     #[inline(always)]
     fn set_ci(&mut self, ci: u32) {
         self.consumer_index = ci;
-        self.buf.set_cursor(self.cqes.offset(ci) + off::OP_OWN);
+        self.buf
+            .set_cursor(self.buf.layout().offset(ci) + off::OP_OWN);
         self.next_pass = ((ci >> self.log_nent) & 1) as u8;
-    }
-
-    /// Decode the body of a software-owned CQE (after the read barrier):
-    /// every field read once.
-    #[inline(always)]
-    fn decode(w: &DmaWindow<'_, 64>, op_own: u8) -> Cqe {
-        let opcode = CqeOpcode(op_own >> 4);
-        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
-            let s = w.read_be32::<{ off::SYNDROME_WORD }>();
-            CqeStatus::Error {
-                syndrome: s as u8,
-                vendor_syndrome: (s >> 8) as u8,
-            }
-        } else {
-            CqeStatus::Success
-        };
-        let sop_drop_qpn = w.read_be32::<{ off::QPN }>();
-        Cqe {
-            opcode,
-            status,
-            byte_len: w.read_be32::<{ off::BYTE_CNT }>(),
-            wqe_counter: w.read_be16::<{ off::WQE_COUNTER }>(),
-            qpn: sop_drop_qpn & 0x00ff_ffff,
-            send_opcode: (sop_drop_qpn >> 24) as u8,
-            src_qpn: w.read_be32::<{ off::FLAGS_RQPN }>() & 0x00ff_ffff,
-            srqn: w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff,
-            imm: w.read_be32::<{ off::IMM }>(),
-        }
     }
 
     /// Take the next CQE if software owns it: ownership check, one read
@@ -356,7 +241,7 @@ impl<H: Hal> CqRing<H> {
         }
         // The body must not be read before the ownership byte (docs/firmware.md §5).
         barrier::dma_rmb();
-        let cqe = Self::decode(&w, op_own);
+        let cqe = CqeView::new(w, op_own).decode();
         self.set_ci(ci.wrapping_add(1));
         Some(cqe)
     }
@@ -374,10 +259,8 @@ impl<H: Hal> CqRing<H> {
     }
 
     /// Poll up to `max` CQEs, handing each to `f` as it is decoded (oldest
-    /// first, nothing staged); returns how many. The owner byte at the
-    /// consumer index is the first thing read, so an empty CQ costs one
-    /// load and compare; the consumer index is published in the doorbell
-    /// record once, at the end, and only when something was taken.
+    /// first, nothing staged); returns how many. As
+    /// [`CqRing::poll_each_view`], with every field read.
     #[inline(always)]
     pub fn poll_each(
         &mut self,
@@ -385,21 +268,36 @@ impl<H: Hal> CqRing<H> {
         max: usize,
         mut f: impl FnMut(&Cqe),
     ) -> usize {
+        self.poll_each_view(dbr, max, |v| f(&v.decode()))
+    }
+
+    /// Poll up to `max` CQEs, handing each to `f` in place (oldest first),
+    /// for a consumer that reads only the fields it needs; returns how
+    /// many. The owner byte at the consumer index is the first thing read,
+    /// so an empty CQ costs one load and compare; the consumer index is
+    /// published in the doorbell record once, at the end, and only when
+    /// something was taken.
+    #[inline(always)]
+    pub fn poll_each_view(
+        &mut self,
+        dbr: &DoorbellRecord<H>,
+        max: usize,
+        mut f: impl FnMut(CqeView<'_>),
+    ) -> usize {
         // Loop invariants in locals; the consumer index lives in a register
         // and is stored once.
         let log = self.log_nent as u32;
-        let cqes = self.cqes;
         let mut ci = self.consumer_index;
         let mut n = 0;
         while n < max {
-            let w = self.buf.ring_entry(&cqes, ci);
+            let w = self.buf.entry(ci);
             let op_own = w.read_u8::<{ off::OP_OWN }>();
             if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
                 break;
             }
             // The body must not be read before the ownership byte (docs/firmware.md §5).
             barrier::dma_rmb();
-            f(&Self::decode(&w, op_own));
+            f(CqeView::new(w, op_own));
             ci = ci.wrapping_add(1);
             n += 1;
         }
@@ -408,6 +306,25 @@ impl<H: Hal> CqRing<H> {
             self.update_doorbell(dbr);
         }
         n
+    }
+
+    /// Take at most one CQE, handing it in place to `f`; returns 0 or 1.
+    /// [`CqRing::poll_each_view`] with `max` 1, without the loop: what a
+    /// consumer polling one completion per call runs.
+    #[inline(always)]
+    pub fn poll_one_view(&mut self, dbr: &DoorbellRecord<H>, f: impl FnOnce(CqeView<'_>)) -> usize {
+        let ci = self.consumer_index;
+        let w = self.buf.entry(ci);
+        let op_own = w.read_u8::<{ off::OP_OWN }>();
+        if !self.sw_owned(ci, op_own) {
+            return 0;
+        }
+        // The body must not be read before the ownership byte (docs/firmware.md §5).
+        barrier::dma_rmb();
+        f(CqeView::new(w, op_own));
+        self.set_ci(ci.wrapping_add(1));
+        self.update_doorbell(dbr);
+        1
     }
 
     /// Publish the consumer index in the doorbell record. The reads of the

@@ -212,23 +212,15 @@ impl<H: Hal> Srq<H> {
             }
         };
         let idx = cqe.wqe_counter;
-        // The capacity was recorded when the WQE was posted: the bytes of
-        // its scatter list as the device reads them, up to the terminator.
-        let done = self.ring.complete_wqe(idx).map_err(BadRecvCqe::Wqe)?;
         // RDMA WRITE with immediate consumes a WQE but scatters nothing into
         // it: its byte count is the length written at the remote address
         // (Linux `handle_responder`, IB_WC_RECV_RDMA_WITH_IMM), unrelated to
         // the WQE's buffers.
         let scattered = cqe.opcode != CqeOpcode::RESP_WR_IMM;
-        if cqe.status == CqeStatus::Success && scattered && cqe.byte_len as u64 > done.capacity {
-            return Err(BadRecvCqe::ByteCountBeyondBuffer {
-                wr_id: done.wr_id,
-                byte_len: cqe.byte_len,
-                capacity: done.capacity,
-            });
-        }
+        let check_len = cqe.status == CqeStatus::Success && scattered;
+        let wr_id = self.take_wqe(idx, cqe.byte_len, check_len)?;
         Ok(RecvCompletion {
-            wr_id: done.wr_id,
+            wr_id,
             status: cqe.status,
             byte_len: cqe.byte_len,
             qpn: cqe.qpn,
@@ -238,6 +230,51 @@ impl<H: Hal> Srq<H> {
             imm,
             opcode: cqe.opcode,
         })
+    }
+
+    /// [`Srq::complete_cqe`] for a successful receive whose SRQ number and
+    /// opcode the caller has already matched to this SRQ (the verbs
+    /// facade's QP route): the checks left, the WQE posted and, when the
+    /// opcode scatters (`scattered`: all but RDMA WRITE with immediate),
+    /// the byte count within its buffers, refused and counted as there.
+    /// Returns the `wr_id`.
+    #[inline(always)]
+    pub(crate) fn complete_matched(
+        &mut self,
+        wqe_counter: u16,
+        byte_len: u32,
+        scattered: bool,
+    ) -> Result<u64, BadRecvCqe> {
+        let r = self.take_wqe(wqe_counter, byte_len, scattered);
+        if r.is_err() {
+            self.rejected = self.rejected.saturating_add(1);
+        }
+        r
+    }
+
+    /// Free the WQE `wqe_counter` names (posted, or refused) and, if
+    /// `check_len`, check `byte_len` against its buffers; its `wr_id`.
+    #[inline(always)]
+    fn take_wqe(
+        &mut self,
+        wqe_counter: u16,
+        byte_len: u32,
+        check_len: bool,
+    ) -> Result<u64, BadRecvCqe> {
+        // The capacity was recorded when the WQE was posted: the bytes of
+        // its scatter list as the device reads them, up to the terminator.
+        let done = self
+            .ring
+            .complete_wqe(wqe_counter)
+            .map_err(BadRecvCqe::Wqe)?;
+        if check_len && byte_len as u64 > done.capacity {
+            return Err(BadRecvCqe::ByteCountBeyondBuffer {
+                wr_id: done.wr_id,
+                byte_len,
+                capacity: done.capacity,
+            });
+        }
+        Ok(done.wr_id)
     }
 
     /// Receive CQEs refused by [`Srq::complete_cqe`] so far.

@@ -13,7 +13,7 @@
 //! WQE) lives in DMA memory the platform hands out, so the ring needs no heap
 //! and no caller-provided arrays.
 
-use mlx5_hal::{barrier, DmaRegion, Hal, HalError, RingLayout};
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError, RingRegion};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::INVALID_LKEY;
@@ -156,14 +156,13 @@ impl SrqGeometry {
 
 /// The WQE ring of one SRQ with its free list and doorbell record.
 pub struct SrqRing<H: Hal> {
-    wqes: DmaRegion<H>,
+    /// The WQEs, with the next segment of each laid out in the region
+    /// (checked once).
+    wqes: RingRegion<H, SEG>,
     /// Offset of WQE 0 in `wqes` (aligned to the firmware page size).
     base: usize,
-    book: DmaRegion<H>,
-    /// The next segment of each WQE in `wqes`, and each record in `book`,
-    /// checked against their regions once.
-    next_segs: RingLayout<SEG>,
-    records: RingLayout<REC>,
+    /// One record per WQE, laid out in its region (checked once).
+    book: RingRegion<H, REC>,
     dbr: DmaRegion<H>,
     geo: SrqGeometry,
     head: u16,
@@ -194,18 +193,14 @@ impl<H: Hal> SrqRing<H> {
         // One record per WQE: wr_id, capacity or FREE.
         let book = hal.alloc_dma(n * REC)?;
         let dbr = hal.alloc_dma(mlx5_regs::doorbell::SRQ_DBR_SIZE)?;
-        let next_segs = wqes
-            .ring_layout::<SEG>(base, geo.log_wqe_cnt, geo.log_stride)
+        let wqes = RingRegion::new(wqes, base, geo.log_wqe_cnt, geo.log_stride)
             .ok_or(HalError::InvalidRequest)?;
-        let records = book
-            .ring_layout::<REC>(0, geo.log_wqe_cnt, REC.trailing_zeros() as u8)
+        let book = RingRegion::new(book, 0, geo.log_wqe_cnt, REC.trailing_zeros() as u8)
             .ok_or(HalError::InvalidRequest)?;
         let ring = SrqRing {
             wqes,
             base,
             book,
-            next_segs,
-            records,
             dbr,
             geo,
             head: 0,
@@ -271,9 +266,7 @@ impl<H: Hal> SrqRing<H> {
 
     #[inline(always)]
     fn set_next(&self, index: u16, next: u16) {
-        self.wqes
-            .ring_entry(&self.next_segs, index as u32)
-            .write_be16::<2>(next);
+        self.wqes.entry(index as u32).write_be16::<2>(next);
     }
 
     /// Write one receive WQE for `wr_id` at the head of the free list. The
@@ -384,10 +377,10 @@ impl<H: Hal> SrqRing<H> {
     #[inline(always)]
     pub fn complete_wqe(&mut self, wqe_index: u16) -> Result<CompletedWqe, CompleteError> {
         // A range check, not a mask: an index beyond the ring is refused.
-        if wqe_index as u32 > self.records.mask() {
+        if wqe_index as u32 > self.book.layout().mask() {
             return Err(CompleteError::OutOfRange { index: wqe_index });
         }
-        let rec = self.book.ring_entry(&self.records, wqe_index as u32);
+        let rec = self.book.entry(wqe_index as u32);
         let capacity = rec.read_be64::<8>().swap_bytes();
         if capacity == FREE {
             return Err(CompleteError::NotPosted { index: wqe_index });

@@ -159,7 +159,7 @@ impl<
     /// `drivers/infiniband/hw/mlx5/qp.c`, maps the types the same way).
     fn route_qp_event(&mut self, qpn: u32, e: QpEvent, ev: &Event) {
         use AsyncEventType as T;
-        let Some(k) = self.qpns.get(qpn) else {
+        let Some(k) = self.qpns.get(qpn).map(|r| r.key) else {
             self.stats.unroutable_events += 1;
             return;
         };

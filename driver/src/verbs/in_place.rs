@@ -6,7 +6,8 @@
 use mlx5_hal::Hal;
 
 use super::numap::NumMap;
-use super::table::Table;
+use super::poll::QpRoute;
+use super::table::{Key, Table};
 use super::{Errno, Verbs, VerbsStats};
 use crate::hca::{Hca, HcaConfig};
 use crate::stats::CmdObserver;
@@ -31,8 +32,8 @@ impl<
             srqs: Table::new(),
             qps: Table::new(),
             channels: Table::new(),
-            qpns: NumMap::new(),
-            srqns: NumMap::new(),
+            qpns: NumMap::new(QpRoute::NONE),
+            srqns: NumMap::new(Key::NONE),
             internal_cq: None,
             async_q: heapless::Deque::new(),
             next_seq: 0,

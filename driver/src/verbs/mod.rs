@@ -100,9 +100,10 @@ use crate::stats::CmdObserver;
 use channel::ChannelEntry;
 use cq::CqEntry;
 use numap::NumMap;
+use poll::QpRoute;
 use qp::QpEntry;
 use srq::SrqEntry;
-use table::Table;
+use table::{Key, Table};
 
 /// A `post_srq_recv` that stopped: `index` is the first request not posted
 /// (libibverbs' `bad_wr`); the ones before it are posted.
@@ -164,9 +165,10 @@ pub struct Verbs<
     qps: Table<QpEntry<H, SQ_WQEBBS>, QPS>,
     /// Completion channels made with `create_comp_channel`.
     channels: Table<ChannelEntry, MAX_COMP_CHANNELS>,
-    /// QPN → QP, SRQN → SRQ: a CQE finds its object in O(1).
-    qpns: NumMap<QPS>,
-    srqns: NumMap<SRQS>,
+    /// QPN → QP (with its receive route), SRQN → SRQ: a CQE finds its
+    /// object in O(1).
+    qpns: NumMap<QpRoute, QPS>,
+    srqns: NumMap<Key, SRQS>,
     /// The CQ an ISSI-0 SRQ context names when the caller gave none
     /// (Linux's `devr->c0`); created on first need, destroyed by `close`.
     internal_cq: Option<Cq<H>>,
@@ -199,8 +201,8 @@ impl<
             srqs: Table::new(),
             qps: Table::new(),
             channels: Table::new(),
-            qpns: NumMap::new(),
-            srqns: NumMap::new(),
+            qpns: NumMap::new(QpRoute::NONE),
+            srqns: NumMap::new(Key::NONE),
             internal_cq: None,
             async_q: heapless::Deque::new(),
             next_seq: 0,

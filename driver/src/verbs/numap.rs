@@ -1,38 +1,40 @@
-//! A fixed-capacity map from a firmware object number (QPN, SRQN) to the
-//! table key of the object, so a CQE finds its QP or SRQ in a probe or two
-//! whatever the number of objects, as rdma-core's `qp_table` does.
+//! A fixed-capacity map from a firmware object number (QPN, SRQN) to what
+//! a CQE needs of the object (its table key, and for a QP its receive
+//! route), so a CQE finds its QP or SRQ in a probe or two whatever the
+//! number of objects, as rdma-core's `qp_table` does.
 //!
 //! Open addressing with linear probing over `2·N` entries for at most `N`
 //! objects (load ≤ ½), multiplicative hashing, deletion by backward shift
 //! (no tombstones, so lookups never slow down with churn). The `2·N`
 //! entries are two arrays of `N`: stable Rust cannot size one array `2·N`.
 
-use super::table::Key;
-
 const EMPTY: u32 = u32::MAX;
 
 #[derive(Clone, Copy)]
-struct Entry {
+struct Entry<V> {
     num: u32,
-    key: Key,
+    val: V,
 }
 
-const FREE: Entry = Entry {
-    num: EMPTY,
-    key: Key { index: 0, gen: 0 },
-};
-
-pub(crate) struct NumMap<const N: usize> {
-    lo: [Entry; N],
-    hi: [Entry; N],
+pub(crate) struct NumMap<V: Copy, const N: usize> {
+    lo: [Entry<V>; N],
+    hi: [Entry<V>; N],
+    /// The value free entries hold (never returned).
+    fill: V,
     len: usize,
 }
 
-impl<const N: usize> NumMap<N> {
-    pub const fn new() -> Self {
+impl<V: Copy, const N: usize> NumMap<V, N> {
+    /// An empty map; `fill` only pads the free entries.
+    pub const fn new(fill: V) -> Self {
+        let free = Entry {
+            num: EMPTY,
+            val: fill,
+        };
         NumMap {
-            lo: [FREE; N],
-            hi: [FREE; N],
+            lo: [free; N],
+            hi: [free; N],
+            fill,
             len: 0,
         }
     }
@@ -43,7 +45,7 @@ impl<const N: usize> NumMap<N> {
     }
 
     #[inline(always)]
-    fn at(&self, i: usize) -> &Entry {
+    fn at(&self, i: usize) -> &Entry<V> {
         if i < N {
             &self.lo[i]
         } else {
@@ -52,7 +54,7 @@ impl<const N: usize> NumMap<N> {
     }
 
     #[inline(always)]
-    fn at_mut(&mut self, i: usize) -> &mut Entry {
+    fn at_mut(&mut self, i: usize) -> &mut Entry<V> {
         if i < N {
             &mut self.lo[i]
         } else {
@@ -77,9 +79,9 @@ impl<const N: usize> NumMap<N> {
         }
     }
 
-    /// The key stored for `num`.
+    /// The value stored for `num`.
     #[inline]
-    pub fn get(&self, num: u32) -> Option<Key> {
+    pub fn get(&self, num: u32) -> Option<V> {
         if N == 0 || num == EMPTY {
             return None;
         }
@@ -87,7 +89,7 @@ impl<const N: usize> NumMap<N> {
         loop {
             let e = self.at(i);
             if e.num == num {
-                return Some(e.key);
+                return Some(e.val);
             }
             if e.num == EMPTY {
                 return None;
@@ -96,9 +98,9 @@ impl<const N: usize> NumMap<N> {
         }
     }
 
-    /// Store `num → key` (replacing an entry for `num`); `false` when `N`
+    /// Store `num → val` (replacing an entry for `num`); `false` when `N`
     /// numbers are already stored.
-    pub fn insert(&mut self, num: u32, key: Key) -> bool {
+    pub fn insert(&mut self, num: u32, val: V) -> bool {
         if N == 0 || num == EMPTY {
             return false;
         }
@@ -106,14 +108,14 @@ impl<const N: usize> NumMap<N> {
         loop {
             let n = self.at(i).num;
             if n == num {
-                self.at_mut(i).key = key;
+                self.at_mut(i).val = val;
                 return true;
             }
             if n == EMPTY {
                 if self.len >= N {
                     return false;
                 }
-                *self.at_mut(i) = Entry { num, key };
+                *self.at_mut(i) = Entry { num, val };
                 self.len += 1;
                 return true;
             }
@@ -159,7 +161,10 @@ impl<const N: usize> NumMap<N> {
             }
             j = self.next(j);
         }
-        *self.at_mut(hole) = FREE;
+        *self.at_mut(hole) = Entry {
+            num: EMPTY,
+            val: self.fill,
+        };
         self.len -= 1;
     }
 }
@@ -169,7 +174,10 @@ mod tests {
     extern crate std;
 
     use super::*;
+    use crate::verbs::table::Key;
     use std::collections::HashMap;
+
+    const NO_KEY: Key = Key { index: 0, gen: 0 };
 
     fn key(index: u16) -> Key {
         Key { index, gen: 7 }
@@ -177,7 +185,7 @@ mod tests {
 
     #[test]
     fn behaves_like_a_hash_map_through_churn() {
-        let mut m: NumMap<16> = NumMap::new();
+        let mut m: NumMap<Key, 16> = NumMap::new(NO_KEY);
         let mut model: HashMap<u32, u16> = HashMap::new();
         // A deterministic walk of inserts and removes over numbers that
         // collide often (a small range, consecutive QPNs).
@@ -209,7 +217,7 @@ mod tests {
 
     #[test]
     fn refuses_beyond_capacity_and_never_stores_the_sentinel() {
-        let mut m: NumMap<2> = NumMap::new();
+        let mut m: NumMap<Key, 2> = NumMap::new(NO_KEY);
         assert!(m.insert(1, key(1)) && m.insert(2, key(2)));
         assert!(!m.insert(3, key(3)), "full");
         assert!(m.insert(2, key(9)), "replacing is not growing");
@@ -218,7 +226,7 @@ mod tests {
         assert_eq!(m.get(u32::MAX), None);
         m.remove(1);
         assert!(m.insert(3, key(3)));
-        let empty: NumMap<0> = NumMap::new();
+        let empty: NumMap<Key, 0> = NumMap::new(NO_KEY);
         assert_eq!(empty.get(5), None);
     }
 }

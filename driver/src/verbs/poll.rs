@@ -1,16 +1,21 @@
 //! `ibv_poll_cq`: CQEs to work completions. Each CQE finds its QP (by QPN)
-//! or SRQ (by SRQN) in a map, in a probe or two: no scan of the tables.
+//! or SRQ (by SRQN) in a map, in a probe or two: no scan of the tables. A
+//! receive on a QP's SRQ needs only the QP's route, kept in the map beside
+//! the QP's key: the QP itself is reached only for an error completion.
 
 use mlx5_hal::Hal;
 use mlx5_regs::CqeOpcode;
 
 use super::numap::NumMap;
 use super::qp::QpEntry;
-use super::table::Table;
-use super::{CqHandle, Errno, SrqEntry, Verbs, VerbsStats, WcOpcode, WcStatus, WorkCompletion};
-use crate::cq::{Cqe, CqeStatus};
+use super::table::{Key, Table};
+use super::{
+    CqEntry, CqHandle, Errno, SrqEntry, SrqHandle, Verbs, VerbsStats, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use crate::cq::{Cqe, CqeStatus, CqeView};
 use crate::qp::{BadSendCqe, SendOpcode};
-use crate::srq::BadRecvCqe;
+use crate::srq::{BadRecvCqe, RecvCompletion};
 use crate::stats::CmdObserver;
 
 impl<
@@ -51,14 +56,21 @@ impl<
             return Ok(0);
         }
         // Out of line with four register arguments: the empty path above
-        // needs no stack frame.
-        Ok(self.poll_busy(cq, wc))
+        // needs no stack frame. One completion per call (a latency-bound
+        // loop) has its own path, with no loop to set up.
+        Ok(match wc {
+            [one] => self.poll_busy_one(cq, one),
+            _ => self.poll_busy(cq, wc),
+        })
     }
 
-    /// `poll_cq` once a CQE is waiting: each decoded straight into the
-    /// caller's next slot.
-    #[inline(never)]
-    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> usize {
+    /// The CQ's entry and, borrowed apart from it, what matching its CQEs
+    /// needs.
+    #[inline(always)]
+    fn split_for_poll(
+        &mut self,
+        cq: CqHandle,
+    ) -> Option<(&mut CqEntry<H>, Matcher<'_, H, QPS, SQ_WQEBBS, SRQS>)> {
         let Verbs {
             cqs,
             srqs,
@@ -68,10 +80,8 @@ impl<
             stats,
             ..
         } = self;
-        let Some(e) = cqs.get_mut(cq.0) else {
-            return 0;
-        };
-        let mut m = Matcher {
+        let e = cqs.get_mut(cq.0)?;
+        let m = Matcher {
             cq,
             qps,
             qpns,
@@ -79,12 +89,73 @@ impl<
             srqns,
             stats,
         };
+        Some((e, m))
+    }
+
+    /// `poll_cq` of one completion once a CQE is waiting.
+    #[inline(never)]
+    fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
+        let Some((e, mut m)) = self.split_for_poll(cq) else {
+            return 0;
+        };
+        e.cq.poll_one_view(|v| m.translate(v, wc))
+    }
+
+    /// `poll_cq` once a CQE is waiting: each decoded straight into the
+    /// caller's next slot.
+    #[inline(never)]
+    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> usize {
+        let Some((e, mut m)) = self.split_for_poll(cq) else {
+            return 0;
+        };
         let mut slots = wc.iter_mut();
-        e.cq.poll_each(slots.len(), |c| {
+        e.cq.poll_each_view(slots.len(), |v| {
             if let Some(s) = slots.next() {
-                m.translate(c, s);
+                m.translate(v, s);
             }
         })
+    }
+}
+
+/// What a CQE naming a QP needs to know of it, stored beside the QP's key
+/// in the QPN map: the receive CQ and the SRQ are fixed when the QP is
+/// created (neither can be destroyed while the QP uses it), so a receive
+/// is matched without reaching the QP.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct QpRoute {
+    /// The QP's table key.
+    pub(super) key: Key,
+    /// The CQ its receives complete on.
+    pub(super) recv_cq: CqHandle,
+    /// Its SRQ's key (a placeholder without an SRQ).
+    pub(super) srq: Key,
+    /// Its SRQ's number, [`QpRoute::NO_SRQN`] without one (a CQE's SRQ
+    /// number has 24 bits, so it never matches).
+    pub(super) srqn: u32,
+}
+
+impl QpRoute {
+    /// No SRQ.
+    pub(super) const NO_SRQN: u32 = u32::MAX;
+
+    /// What free map entries hold (never looked up).
+    pub(super) const NONE: QpRoute = QpRoute {
+        key: Key::NONE,
+        recv_cq: CqHandle(Key::NONE),
+        srq: Key::NONE,
+        srqn: QpRoute::NO_SRQN,
+    };
+
+    /// The route of a QP stored under `key`, receiving on `recv_cq` through
+    /// `srq` (with its number) if it has one.
+    pub(super) fn new(key: Key, recv_cq: CqHandle, srq: Option<(SrqHandle, u32)>) -> Self {
+        let (srq, srqn) = srq.map_or((Key::NONE, Self::NO_SRQN), |(h, n)| (h.0, n));
+        QpRoute {
+            key,
+            recv_cq,
+            srq,
+            srqn,
+        }
     }
 }
 
@@ -92,29 +163,101 @@ impl<
 struct Matcher<'a, H: Hal, const QPS: usize, const W: usize, const SRQS: usize> {
     cq: CqHandle,
     qps: &'a mut Table<QpEntry<H, W>, QPS>,
-    qpns: &'a NumMap<QPS>,
+    qpns: &'a NumMap<QpRoute, QPS>,
     srqs: &'a mut Table<SrqEntry<H>, SRQS>,
-    srqns: &'a NumMap<SRQS>,
+    srqns: &'a NumMap<Key, SRQS>,
     stats: &'a mut VerbsStats,
 }
 
 impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H, QPS, W, SRQS> {
-    /// One CQE as a work completion, written into `out`. The common case
-    /// (a successful completion that matches) is straight-line; error
-    /// statuses and unmatched CQEs are finished out of line.
+    /// One CQE as a work completion, written into `out`. The two common
+    /// cases are straight-line: a successful send completion, and a
+    /// successful receive that its QP's route matches (a dataplane's
+    /// stream), which reads only the five fields it needs. Everything else
+    /// (errors, flushes, CQEs that do not match) is finished out of line.
     #[inline(always)]
-    fn translate(&mut self, c: &Cqe, out: &mut WorkCompletion) {
-        // Straight into the caller's slot: no completion staged on the
-        // stack and copied.
+    fn translate(&mut self, v: CqeView<'_>, out: &mut WorkCompletion) {
+        let op = v.opcode();
+        if op == CqeOpcode::REQ {
+            let c = v.decode_requester();
+            *out = WorkCompletion {
+                qp_num: c.qpn,
+                byte_len: c.byte_len,
+                ..WorkCompletion::EMPTY
+            };
+            if !self.send(&c, out) {
+                unmatched(self.stats, out);
+            }
+            return;
+        }
+        // RESP_WR_IMM (1), RESP_SEND (2), RESP_SEND_IMM (3), RESP_SEND_INV (4).
+        if op.0.wrapping_sub(CqeOpcode::RESP_WR_IMM.0) > 3 {
+            return self.general(v, out);
+        }
+        let qpn = v.sop_drop_qpn() & 0x00ff_ffff;
+        let srqn = v.srqn();
+        // Matched from the route alone: a QP of this context receiving on
+        // this CQ through the SRQ the CQE names. Every check
+        // `Qp::complete_recv` makes holds by the route's construction; the
+        // SRQ checks the rest (the WQE posted, the byte count).
+        let Some(r) = self
+            .qpns
+            .get(qpn)
+            .filter(|r| r.recv_cq == self.cq && r.srqn == srqn)
+        else {
+            return self.general(v, out);
+        };
+        let Some(s) = self.srqs.get_mut(r.srq) else {
+            return self.general(v, out);
+        };
+        let byte_len = v.byte_len();
+        // RDMA WRITE with immediate scatters nothing into the WQE
+        // ([`Srq::complete_cqe`]).
+        let write_imm = op == CqeOpcode::RESP_WR_IMM;
+        let (wr_id, matched) = match s
+            .srq
+            .complete_matched(v.wqe_counter(), byte_len, !write_imm)
+        {
+            Ok(wr_id) => (wr_id, true),
+            Err(BadRecvCqe::ByteCountBeyondBuffer { wr_id, .. }) => (wr_id, false),
+            Err(_) => (0, false),
+        };
+        let imm = v.imm();
+        *out = WorkCompletion {
+            wr_id,
+            status: WcStatus::Success,
+            opcode: if write_imm {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
+            vendor_err: 0,
+            byte_len,
+            imm_data: (write_imm || op == CqeOpcode::RESP_SEND_IMM).then_some(imm),
+            invalidated_rkey: (op == CqeOpcode::RESP_SEND_INV).then_some(imm),
+            qp_num: qpn,
+            srq_num: Some(srqn),
+        };
+        if !matched {
+            unmatched(self.stats, out);
+        }
+    }
+
+    /// Any CQE, the general way: error statuses (which also move a QP to
+    /// ERR), CQEs the route does not match, opcodes the facade does not
+    /// expect.
+    #[inline(never)]
+    fn general(&mut self, v: CqeView<'_>, out: &mut WorkCompletion) {
+        let c = v.decode();
         *out = WorkCompletion {
             qp_num: c.qpn,
             byte_len: c.byte_len,
             ..WorkCompletion::EMPTY
         };
         let matched = if c.is_requester() {
-            self.send(c, out)
+            self.send(&c, out)
         } else {
-            self.recv(c, out)
+            self.recv(&c, out)
         };
         if let CqeStatus::Error {
             syndrome,
@@ -133,7 +276,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// request's when the device did consume it, else 0.
     #[inline(always)]
     fn send(&mut self, c: &Cqe, wc: &mut WorkCompletion) -> bool {
-        let qp = self.qpns.get(c.qpn).and_then(|k| self.qps.get_mut(k));
+        let qp = self.qpns.get(c.qpn).and_then(|r| self.qps.get_mut(r.key));
         let Some(e) = qp.filter(|e| e.book.send_cq == self.cq) else {
             return false;
         };
@@ -176,7 +319,15 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             _ => return false,
         };
         wc.srq_num = Some(c.srqn);
-        let r = match self.qpns.get(c.qpn).and_then(|k| self.qps.get_mut(k)) {
+        self.recv_other(self.qpns.get(c.qpn), c, wc)
+    }
+
+    /// A responder CQE, through its QP (on this CQ as the receive CQ,
+    /// through its SRQ), or the SRQ it names when no QP of this context
+    /// names it: frees the WQE and gives its `wr_id`.
+    #[inline(always)]
+    fn recv_other(&mut self, route: Option<QpRoute>, c: &Cqe, wc: &mut WorkCompletion) -> bool {
+        let r = match route.and_then(|r| self.qps.get_mut(r.key)) {
             // A QP of this context: on its receive CQ, through its SRQ.
             Some(e) => {
                 let srq = e
@@ -196,17 +347,25 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
                 None => return false,
             },
         };
-        match r {
-            Ok(r) => {
-                wc.wr_id = r.wr_id;
-                true
-            }
-            Err(BadRecvCqe::ByteCountBeyondBuffer { wr_id, .. }) => {
-                wc.wr_id = wr_id;
-                false
-            }
-            Err(_) => false,
+        received(r, wc)
+    }
+}
+
+/// A receive's outcome into its completion: the `wr_id`, also when the
+/// device consumed the WQE but its byte count is beyond the buffers. False
+/// when it does not match.
+#[inline(always)]
+fn received(r: Result<RecvCompletion, BadRecvCqe>, wc: &mut WorkCompletion) -> bool {
+    match r {
+        Ok(r) => {
+            wc.wr_id = r.wr_id;
+            true
         }
+        Err(BadRecvCqe::ByteCountBeyondBuffer { wr_id, .. }) => {
+            wc.wr_id = wr_id;
+            false
+        }
+        Err(_) => false,
     }
 }
 

@@ -10,6 +10,7 @@
 
 use mlx5_hal::Hal;
 
+use super::poll::QpRoute;
 use super::table::Table;
 use super::{
     AccessFlags, AhAttr, CqEntry, CqHandle, Errno, EventElement, GlobalRoute, Mtu, PostSendError,
@@ -188,7 +189,10 @@ impl<
                 return Err(Errno::ENOMEM);
             }
         };
-        self.qpns.insert(qpn, key);
+        let srq = book
+            .srq
+            .and_then(|h| self.srqs.get(h.0).map(|s| (h, s.srq.srqn())));
+        self.qpns.insert(qpn, QpRoute::new(key, book.recv_cq, srq));
         self.count_users(&book, true);
         Ok((QpHandle(key), out))
     }

@@ -9,6 +9,11 @@ pub(crate) struct Key {
     pub gen: u32,
 }
 
+impl Key {
+    /// A placeholder key (what free map entries hold; never looked up).
+    pub const NONE: Key = Key { index: 0, gen: 0 };
+}
+
 struct Slot<T> {
     gen: u32,
     item: Option<T>,

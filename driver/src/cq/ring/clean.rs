@@ -6,7 +6,7 @@
 
 use mlx5_hal::{barrier, Hal};
 
-use super::{off, CqRing, Cqe, DoorbellRecord};
+use super::{off, CqRing, Cqe, CqeView, DoorbellRecord};
 
 /// Largest CQE stride (128-byte CQEs).
 const MAX_STRIDE: usize = 128;
@@ -40,7 +40,8 @@ impl<H: Hal> CqRing<H> {
             let index = ci.wrapping_add(k);
             let at = self.base_of(index);
             let w = self.buf.window::<64>(at);
-            let cqe = Self::decode(&w, w.read_u8::<{ off::OP_OWN }>());
+            let op_own = w.read_u8::<{ off::OP_OWN }>();
+            let cqe = CqeView::new(w, op_own).decode();
             if remove(&cqe) {
                 removed += 1;
             } else if removed > 0 {

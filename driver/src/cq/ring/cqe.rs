@@ -1,0 +1,202 @@
+//! One CQE: its layout, the decoded [`Cqe`], and [`CqeView`], a
+//! software-owned CQE read field by field in place (docs/firmware.md §7.2,
+//! `struct mlx5_cqe64` in Linux `include/linux/mlx5/device.h`).
+
+use mlx5_hal::DmaWindow;
+use mlx5_regs::CqeOpcode;
+
+/// Byte offsets inside a 64-byte CQE (docs/firmware.md §7.2, `struct mlx5_cqe64`).
+pub(super) mod off {
+    pub const FLAGS_RQPN: usize = 0x18;
+    pub const SRQN: usize = 0x20;
+    pub const IMM: usize = 0x24;
+    pub const BYTE_CNT: usize = 0x2c;
+    pub const SYNDROME_WORD: usize = 0x34;
+    pub const QPN: usize = 0x38;
+    pub const WQE_COUNTER: usize = 0x3c;
+    pub const OP_OWN: usize = 0x3f;
+}
+
+/// Outcome of a completion, as the CQE reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqeStatus {
+    /// The work request completed.
+    Success,
+    /// An error CQE (opcode REQ_ERR or RESP_ERR).
+    Error {
+        /// `syndrome` (docs/firmware.md §7.2 error syndromes, e.g. 0x01 local length).
+        syndrome: u8,
+        /// Vendor syndrome.
+        vendor_syndrome: u8,
+    },
+}
+
+/// One decoded CQE: every field the consumer needs, read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cqe {
+    /// CQE opcode (`op_own` bits 7:4).
+    pub opcode: CqeOpcode,
+    /// Success or error with syndromes.
+    pub status: CqeStatus,
+    /// Bytes received (responder) or transferred.
+    pub byte_len: u32,
+    /// WQE index (SQ index for requester CQEs, SRQ WQE index for receives).
+    pub wqe_counter: u16,
+    /// QP number (24 bits): the sending QP of a requester CQE, the
+    /// receiving QP of a responder CQE.
+    pub qpn: u32,
+    /// Top byte of `sop_drop_qpn`: the send WQE opcode of a requester CQE
+    /// (`MLX5_OPCODE_*`), 0 for a responder CQE.
+    pub send_opcode: u8,
+    /// `flags_rqpn` bits 23:0: the sender's QP number of a responder CQE.
+    pub src_qpn: u32,
+    /// SRQ number (24 bits; meaningful for SRQ receives).
+    pub srqn: u32,
+    /// Immediate data / invalidated rkey (big-endian value as the CQE holds it).
+    pub imm: u32,
+}
+
+/// [`Cqe::EMPTY`].
+impl Default for Cqe {
+    fn default() -> Self {
+        Cqe::EMPTY
+    }
+}
+
+impl Cqe {
+    /// An all-zero CQE, handy to initialise output arrays
+    /// (also [`Cqe::default`]).
+    pub const EMPTY: Cqe = Cqe {
+        opcode: CqeOpcode(0),
+        status: CqeStatus::Success,
+        byte_len: 0,
+        wqe_counter: 0,
+        qpn: 0,
+        send_opcode: 0,
+        src_qpn: 0,
+        srqn: 0,
+        imm: 0,
+    };
+
+    /// True for a send-side completion (opcode REQ or REQ_ERR).
+    #[inline(always)]
+    pub fn is_requester(&self) -> bool {
+        self.opcode == CqeOpcode::REQ || self.opcode == CqeOpcode::REQ_ERR
+    }
+
+    /// The typed error of an error CQE, `None` for a successful one.
+    pub fn error(&self) -> Option<crate::cq::CqeError> {
+        match self.status {
+            CqeStatus::Success => None,
+            CqeStatus::Error { syndrome, .. } => Some(crate::cq::CqeError::from_syndrome(syndrome)),
+        }
+    }
+}
+
+/// A software-owned CQE in the ring, handed out after the ownership check
+/// and its read barrier: each accessor is one volatile load of one field,
+/// so a consumer that needs four fields reads four (as rdma-core's
+/// `mlx5_parse_cqe` reads `cqe64` in place); [`CqeView::decode`] reads
+/// them all. It borrows the ring, and is valid until the consumer index
+/// moves past it.
+pub struct CqeView<'a> {
+    w: DmaWindow<'a, 64>,
+    op_own: u8,
+}
+
+impl<'a> CqeView<'a> {
+    #[inline(always)]
+    pub(super) fn new(w: DmaWindow<'a, 64>, op_own: u8) -> Self {
+        CqeView { w, op_own }
+    }
+
+    /// The opcode (`op_own` bits 7:4, read by the ownership check).
+    #[inline(always)]
+    pub fn opcode(&self) -> CqeOpcode {
+        CqeOpcode(self.op_own >> 4)
+    }
+
+    /// `sop_drop_qpn`: the send opcode in bits 31:24, the QP number in 23:0.
+    #[inline(always)]
+    pub fn sop_drop_qpn(&self) -> u32 {
+        self.w.read_be32::<{ off::QPN }>()
+    }
+
+    /// The SRQ number (24 bits).
+    #[inline(always)]
+    pub fn srqn(&self) -> u32 {
+        self.w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff
+    }
+
+    /// Bytes received or transferred.
+    #[inline(always)]
+    pub fn byte_len(&self) -> u32 {
+        self.w.read_be32::<{ off::BYTE_CNT }>()
+    }
+
+    /// The WQE index.
+    #[inline(always)]
+    pub fn wqe_counter(&self) -> u16 {
+        self.w.read_be16::<{ off::WQE_COUNTER }>()
+    }
+
+    /// Immediate data or invalidated rkey, as the CQE holds it.
+    #[inline(always)]
+    pub fn imm(&self) -> u32 {
+        self.w.read_be32::<{ off::IMM }>()
+    }
+
+    /// The fields a requester CQE carries, each read once; `src_qpn`,
+    /// `srqn` and `imm` (a receive's) are not read and are 0.
+    #[inline(always)]
+    pub fn decode_requester(&self) -> Cqe {
+        let opcode = self.opcode();
+        let status = if opcode == CqeOpcode::REQ_ERR {
+            let s = self.w.read_be32::<{ off::SYNDROME_WORD }>();
+            CqeStatus::Error {
+                syndrome: s as u8,
+                vendor_syndrome: (s >> 8) as u8,
+            }
+        } else {
+            CqeStatus::Success
+        };
+        let sop_drop_qpn = self.sop_drop_qpn();
+        Cqe {
+            opcode,
+            status,
+            byte_len: self.byte_len(),
+            wqe_counter: self.wqe_counter(),
+            qpn: sop_drop_qpn & 0x00ff_ffff,
+            send_opcode: (sop_drop_qpn >> 24) as u8,
+            ..Cqe::EMPTY
+        }
+    }
+
+    /// Every field, each read once.
+    #[inline(always)]
+    pub fn decode(&self) -> Cqe {
+        let w = &self.w;
+        let opcode = self.opcode();
+        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
+            let s = w.read_be32::<{ off::SYNDROME_WORD }>();
+            CqeStatus::Error {
+                syndrome: s as u8,
+                vendor_syndrome: (s >> 8) as u8,
+            }
+        } else {
+            CqeStatus::Success
+        };
+        let sop_drop_qpn = self.sop_drop_qpn();
+        Cqe {
+            opcode,
+            status,
+            byte_len: self.byte_len(),
+            wqe_counter: self.wqe_counter(),
+            qpn: sop_drop_qpn & 0x00ff_ffff,
+            send_opcode: (sop_drop_qpn >> 24) as u8,
+            src_qpn: w.read_be32::<{ off::FLAGS_RQPN }>() & 0x00ff_ffff,
+            srqn: self.srqn(),
+            imm: self.imm(),
+        }
+    }
+}
