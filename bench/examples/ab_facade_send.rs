@@ -18,8 +18,13 @@
 //! just written can stall loads on stores to another address (4K
 //! aliasing), which moves one side's time by up to 2x depending only on
 //! where the allocator put things; compare a few `PAD` values before
-//! reading anything into one figure. Prints the medians (ns per request)
-//! and the ratio facade / ring; the first tenth of the rounds is warm-up.
+//! reading anything into one figure. The stack placement matters as much
+//! (both rigs live on `main`'s stack): under `setarch -R` (no address
+//! randomisation) a longer environment moves it, e.g.
+//! `X=$(head -c 700 /dev/zero | tr '\0' a) setarch -R ...`. `ONLY=facade`
+//! or `ONLY=ring` times one side alone, as criterion does. Prints the
+//! medians (ns per request) and the ratio facade / ring; the first tenth of
+//! the rounds is warm-up.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -93,9 +98,14 @@ fn main() {
     let mut out = [Cqe::EMPTY; 1];
     let mut ft = Vec::with_capacity(rounds);
     let mut rt = Vec::with_capacity(rounds);
+    let only = std::env::var("ONLY").unwrap_or_default();
     for round in 0..rounds {
         for side in 0..2 {
-            if (side == 0) == (round % 2 == 0) {
+            let facade = (side == 0) == (round % 2 == 0);
+            if (only == "facade" && !facade) || (only == "ring" && facade) {
+                continue;
+            }
+            if facade {
                 let p0 = rig.producer();
                 let t = Instant::now();
                 for chunk in wrs.chunks(batch) {
@@ -125,7 +135,14 @@ fn main() {
     }
     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
     let skip = rounds / 10;
-    let (fm, rm) = (median(&mut ft[skip..]), median(&mut rt[skip..]));
+    let med = |v: &mut Vec<f64>| {
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            median(&mut v[skip..])
+        }
+    };
+    let (fm, rm) = (med(&mut ft), med(&mut rt));
     println!(
         "pad {pad} {kind} batch {batch}: facade {fm:.2} ns, ring {rm:.2} ns, facade / ring {:.3}",
         fm / rm
