@@ -367,7 +367,7 @@ impl<
     /// reads or atomics are posted) and `IP_CSUM` does not apply to RC. On
     /// a dead device nothing is posted and the first request fails with
     /// `EIO` (`mlx5_ib_post_send`).
-    #[inline]
+    #[inline(always)]
     pub fn post_send(&mut self, qp: QpHandle, wrs: &[SendWr<'_>]) -> Result<(), PostSendError> {
         let fail = |index, errno| PostSendError { index, errno };
         if wrs.is_empty() {
@@ -392,16 +392,29 @@ impl<
                 .post_send_one(&Posted { wr, sig_all })
                 .map_err(|_| fail(0, Errno::ENOMEM));
         }
-        // One call per chunk of 16 (one doorbell each); a list of up to 16
-        // is one call with no chunk loop to set up.
-        if wrs.len() <= CHUNK {
-            return post_chunk(&mut e.qp, wrs, 0, sig_all);
-        }
-        for (c, chunk) in wrs.chunks(CHUNK).enumerate() {
-            post_chunk(&mut e.qp, chunk, c * CHUNK, sig_all)?;
-        }
-        Ok(())
+        post_list(&mut e.qp, wrs, sig_all)
     }
+}
+
+/// Post a list of two or more: one call per chunk of 16 (one doorbell
+/// each); a list of up to 16 is one call with no chunk loop to set up.
+/// Apart from `post_send`, which is always inlined into its caller (as the
+/// ring API's `Qp::post_send` is; left to the compiler, it was a call):
+/// only the checks and the one-request path are forced inline, the
+/// compiler decides for this one.
+#[inline]
+fn post_list<H: Hal, const W: usize>(
+    qp: &mut Qp<H, [SendSlot; W]>,
+    wrs: &[SendWr<'_>],
+    sig_all: bool,
+) -> Result<(), PostSendError> {
+    if wrs.len() <= CHUNK {
+        return post_chunk(qp, wrs, 0, sig_all);
+    }
+    for (c, chunk) in wrs.chunks(CHUNK).enumerate() {
+        post_chunk(qp, chunk, c * CHUNK, sig_all)?;
+    }
+    Ok(())
 }
 
 /// Post up to [`CHUNK`] requests with one doorbell, each written into its
