@@ -20,7 +20,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use mlx5_bench::facade::{
     complete_checked, raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig,
 };
@@ -28,7 +31,7 @@ use mlx5_bench::facade_send::{write_req_cqes, RawSq, RingSendRig, SendRig, SEND_
 use mlx5_bench::RawSrq;
 use mlx5_driver::cq::Cqe;
 use mlx5_driver::qp::{Payload, SendOp, SendRequest};
-use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
 use mlx5_driver::verbs::{RecvWr, SendFlags, SendWr, WorkCompletion};
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_sim::SimHal;
@@ -61,6 +64,108 @@ fn facade_fill(rig: &mut Rig, n: usize, sge: &[Sge]) {
 
 fn ring_fill(r: &mut RingRig<SimHal>, n: usize, sge: &[Sge]) {
     r.srq.post_list((0..n as u64).map(|i| (i, sge))).unwrap();
+}
+
+/// The ring-API contenders of the receive benchmarks: `ring` trusts the
+/// CQE (`SrqRing::complete`, as a consumer that knows its QP and SRQ uses
+/// the ring API); `checked` checks what the facade checks for one known QP
+/// and SRQ ([`complete_checked`]). Generic, so each is its own inlined
+/// loop (no call through a pointer per CQE).
+fn trusting(srq: &mut SrqRing<SimHal>, c: &Cqe, _: (u32, u32)) -> u64 {
+    srq.complete(c.wqe_counter).unwrap()
+}
+
+fn checking(srq: &mut SrqRing<SimHal>, c: &Cqe, ids: (u32, u32)) -> u64 {
+    complete_checked(srq, c, ids.0, ids.1).unwrap()
+}
+
+/// One ring-API poll of up to `out.len()` receive CQEs, each completed;
+/// how many.
+#[inline(always)]
+fn ring_poll<F: Fn(&mut SrqRing<SimHal>, &Cqe, (u32, u32)) -> u64>(
+    r: &mut RingRig<SimHal>,
+    out: &mut [Cqe],
+    ids: (u32, u32),
+    complete: &F,
+) -> usize {
+    let k = r.cq.poll(&r.dbr, out);
+    for c in &out[..k] {
+        black_box(complete(&mut r.srq, c, ids));
+    }
+    black_box(&out[..k]);
+    k
+}
+
+/// `facade_poll/.../{name}/B` for a ring-API contender: `(log2 CQ
+/// entries, completions per iteration, batch)`.
+fn ring_poll_contender<F: Fn(&mut SrqRing<SimHal>, &Cqe, (u32, u32)) -> u64>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    (log_cq, wr, batch): (u8, u32, usize),
+    sge: &[Sge],
+    complete: F,
+) {
+    let n = wr as usize;
+    g.bench_with_input(BenchmarkId::new(name, batch), &batch, |b, &batch| {
+        let rig = Rig::new(1, 1, 1);
+        let geo = SrqGeometry::for_request(n, 1).unwrap();
+        let mut r = RingRig::new(&rig.dev.hal(), log_cq, geo);
+        let ids = (rig.qpn, rig.srqn);
+        let mut out = vec![Cqe::EMPTY; batch];
+        let mut wqe = 0u32;
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                ring_fill(&mut r, n, sge);
+                let ci = r.cq.consumer_index();
+                write_recv_cqes(&r.cq, ci, ids.0, ids.1, wqe, wr + 1, n);
+                wqe = (wqe + wr) % (wr + 1);
+                let t = Instant::now();
+                let mut got = 0;
+                while got < n {
+                    got += ring_poll(&mut r, &mut out, ids, &complete);
+                }
+                total += t.elapsed();
+            }
+            total
+        });
+    });
+}
+
+/// `facade_recv_loop/{name}/B` for a ring-API contender: poll B, repost B.
+fn ring_loop_contender<F: Fn(&mut SrqRing<SimHal>, &Cqe, (u32, u32)) -> u64>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    batch: usize,
+    sge: &[Sge],
+    complete: F,
+) {
+    g.bench_with_input(BenchmarkId::new(name, batch), &batch, |b, &batch| {
+        let rig = Rig::new(1, 1, 1);
+        let geo = SrqGeometry::for_request(LOOP_WR as usize, 1).unwrap();
+        let mut r = RingRig::new(&rig.dev.hal(), 8, geo);
+        let ids = (rig.qpn, rig.srqn);
+        ring_fill(&mut r, LOOP_WR as usize, sge);
+        let mut out = vec![Cqe::EMPTY; batch];
+        let mut wqe = 0u32;
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let ci = r.cq.consumer_index();
+                write_recv_cqes(&r.cq, ci, ids.0, ids.1, wqe, LOOP_WR + 1, LOOP_P);
+                wqe = (wqe + LOOP_P as u32) % (LOOP_WR + 1);
+                let t = Instant::now();
+                let mut got = 0;
+                while got < LOOP_P {
+                    let k = ring_poll(&mut r, &mut out, ids, &complete);
+                    r.srq.post_list((0..k as u64).map(|i| (i, sge))).unwrap();
+                    got += k;
+                }
+                total += t.elapsed();
+            }
+            total
+        });
+    });
 }
 
 fn poll_empty(c: &mut Criterion) {
@@ -120,65 +225,8 @@ fn poll_batches(c: &mut Criterion) {
                     total
                 });
             });
-            g.bench_with_input(BenchmarkId::new("ring", batch), &batch, |b, &batch| {
-                let rig = Rig::new(1, 1, 1);
-                let hal = rig.dev.hal();
-                let geo = SrqGeometry::for_request(wr as usize, 1).unwrap();
-                let mut r = RingRig::new(&hal, log_cq, geo);
-                let mut out = vec![Cqe::EMPTY; batch];
-                let mut wqe = 0u32;
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        ring_fill(&mut r, n, &sge);
-                        let ci = r.cq.consumer_index();
-                        write_recv_cqes(&r.cq, ci, rig.qpn, rig.srqn, wqe, wr + 1, n);
-                        wqe = (wqe + wr) % (wr + 1);
-                        let t = Instant::now();
-                        let mut got = 0;
-                        while got < n {
-                            let k = r.cq.poll(&r.dbr, &mut out);
-                            for c in &out[..k] {
-                                black_box(r.srq.complete(c.wqe_counter).unwrap());
-                            }
-                            black_box(&out[..k]);
-                            got += k;
-                        }
-                        total += t.elapsed();
-                    }
-                    total
-                });
-            });
-            g.bench_with_input(BenchmarkId::new("checked", batch), &batch, |b, &batch| {
-                let rig = Rig::new(1, 1, 1);
-                let hal = rig.dev.hal();
-                let geo = SrqGeometry::for_request(wr as usize, 1).unwrap();
-                let mut r = RingRig::new(&hal, log_cq, geo);
-                let mut out = vec![Cqe::EMPTY; batch];
-                let mut wqe = 0u32;
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        ring_fill(&mut r, n, &sge);
-                        let ci = r.cq.consumer_index();
-                        write_recv_cqes(&r.cq, ci, rig.qpn, rig.srqn, wqe, wr + 1, n);
-                        wqe = (wqe + wr) % (wr + 1);
-                        let t = Instant::now();
-                        let mut got = 0;
-                        while got < n {
-                            let k = r.cq.poll(&r.dbr, &mut out);
-                            for c in &out[..k] {
-                                let id = complete_checked(&mut r.srq, c, rig.qpn, rig.srqn);
-                                black_box(id.unwrap());
-                            }
-                            black_box(&out[..k]);
-                            got += k;
-                        }
-                        total += t.elapsed();
-                    }
-                    total
-                });
-            });
+            ring_poll_contender(&mut g, "ring", (log_cq, wr, batch), &sge, trusting);
+            ring_poll_contender(&mut g, "checked", (log_cq, wr, batch), &sge, checking);
             g.bench_with_input(BenchmarkId::new("raw", batch), &batch, |b, &batch| {
                 let rig = Rig::new(1, 1, 1);
                 let hal = rig.dev.hal();
@@ -315,9 +363,13 @@ fn post(c: &mut Criterion) {
     }
 }
 
+/// The receive loop's SRQ size and completions per iteration.
+const LOOP_WR: u32 = 255;
+const LOOP_P: usize = 256;
+
 fn recv_loop(c: &mut Criterion) {
-    const WR: u32 = 255;
-    const P: usize = 256;
+    const WR: u32 = LOOP_WR;
+    const P: usize = LOOP_P;
     let sge = sges(1);
     let mut g = c.benchmark_group("facade_recv_loop");
     g.throughput(Throughput::Elements(P as u64));
@@ -353,67 +405,8 @@ fn recv_loop(c: &mut Criterion) {
                 total
             });
         });
-        g.bench_with_input(BenchmarkId::new("ring", batch), &batch, |b, &batch| {
-            let rig = Rig::new(1, 1, 1);
-            let geo = SrqGeometry::for_request(WR as usize, 1).unwrap();
-            let mut r = RingRig::new(&rig.dev.hal(), 8, geo);
-            ring_fill(&mut r, WR as usize, &sge);
-            let mut out = vec![Cqe::EMPTY; batch];
-            let mut wqe = 0u32;
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let ci = r.cq.consumer_index();
-                    write_recv_cqes(&r.cq, ci, rig.qpn, rig.srqn, wqe, WR + 1, P);
-                    wqe = (wqe + P as u32) % (WR + 1);
-                    let t = Instant::now();
-                    let mut got = 0;
-                    while got < P {
-                        let k = r.cq.poll(&r.dbr, &mut out);
-                        for c in &out[..k] {
-                            black_box(r.srq.complete(c.wqe_counter).unwrap());
-                        }
-                        r.srq
-                            .post_list((0..k as u64).map(|i| (i, &sge[..])))
-                            .unwrap();
-                        got += k;
-                    }
-                    total += t.elapsed();
-                }
-                total
-            });
-        });
-        g.bench_with_input(BenchmarkId::new("checked", batch), &batch, |b, &batch| {
-            let rig = Rig::new(1, 1, 1);
-            let geo = SrqGeometry::for_request(WR as usize, 1).unwrap();
-            let mut r = RingRig::new(&rig.dev.hal(), 8, geo);
-            ring_fill(&mut r, WR as usize, &sge);
-            let mut out = vec![Cqe::EMPTY; batch];
-            let mut wqe = 0u32;
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let ci = r.cq.consumer_index();
-                    write_recv_cqes(&r.cq, ci, rig.qpn, rig.srqn, wqe, WR + 1, P);
-                    wqe = (wqe + P as u32) % (WR + 1);
-                    let t = Instant::now();
-                    let mut got = 0;
-                    while got < P {
-                        let k = r.cq.poll(&r.dbr, &mut out);
-                        for c in &out[..k] {
-                            let id = complete_checked(&mut r.srq, c, rig.qpn, rig.srqn);
-                            black_box(id.unwrap());
-                        }
-                        r.srq
-                            .post_list((0..k as u64).map(|i| (i, &sge[..])))
-                            .unwrap();
-                        got += k;
-                    }
-                    total += t.elapsed();
-                }
-                total
-            });
-        });
+        ring_loop_contender(&mut g, "ring", batch, &sge, trusting);
+        ring_loop_contender(&mut g, "checked", batch, &sge, checking);
         g.bench_with_input(BenchmarkId::new("raw", batch), &batch, |b, &batch| {
             let rig = Rig::new(1, 1, 1);
             let hal = rig.dev.hal();

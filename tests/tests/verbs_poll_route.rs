@@ -231,9 +231,18 @@ fn a_route_is_forgotten_with_its_qp_and_a_new_qp_gets_its_own() {
     let (dev, mut ctx) = open(Profile::ConnectX5);
     let p = Pair::unconnected(&dev, &mut ctx, QpCap::default());
     p.post_recv(&mut ctx, 0, 2);
-    let qpn_b = ctx.qp_num(p.b).unwrap();
+    // A third QP on the pair's CQ and SRQ, destroyed.
+    let attr = QpInitAttr {
+        send_cq: p.scq,
+        recv_cq: p.rcq,
+        srq: Some(p.srq),
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    };
+    let (gone, _) = ctx.create_qp(&attr).unwrap();
+    let qpn_gone = ctx.qp_num(gone).unwrap();
     let srqn = ctx.srq_num(p.srq).unwrap();
-    ctx.destroy_qp(p.b).unwrap();
+    ctx.destroy_qp(gone).unwrap();
     let w0 = wqe_of(&ctx, p.srq, 0);
     let put = |qpn, wqe| Put {
         opcode: CqeOpcode::RESP_SEND,
@@ -246,7 +255,7 @@ fn a_route_is_forgotten_with_its_qp_and_a_new_qp_gets_its_own() {
     };
     // The destroyed QP's number: no route; the SRQ it names still matches
     // (a CQE no QP of this context names is completed through its SRQ).
-    write(&ctx, p.rcq, &[put(qpn_b, w0)]);
+    write(&ctx, p.rcq, &[put(qpn_gone, w0)]);
     let mut wc = [WorkCompletion::EMPTY; 2];
     assert_eq!(ctx.poll_cq(p.rcq, &mut wc).unwrap(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (0, WcStatus::Success));
@@ -257,9 +266,7 @@ fn a_route_is_forgotten_with_its_qp_and_a_new_qp_gets_its_own() {
         .create_qp(&QpInitAttr {
             send_cq: cq2,
             recv_cq: cq2,
-            srq: Some(p.srq),
-            cap: QpCap::default(),
-            sq_sig_all: false,
+            ..attr
         })
         .unwrap();
     let qpn_d = ctx.qp_num(d).unwrap();
@@ -273,13 +280,6 @@ fn a_route_is_forgotten_with_its_qp_and_a_new_qp_gets_its_own() {
     assert_eq!(ctx.stats().unmatched_cqes, 1);
     ctx.destroy_qp(d).unwrap();
     ctx.destroy_cq(cq2).unwrap();
-    ctx.destroy_qp(p.a).unwrap();
-    ctx.destroy_srq(p.srq).unwrap();
-    ctx.destroy_cq(p.scq).unwrap();
-    ctx.destroy_cq(p.rcq).unwrap();
-    let mut p = p;
-    ctx.dereg_mr(p.mr.take().unwrap())
-        .map_err(|(_, e)| e)
-        .unwrap();
+    p.destroy(&mut ctx);
     close(&dev, ctx, "route forgotten");
 }

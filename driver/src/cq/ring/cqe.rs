@@ -146,12 +146,12 @@ impl<'a> CqeView<'a> {
         self.w.read_be32::<{ off::IMM }>()
     }
 
-    /// The fields a requester CQE carries, each read once; `src_qpn`,
-    /// `srqn` and `imm` (a receive's) are not read and are 0.
+    /// Success, or the syndromes of an error CQE (REQ_ERR, RESP_ERR: the
+    /// syndrome word is read only then).
     #[inline(always)]
-    pub fn decode_requester(&self) -> Cqe {
+    pub fn status(&self) -> CqeStatus {
         let opcode = self.opcode();
-        let status = if opcode == CqeOpcode::REQ_ERR {
+        if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
             let s = self.w.read_be32::<{ off::SYNDROME_WORD }>();
             CqeStatus::Error {
                 syndrome: s as u8,
@@ -159,10 +159,17 @@ impl<'a> CqeView<'a> {
             }
         } else {
             CqeStatus::Success
-        };
+        }
+    }
+
+    /// The fields a requester CQE carries, each read once; `src_qpn`,
+    /// `srqn` and `imm` (a receive's) are not read and are 0.
+    #[inline(always)]
+    pub fn decode_requester(&self) -> Cqe {
+        let status = self.status();
         let sop_drop_qpn = self.sop_drop_qpn();
         Cqe {
-            opcode,
+            opcode: self.opcode(),
             status,
             byte_len: self.byte_len(),
             wqe_counter: self.wqe_counter(),
@@ -175,28 +182,13 @@ impl<'a> CqeView<'a> {
     /// Every field, each read once.
     #[inline(always)]
     pub fn decode(&self) -> Cqe {
-        let w = &self.w;
-        let opcode = self.opcode();
-        let status = if opcode == CqeOpcode::REQ_ERR || opcode == CqeOpcode::RESP_ERR {
-            let s = w.read_be32::<{ off::SYNDROME_WORD }>();
-            CqeStatus::Error {
-                syndrome: s as u8,
-                vendor_syndrome: (s >> 8) as u8,
-            }
-        } else {
-            CqeStatus::Success
-        };
-        let sop_drop_qpn = self.sop_drop_qpn();
+        // The requester's fields first: the loads stay in CQE order.
+        let c = self.decode_requester();
         Cqe {
-            opcode,
-            status,
-            byte_len: self.byte_len(),
-            wqe_counter: self.wqe_counter(),
-            qpn: sop_drop_qpn & 0x00ff_ffff,
-            send_opcode: (sop_drop_qpn >> 24) as u8,
-            src_qpn: w.read_be32::<{ off::FLAGS_RQPN }>() & 0x00ff_ffff,
+            src_qpn: self.w.read_be32::<{ off::FLAGS_RQPN }>() & 0x00ff_ffff,
             srqn: self.srqn(),
             imm: self.imm(),
+            ..c
         }
     }
 }
