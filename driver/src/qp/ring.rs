@@ -29,7 +29,7 @@
 //!   index is not the start of an outstanding WQE is refused: the device is
 //!   not trusted.
 
-use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingLayout};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingRegion};
 use mlx5_regs::consts::wqe;
 use mlx5_regs::doorbell::QP_DBR_SND;
 
@@ -174,12 +174,12 @@ impl SqGeometry {
 
 /// The send ring: WQE buffer, geometry, counters and the doorbell target.
 pub struct SendRing<H: Hal> {
-    buf: DmaRegion<H>,
+    /// The WQE buffer with its WQEBBs laid out in it, checked once: the
+    /// first block of a WQE (control, remote address, first data units)
+    /// is one window, with no check.
+    buf: RingRegion<H, WQEBB>,
     /// Offset of WQEBB 0 in `buf` (aligned to the firmware page size).
     base: usize,
-    /// The WQEBBs, checked against `buf` once: the first block of a WQE
-    /// (control, remote address, first data units) is one window.
-    blocks: RingLayout<WQEBB>,
     geo: SqGeometry,
     /// Gather entries a work request may carry: the geometry's
     /// `max_send_sge` unless lowered by [`SendRing::limit_sges`].
@@ -209,14 +209,12 @@ impl<H: Hal> SendRing<H> {
         bf_size: usize,
     ) -> Result<(Self, PageList), HalError> {
         let (buf, base, pages) = alloc_paged(hal, geo.bytes(), max_pages)?;
-        let blocks = buf
-            .ring_layout::<WQEBB>(base, geo.log_wqebbs, WQEBB.trailing_zeros() as u8)
+        let buf = RingRegion::new(buf, base, geo.log_wqebbs, WQEBB.trailing_zeros() as u8)
             .ok_or(HalError::InvalidRequest)?;
         Ok((
             SendRing {
                 buf,
                 base,
-                blocks,
                 geo,
                 max_sge: geo.max_send_sge,
                 qpn: 0,
@@ -352,7 +350,7 @@ impl<H: Hal> SendRing<H> {
                 }
             }
         }
-        let ctrl = self.buf.ring_entry(&self.blocks, idx as u32);
+        let ctrl = self.buf.entry(idx as u32);
         if rdma {
             let (addr, rkey) = r.remote();
             ctrl.write_be64::<UNIT>(addr);
