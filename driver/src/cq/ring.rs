@@ -233,6 +233,14 @@ impl<H: Hal> CqRing<H> {
     /// [`CqRing::update_doorbell`] once per batch.
     #[inline(always)]
     pub fn pop(&mut self) -> Option<Cqe> {
+        self.take(|v| v.decode())
+    }
+
+    /// Take the next CQE if software owns it, handing it in place to `f`:
+    /// the ownership check, one read barrier, `f`, and the consumer index
+    /// moved on (not published).
+    #[inline(always)]
+    fn take<R>(&mut self, f: impl FnOnce(CqeView<'_>) -> R) -> Option<R> {
         let ci = self.consumer_index;
         let w = self.entry(ci);
         let op_own = w.read_u8::<{ off::OP_OWN }>();
@@ -241,9 +249,9 @@ impl<H: Hal> CqRing<H> {
         }
         // The body must not be read before the ownership byte (docs/firmware.md §5).
         barrier::dma_rmb();
-        let cqe = CqeView::new(w, op_own).decode();
+        let r = f(CqeView::new(w, op_own));
         self.set_ci(ci.wrapping_add(1));
-        Some(cqe)
+        Some(r)
     }
 
     /// Poll up to `out.len()` CQEs into `out`; returns how many. The consumer
@@ -313,16 +321,9 @@ impl<H: Hal> CqRing<H> {
     /// consumer polling one completion per call runs.
     #[inline(always)]
     pub fn poll_one_view(&mut self, dbr: &DoorbellRecord<H>, f: impl FnOnce(CqeView<'_>)) -> usize {
-        let ci = self.consumer_index;
-        let w = self.buf.entry(ci);
-        let op_own = w.read_u8::<{ off::OP_OWN }>();
-        if !self.sw_owned(ci, op_own) {
+        if self.take(f).is_none() {
             return 0;
         }
-        // The body must not be read before the ownership byte (docs/firmware.md §5).
-        barrier::dma_rmb();
-        f(CqeView::new(w, op_own));
-        self.set_ci(ci.wrapping_add(1));
         self.update_doorbell(dbr);
         1
     }

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::cq::{Cqe, CqeStatus, CqeView};
 use crate::qp::{BadSendCqe, SendOpcode};
-use crate::srq::{BadRecvCqe, RecvCompletion};
+use crate::srq::BadRecvCqe;
 use crate::stats::CmdObserver;
 
 impl<
@@ -214,14 +214,11 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         // RDMA WRITE with immediate scatters nothing into the WQE
         // ([`Srq::complete_cqe`]).
         let write_imm = op == CqeOpcode::RESP_WR_IMM;
-        let (wr_id, matched) = match s
-            .srq
-            .complete_matched(v.wqe_counter(), byte_len, !write_imm)
-        {
-            Ok(wr_id) => (wr_id, true),
-            Err(BadRecvCqe::ByteCountBeyondBuffer { wr_id, .. }) => (wr_id, false),
-            Err(_) => (0, false),
-        };
+        let (wr_id, matched) = received(s.srq.complete_matched(
+            v.wqe_counter(),
+            byte_len,
+            !write_imm,
+        ));
         let imm = v.imm();
         *out = WorkCompletion {
             wr_id,
@@ -319,15 +316,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             _ => return false,
         };
         wc.srq_num = Some(c.srqn);
-        self.recv_other(self.qpns.get(c.qpn), c, wc)
-    }
-
-    /// A responder CQE, through its QP (on this CQ as the receive CQ,
-    /// through its SRQ), or the SRQ it names when no QP of this context
-    /// names it: frees the WQE and gives its `wr_id`.
-    #[inline(always)]
-    fn recv_other(&mut self, route: Option<QpRoute>, c: &Cqe, wc: &mut WorkCompletion) -> bool {
-        let r = match route.and_then(|r| self.qps.get_mut(r.key)) {
+        let r = match self.qpns.get(c.qpn).and_then(|r| self.qps.get_mut(r.key)) {
             // A QP of this context: on its receive CQ, through its SRQ.
             Some(e) => {
                 let srq = e
@@ -347,25 +336,21 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
                 None => return false,
             },
         };
-        received(r, wc)
+        let (wr_id, matched) = received(r.map(|r| r.wr_id));
+        wc.wr_id = wr_id;
+        matched
     }
 }
 
-/// A receive's outcome into its completion: the `wr_id`, also when the
-/// device consumed the WQE but its byte count is beyond the buffers. False
-/// when it does not match.
+/// A receive's outcome: its `wr_id` (also when the device consumed the
+/// WQE but its byte count is beyond the buffers; 0 when nothing matched)
+/// and whether it matched.
 #[inline(always)]
-fn received(r: Result<RecvCompletion, BadRecvCqe>, wc: &mut WorkCompletion) -> bool {
+fn received(r: Result<u64, BadRecvCqe>) -> (u64, bool) {
     match r {
-        Ok(r) => {
-            wc.wr_id = r.wr_id;
-            true
-        }
-        Err(BadRecvCqe::ByteCountBeyondBuffer { wr_id, .. }) => {
-            wc.wr_id = wr_id;
-            false
-        }
-        Err(_) => false,
+        Ok(wr_id) => (wr_id, true),
+        Err(BadRecvCqe::ByteCountBeyondBuffer { wr_id, .. }) => (wr_id, false),
+        Err(_) => (0, false),
     }
 }
 
