@@ -19,13 +19,12 @@ struct Entry<V> {
 pub(crate) struct NumMap<V: Copy, const N: usize> {
     lo: [Entry<V>; N],
     hi: [Entry<V>; N],
-    /// The value free entries hold (never returned).
-    fill: V,
     len: usize,
 }
 
 impl<V: Copy, const N: usize> NumMap<V, N> {
-    /// An empty map; `fill` only pads the free entries.
+    /// An empty map; `fill` only pads the free entries (a free entry's
+    /// value is never read).
     pub const fn new(fill: V) -> Self {
         let free = Entry {
             num: EMPTY,
@@ -34,7 +33,6 @@ impl<V: Copy, const N: usize> NumMap<V, N> {
         NumMap {
             lo: [free; N],
             hi: [free; N],
-            fill,
             len: 0,
         }
     }
@@ -161,10 +159,8 @@ impl<V: Copy, const N: usize> NumMap<V, N> {
             }
             j = self.next(j);
         }
-        *self.at_mut(hole) = Entry {
-            num: EMPTY,
-            val: self.fill,
-        };
+        // The number alone marks the entry free.
+        self.at_mut(hole).num = EMPTY;
         self.len -= 1;
     }
 }
