@@ -37,7 +37,7 @@ pub mod host;
 mod ring;
 
 pub use dma::{DmaRegion, DmaWindow, DmaWindows, RawDma};
-pub use ring::{RingLayout, RingRegion};
+pub use ring::{RingLayout, RingRegion, RingView};
 
 /// Size of a page as the device sees it (`MLX5_ADAPTER_PAGE_SHIFT = 12`,
 /// docs/firmware.md §4.2). Every DMA region is aligned to at least this.

@@ -11,6 +11,8 @@
 //! and holds the layout checked against it, so not even that check is
 //! left.
 
+use core::marker::PhantomData;
+
 use crate::dma::{DmaRegion, DmaWindow};
 use crate::Hal;
 
@@ -167,6 +169,22 @@ impl<H: Hal, const N: usize> RingRegion<H, N> {
         unsafe { DmaWindow::from_ptr(self.region.as_ptr().add(off)) }
     }
 
+    /// The ring as plain values (its first entry's address, mask and
+    /// shift) borrowed from the region, for a loop that takes many entries
+    /// in one go: a local copy stays in registers across the volatile
+    /// accesses and barriers that make the compiler reload the fields of
+    /// `self` for every entry.
+    #[inline(always)]
+    pub fn view(&self) -> RingView<'_, N> {
+        RingView {
+            // In bounds: `first < end <= len` (checked by `new`).
+            first: self.region.as_ptr().wrapping_add(self.layout.first),
+            mask: self.layout.mask,
+            shift: self.layout.shift,
+            _region: PhantomData,
+        }
+    }
+
     /// Move the cursor to byte `offset`. Panics when it lies outside the
     /// region.
     #[inline(always)]
@@ -192,6 +210,35 @@ impl<H: Hal, const N: usize> RingRegion<H, N> {
         // changes; the byte lies inside memory the platform keeps valid for
         // volatile access while the region (borrowed through `self`) lives.
         unsafe { self.region.as_ptr().add(self.cursor).read_volatile() }
+    }
+}
+
+/// A [`RingRegion`]'s entries as plain values, borrowed from it
+/// ([`RingRegion::view`]): [`RingView::entry`] is the same unchecked
+/// access, from a copy a loop keeps in registers.
+#[derive(Clone, Copy)]
+pub struct RingView<'a, const N: usize> {
+    /// Entry 0: `region + layout.first`.
+    first: *mut u8,
+    mask: u32,
+    shift: u8,
+    /// The region, borrowed: it outlives the view and its layout fits it.
+    _region: PhantomData<&'a ()>,
+}
+
+impl<'a, const N: usize> RingView<'a, N> {
+    /// The window of entry `index & mask`: no check.
+    #[inline(always)]
+    pub fn entry(&self, index: u32) -> DmaWindow<'a, N> {
+        let off = ((index & self.mask) as usize) << self.shift;
+        // SAFETY: made by `RingRegion::view` from a layout `new` checked
+        // against the region (`first + (mask << shift) + N <= len`), which
+        // the view borrows for `'a`; the index is masked, so the window
+        // lies inside the region. `first` and the stride are multiples of 8
+        // (or the ring has one entry) and regions are page aligned, so the
+        // window is 8-byte aligned. The same argument as
+        // [`RingRegion::entry`].
+        unsafe { DmaWindow::from_ptr(self.first.add(off)) }
     }
 }
 
@@ -285,6 +332,26 @@ mod tests {
         let ring = super::RingRegion::<_, 64>::new(r, 0, 6, 6).unwrap();
         ring.entry(63).write_u8::<63>(0x5a);
         assert_eq!(ring.read_u8(PAGE_SIZE - 1), 0x5a);
+    }
+
+    #[test]
+    fn a_view_reaches_the_same_entries_as_its_ring_up_to_the_last_byte() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let ring = super::RingRegion::<_, 16>::new(r, 64, 3, 5).unwrap();
+        let v = ring.view();
+        for i in 0..20u32 {
+            v.entry(i).write_be32::<8>(i + 1);
+            assert_eq!(ring.entry(i).read_be32::<8>(), i + 1, "entry {i}");
+            assert_eq!(ring.read_be32(64 + (i as usize % 8) * 32 + 8), i + 1);
+        }
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let ring = super::RingRegion::<_, 64>::new(r, 0, 6, 6).unwrap();
+        let v = ring.view();
+        v.entry(63).write_u8::<63>(0xa5);
+        assert_eq!(ring.read_u8(PAGE_SIZE - 1), 0xa5);
+        v.entry(64).write_u8::<0>(0x11);
+        assert_eq!(ring.read_u8(0), 0x11, "indexes are masked");
     }
 
     #[test]
