@@ -5,7 +5,7 @@ mod queue;
 pub mod ring;
 
 pub use queue::{BadRecvCqe, LimitArm, PostFailure, RecvCompletion, RecvRequest, Srq};
-pub use ring::{CompleteError, CompletedWqe, PostError, Sge, SrqGeometry, SrqRing};
+pub use ring::{CompleteError, CompletedWqe, PostError, Sge, SrqCompleter, SrqGeometry, SrqRing};
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,7 @@
 use mlx5_hal::Hal;
 
 use super::cmd::{self, SrqParams, SrqState};
-use super::ring::{CompleteError, PostError, Sge, SrqGeometry, SrqRing};
+use super::ring::{CompleteError, PostError, Sge, SrqCompleter, SrqGeometry, SrqRing};
 use crate::cmd::MAX_CMD_LEN;
 use crate::cq::{Cq, Cqe, CqeStatus};
 use crate::error::{DestroyError, Error};
@@ -250,6 +250,15 @@ impl<H: Hal> Srq<H> {
             self.rejected = self.rejected.saturating_add(1);
         }
         r
+    }
+
+    /// [`SrqRing::completer`] on this SRQ's ring: completions the caller
+    /// has matched, taken only where they succeed
+    /// ([`SrqCompleter::try_complete`]), so nothing is refused or counted
+    /// here.
+    #[inline(always)]
+    pub(crate) fn completer(&mut self) -> SrqCompleter<'_> {
+        self.ring.completer()
     }
 
     /// Free the WQE `wqe_counter` names (posted, or refused) and, if

@@ -13,7 +13,7 @@
 //! WQE) lives in DMA memory the platform hands out, so the ring needs no heap
 //! and no caller-provided arrays.
 
-use mlx5_hal::{barrier, DmaRegion, Hal, HalError, RingRegion};
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError, RingRegion, RingView};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::INVALID_LKEY;
@@ -398,6 +398,31 @@ impl<H: Hal> SrqRing<H> {
         Ok(CompletedWqe { wr_id, capacity })
     }
 
+    /// An [`SrqCompleter`] for this ring: [`SrqRing::complete_wqe`] for a
+    /// poll call taking many receive completions, with the ring's geometry
+    /// and its tail in locals rather than reloaded for every completion.
+    /// The tail and the outstanding count are stored back when it is
+    /// dropped (a completer leaked with `mem::forget` leaves the WQEs it
+    /// completed out of the free list).
+    #[inline(always)]
+    pub fn completer(&mut self) -> SrqCompleter<'_> {
+        let SrqRing {
+            wqes,
+            book,
+            tail,
+            outstanding,
+            ..
+        } = self;
+        SrqCompleter {
+            book: book.view(),
+            next: wqes.view(),
+            last: book.layout().mask(),
+            tail: *tail,
+            done: 0,
+            home: Home { tail, outstanding },
+        }
+    }
+
     /// The `wr_id` stored for a posted WQE, without completing it.
     pub fn wr_id(&self, wqe_index: u16) -> Option<u64> {
         if wqe_index as usize >= self.geo.wqe_cnt() {
@@ -405,5 +430,61 @@ impl<H: Hal> SrqRing<H> {
         }
         let rec = self.book.window::<REC>(wqe_index as usize * REC);
         (rec.read_be64::<8>() != FREE).then(|| rec.read_be64::<0>().swap_bytes())
+    }
+}
+
+/// Completions taken with the ring's geometry and tail in locals
+/// ([`SrqRing::completer`]); the tail and the outstanding count go back to
+/// the ring when it is dropped.
+pub struct SrqCompleter<'a> {
+    book: RingView<'a, REC>,
+    /// The next segment of each WQE.
+    next: RingView<'a, SEG>,
+    /// The highest WQE index.
+    last: u32,
+    tail: u16,
+    /// WQEs completed so far.
+    done: usize,
+    home: Home<'a>,
+}
+
+/// Where an [`SrqCompleter`] stores its state back.
+struct Home<'a> {
+    tail: &'a mut u16,
+    outstanding: &'a mut usize,
+}
+
+impl SrqCompleter<'_> {
+    /// Complete WQE `wqe_index` if it is posted and, when `check_len`, its
+    /// scatter list holds `byte_len` bytes: link it after the tail and
+    /// return its `wr_id`. Otherwise `None`, with nothing changed (the
+    /// caller takes the general path, which refuses and counts it).
+    #[inline(always)]
+    pub fn try_complete(&mut self, wqe_index: u16, byte_len: u32, check_len: bool) -> Option<u64> {
+        // A range check, not a mask: an index beyond the ring is refused.
+        if wqe_index as u32 > self.last {
+            return None;
+        }
+        let rec = self.book.entry(wqe_index as u32);
+        let capacity = rec.read_be64::<8>().swap_bytes();
+        if capacity == FREE || (check_len && byte_len as u64 > capacity) {
+            return None;
+        }
+        rec.write_be64::<8>(FREE);
+        let wr_id = rec.read_be64::<0>().swap_bytes();
+        // Linked after the tail, as `SrqRing::complete_wqe` explains.
+        self.next.entry(self.tail as u32).write_be16::<2>(wqe_index);
+        self.tail = wqe_index;
+        self.done += 1;
+        Some(wr_id)
+    }
+}
+
+impl Drop for SrqCompleter<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        *self.home.tail = self.tail;
+        // Each completion freed a posted WQE, which `outstanding` counts.
+        *self.home.outstanding -= self.done;
     }
 }

@@ -151,3 +151,56 @@ fn the_device_consumes_in_posting_order_across_out_of_order_completions() {
     assert_eq!(consumed_order[..], posted_order[..consumed_order.len()]);
     assert!(consumed_order.len() > 300);
 }
+
+#[test]
+fn a_completer_completes_like_complete_wqe_and_refuses_without_changing_anything() {
+    // Two rings, posted alike: one completed with `complete_wqe`, the other
+    // through a completer; the WQE bytes, the books and the counts must
+    // agree afterwards, and every refusal must leave the ring as it was.
+    let (_h1, mut a) = ring(15, 1);
+    let (_h2, mut b) = ring(15, 1);
+    let mut ids = Vec::new();
+    for i in 0..8u64 {
+        ids.push(a.post(i, &[sge(i)]).unwrap());
+        assert_eq!(b.post(i, &[sge(i)]).unwrap(), ids[i as usize]);
+    }
+    let order = [ids[3], ids[0], ids[5], ids[1]];
+    let free = (0..16u16).find(|i| !ids.contains(i)).unwrap();
+    let snapshot = |r: &SrqRing<HostHal>| {
+        let mut bytes = std::vec![0u8; r.region().len()];
+        r.region().read_bytes(0, &mut bytes);
+        (
+            bytes,
+            r.outstanding(),
+            (0..16).map(|i| r.wr_id(i)).collect::<Vec<_>>(),
+        )
+    };
+    for &w in &order {
+        a.complete_wqe(w).unwrap();
+    }
+    let before = snapshot(&b);
+    {
+        let mut c = b.completer();
+        // Refused: out of range, never posted, more bytes than it holds.
+        assert_eq!(c.try_complete(16, 1, true), None);
+        assert_eq!(c.try_complete(free, 1, true), None);
+        assert_eq!(c.try_complete(order[0], 257, true), None);
+    }
+    assert!(snapshot(&b) == before, "a refusal changes nothing");
+    {
+        let mut c = b.completer();
+        // The byte count is not held against the buffers when not asked.
+        assert_eq!(c.try_complete(order[0], 1 << 20, false), Some(3));
+        for (&w, id) in order[1..].iter().zip([0, 5, 1]) {
+            assert_eq!(c.try_complete(w, 256, true), Some(id));
+        }
+        assert_eq!(c.try_complete(order[1], 1, true), None, "already free");
+    }
+    assert!(snapshot(&a) == snapshot(&b));
+    assert_eq!(b.outstanding(), 4);
+    // The free list the completer built takes new posts as the other does.
+    for i in 10..14u64 {
+        assert_eq!(a.post(i, &[sge(i)]).unwrap(), b.post(i, &[sge(i)]).unwrap());
+    }
+    assert!(snapshot(&a) == snapshot(&b));
+}
