@@ -283,3 +283,80 @@ fn a_route_is_forgotten_with_its_qp_and_a_new_qp_gets_its_own() {
     p.destroy(&mut ctx);
     close(&dev, ctx, "route forgotten");
 }
+
+#[test]
+fn the_route_a_cq_tries_first_goes_with_its_qp_when_the_number_is_reused() {
+    // Each CQ tries the route of the last receive it matched before any
+    // lookup. That route must go with its QP: the model, like firmware,
+    // gives a destroyed QP's number to the next QP made, and a CQE naming
+    // the number on the old CQ is then the new QP's, which receives
+    // elsewhere.
+    for batch in [1, 16] {
+        let (dev, mut ctx) = open(Profile::ConnectX5);
+        let p = Pair::unconnected(&dev, &mut ctx, QpCap::default());
+        p.post_recv(&mut ctx, 0, 4);
+        let attr = QpInitAttr {
+            send_cq: p.scq,
+            recv_cq: p.rcq,
+            srq: Some(p.srq),
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        };
+        let (x, _) = ctx.create_qp(&attr).unwrap();
+        let qpn = ctx.qp_num(x).unwrap();
+        let srqn = ctx.srq_num(p.srq).unwrap();
+        let put = |wqe| Put {
+            opcode: CqeOpcode::RESP_SEND,
+            qpn,
+            srqn,
+            wqe,
+            byte_len: 1,
+            imm: 0,
+            syndrome: 0,
+        };
+        // Two receives for X: the first is looked up, the second taken on
+        // the route the CQ now keeps.
+        let (w0, w1) = (wqe_of(&ctx, p.srq, 0), wqe_of(&ctx, p.srq, 1));
+        write(&ctx, p.rcq, &[put(w0), put(w1)]);
+        let got = poll_all(&mut ctx, p.rcq, batch);
+        assert_eq!(
+            got.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            [(0, WcStatus::Success), (1, WcStatus::Success)],
+            "batch {batch}"
+        );
+        ctx.destroy_qp(x).unwrap();
+        let (cq2, _) = ctx.create_cq(63).unwrap();
+        let (y, _) = ctx
+            .create_qp(&QpInitAttr {
+                send_cq: cq2,
+                recv_cq: cq2,
+                ..attr
+            })
+            .unwrap();
+        assert_eq!(ctx.qp_num(y).unwrap(), qpn, "the number is reused");
+        // On the old CQ the number is now Y's, which receives on cq2.
+        let w2 = wqe_of(&ctx, p.srq, 2);
+        write(&ctx, p.rcq, &[put(w2)]);
+        let got = poll_all(&mut ctx, p.rcq, batch);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].status, got[0].vendor_err),
+            (WcStatus::GeneralErr, WorkCompletion::VENDOR_ERR_UNMATCHED),
+            "batch {batch}"
+        );
+        assert_eq!(ctx.srq(p.srq).unwrap().ring().wr_id(w2), Some(2));
+        // On cq2 it matches, and stays Y's route there.
+        let w3 = wqe_of(&ctx, p.srq, 3);
+        write(&ctx, cq2, &[put(w2), put(w3)]);
+        let got = poll_all(&mut ctx, cq2, batch);
+        assert_eq!(
+            got.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            [(2, WcStatus::Success), (3, WcStatus::Success)],
+            "batch {batch}"
+        );
+        ctx.destroy_qp(y).unwrap();
+        ctx.destroy_cq(cq2).unwrap();
+        p.destroy(&mut ctx);
+        close(&dev, ctx, "route reused");
+    }
+}

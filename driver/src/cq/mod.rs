@@ -10,7 +10,9 @@ mod syndrome;
 pub(crate) use arm::ArmTable;
 pub use moderation::{CqModeration, CqPeriodMode, MAX_CQ_PERIOD};
 pub use queue::{Cq, CqOptions};
-pub use ring::{CqRing, Cqe, CqeSize, CqeStatus, CqeView, DoorbellRecord, ResizeCopyError};
+pub use ring::{
+    CqReader, CqRing, Cqe, CqeSize, CqeStatus, CqeView, DoorbellRecord, ResizeCopyError,
+};
 pub use syndrome::{CqErrorCause, CqeError};
 
 #[cfg(test)]

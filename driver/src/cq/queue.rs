@@ -6,7 +6,7 @@ use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
 use super::moderation::{self, CqModeration, CqPeriodMode};
-use super::ring::{CqRing, Cqe, CqeSize, CqeView, DoorbellRecord};
+use super::ring::{CqReader, CqRing, Cqe, CqeSize, CqeView, DoorbellRecord};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
@@ -136,17 +136,27 @@ impl<H: Hal> Cq<H> {
         self.ring.poll_each(&self.dbr, max, f)
     }
 
-    /// Take at most one CQE, handed over in place; returns 0 or 1.
-    #[inline(always)]
-    pub fn poll_one_view(&mut self, f: impl FnOnce(CqeView<'_>)) -> usize {
-        self.ring.poll_one_view(&self.dbr, f)
-    }
-
     /// [`Cq::poll_each`] with each CQE handed over in place, for a consumer
     /// that reads only the fields it needs ([`CqeView`]).
     #[inline(always)]
     pub fn poll_each_view(&mut self, max: usize, f: impl FnMut(CqeView<'_>)) -> usize {
         self.ring.poll_each_view(&self.dbr, max, f)
+    }
+
+    /// Read CQEs through a [`CqReader`] handed to `f` (the ring's geometry
+    /// and the consumer index in registers). The consumer index is not
+    /// published: call [`Cq::update_doorbell`] once per batch. Returns
+    /// `f`'s result and whether the index moved.
+    #[inline(always)]
+    pub fn read<R>(&mut self, f: impl FnOnce(&mut CqReader<'_>) -> R) -> (R, bool) {
+        self.ring.read(f)
+    }
+
+    /// Publish the consumer index in the doorbell record, after the reads
+    /// of the CQEs taken (see [`CqRing::update_doorbell`]).
+    #[inline(always)]
+    pub fn update_doorbell(&self) {
+        self.ring.update_doorbell(&self.dbr);
     }
 
     /// Take one completion (the consumer index is published at once).

@@ -10,9 +10,11 @@ use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingRegion};
 
 mod clean;
 mod cqe;
+mod reader;
 
 use cqe::off;
 pub use cqe::{Cqe, CqeStatus, CqeView};
+pub use reader::CqReader;
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
@@ -241,16 +243,10 @@ impl<H: Hal> CqRing<H> {
     /// moved on (not published).
     #[inline(always)]
     fn take<R>(&mut self, f: impl FnOnce(CqeView<'_>) -> R) -> Option<R> {
-        let ci = self.consumer_index;
-        let w = self.entry(ci);
-        let op_own = w.read_u8::<{ off::OP_OWN }>();
-        if !self.sw_owned(ci, op_own) {
-            return None;
-        }
-        // The body must not be read before the ownership byte (docs/firmware.md §5).
-        barrier::dma_rmb();
-        let r = f(CqeView::new(w, op_own));
-        self.set_ci(ci.wrapping_add(1));
+        let mut rd = self.reader();
+        let r = f(rd.take()?);
+        let ci = rd.consumer_index();
+        self.set_ci(ci);
         Some(r)
     }
 
@@ -292,40 +288,21 @@ impl<H: Hal> CqRing<H> {
         max: usize,
         mut f: impl FnMut(CqeView<'_>),
     ) -> usize {
-        // Loop invariants in locals; the consumer index lives in a register
-        // and is stored once.
-        let log = self.log_nent as u32;
-        let mut ci = self.consumer_index;
-        let mut n = 0;
-        while n < max {
-            let w = self.buf.entry(ci);
-            let op_own = w.read_u8::<{ off::OP_OWN }>();
-            if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (ci >> log) & 1 {
-                break;
+        // The ring's geometry and the consumer index in registers; the
+        // index is stored and published once.
+        let (n, moved) = self.read(|rd| {
+            let mut n = 0;
+            while n < max {
+                let Some(v) = rd.take() else { break };
+                f(v);
+                n += 1;
             }
-            // The body must not be read before the ownership byte (docs/firmware.md §5).
-            barrier::dma_rmb();
-            f(CqeView::new(w, op_own));
-            ci = ci.wrapping_add(1);
-            n += 1;
-        }
-        if n > 0 {
-            self.set_ci(ci);
+            n
+        });
+        if moved {
             self.update_doorbell(dbr);
         }
         n
-    }
-
-    /// Take at most one CQE, handing it in place to `f`; returns 0 or 1.
-    /// [`CqRing::poll_each_view`] with `max` 1, without the loop: what a
-    /// consumer polling one completion per call runs.
-    #[inline(always)]
-    pub fn poll_one_view(&mut self, dbr: &DoorbellRecord<H>, f: impl FnOnce(CqeView<'_>)) -> usize {
-        if self.take(f).is_none() {
-            return 0;
-        }
-        self.update_doorbell(dbr);
-        1
     }
 
     /// Publish the consumer index in the doorbell record. The reads of the

@@ -319,3 +319,45 @@ fn resize_copy_refuses_a_different_cqe_size_before_copying() {
     );
     assert_eq!(new.consumer_index(), 0);
 }
+
+#[test]
+fn a_reader_takes_only_owned_cqes_leaves_declined_ones_and_publishes_nothing() {
+    for size in [CqeSize::B64, CqeSize::B128] {
+        let (hal, mut ring, dbr) = setup(2, size);
+        // Two passes over a ring of 4, so the owner bit flips under the
+        // reader: 3 CQEs, then 4 more, then 2 more.
+        let mut p = 0u32;
+        let mut seen = Vec::new();
+        for batch in [3u32, 4, 2] {
+            for _ in 0..batch {
+                produce(&hal, &ring, p, CqeOpcode::RESP_SEND.0, p as u16, p);
+                p += 1;
+            }
+            let before = ring.consumer_index();
+            let (n, moved) = ring.read(|rd| {
+                // A declined CQE stays: the next take sees it again.
+                assert!(rd.take_if(|_| None::<()>).is_none());
+                assert_eq!(rd.consumer_index(), before);
+                let first = rd.peek().map(|v| v.wqe_counter());
+                assert_eq!(first, Some(before as u16), "peek does not take");
+                let mut n = 0;
+                while let Some(v) = rd.take() {
+                    seen.push(v.wqe_counter() as u32);
+                    n += 1;
+                }
+                assert!(rd.peek().is_none(), "the next entry is the device's");
+                n
+            });
+            assert_eq!((n, moved), (batch, true), "{size:?}");
+            assert_eq!(ring.consumer_index(), before + batch);
+            assert_eq!(dbr.ci(), 0, "read does not publish");
+            // Nothing waiting: the index does not move.
+            assert_eq!(ring.read(|rd| rd.take().is_some()), (false, false));
+            // `has_next` follows the index the read stored.
+            assert!(!ring.has_next());
+        }
+        assert_eq!(seen, (0..9).collect::<Vec<_>>(), "{size:?}");
+        ring.update_doorbell(&dbr);
+        assert_eq!(dbr.ci(), 9);
+    }
+}

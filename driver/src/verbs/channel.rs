@@ -241,7 +241,7 @@ impl<
         }
         let cq = self.hca.create_cq(cqe, opts)?;
         let n = cq.capacity();
-        match self.cqs.insert(CqEntry { cq, book }) {
+        match self.cqs.insert(CqEntry::new(cq, book)) {
             Ok(k) => {
                 if let Some(ChannelHandle(ChannelId::Made(c))) = book.channel {
                     if let Some(e) = self.channels.get_mut(c) {

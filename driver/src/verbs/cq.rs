@@ -2,6 +2,7 @@
 
 use mlx5_hal::Hal;
 
+use super::poll::RecvRun;
 use super::{ChannelHandle, CqHandle, Errno, EventElement, Verbs};
 use crate::cq::{Cq, CqOptions};
 use crate::stats::CmdObserver;
@@ -33,6 +34,20 @@ pub(super) struct CqBook {
 pub(super) struct CqEntry<H: Hal> {
     pub(super) cq: Cq<H>,
     pub(super) book: CqBook,
+    /// The route of the last receive `poll_cq` matched on this CQ, tried
+    /// first for the next CQEs (cleared when a QP's CQEs are cleaned).
+    pub(super) last_recv: RecvRun,
+}
+
+impl<H: Hal> CqEntry<H> {
+    /// An entry with no receive matched yet.
+    pub(super) fn new(cq: Cq<H>, book: CqBook) -> Self {
+        CqEntry {
+            cq,
+            book,
+            last_recv: RecvRun::NONE,
+        }
+    }
 }
 
 impl<
@@ -126,13 +141,7 @@ impl<
             }
             Err(failed) => {
                 let (back, err) = failed.into_parts();
-                self.cqs.restore(
-                    cq.0,
-                    CqEntry {
-                        cq: back,
-                        book: e.book,
-                    },
-                );
+                self.cqs.restore(cq.0, CqEntry::new(back, e.book));
                 Err(err.into())
             }
         }

@@ -13,9 +13,9 @@ use super::{
     CqEntry, CqHandle, Errno, SrqEntry, SrqHandle, Verbs, VerbsStats, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use crate::cq::{Cqe, CqeStatus, CqeView};
+use crate::cq::{CqReader, Cqe, CqeStatus, CqeView};
 use crate::qp::{BadSendCqe, SendOpcode};
-use crate::srq::BadRecvCqe;
+use crate::srq::{BadRecvCqe, Srq, SrqCompleter};
 use crate::stats::CmdObserver;
 
 impl<
@@ -64,13 +64,46 @@ impl<
         })
     }
 
-    /// The CQ's entry and, borrowed apart from it, what matching its CQEs
-    /// needs.
-    #[inline(always)]
-    fn split_for_poll(
-        &mut self,
-        cq: CqHandle,
-    ) -> Option<(&mut CqEntry<H>, Matcher<'_, H, QPS, SQ_WQEBBS, SRQS>)> {
+    /// `poll_cq` of one completion once a CQE is waiting: the short way
+    /// ([`recv_busy_one`]) if it is a successful receive on the route this
+    /// CQ last matched, else the general way.
+    #[inline(never)]
+    fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
+        let Verbs { cqs, srqs, .. } = self;
+        let Some(e) = cqs.get_mut(cq.0) else {
+            return 0;
+        };
+        if recv_busy_one(e, srqs, wc) == 1 {
+            return 1;
+        }
+        self.poll_general(cq, core::slice::from_mut(wc), false)
+    }
+
+    /// `poll_cq` once a CQE is waiting, each CQE decoded straight into the
+    /// caller's next slot: first the short way ([`recv_busy`]), then what
+    /// is left the general way ([`Verbs::poll_general`]). The doorbell
+    /// record is written once, at the end.
+    #[inline(never)]
+    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> usize {
+        let Verbs { cqs, srqs, .. } = self;
+        let Some(e) = cqs.get_mut(cq.0) else {
+            return 0;
+        };
+        let (n, done) = recv_busy(e, srqs, wc);
+        if done {
+            return n;
+        }
+        n + self.poll_general(cq, &mut wc[n..], n > 0)
+    }
+
+    /// `poll_cq`'s general way, out of line: each CQE matched on its own
+    /// into the next slot ([`Matcher::translate`]), until the slots or the
+    /// CQEs run out; returns how many. A receive its route matches becomes
+    /// the CQ's `last_recv`, tried first from then on. Publishes the
+    /// consumer index if it took anything or `taken` (CQEs the caller took
+    /// are not published yet).
+    #[inline(never)]
+    fn poll_general(&mut self, cq: CqHandle, wc: &mut [WorkCompletion], taken: bool) -> usize {
         let Verbs {
             cqs,
             srqs,
@@ -80,8 +113,10 @@ impl<
             stats,
             ..
         } = self;
-        let e = cqs.get_mut(cq.0)?;
-        let m = Matcher {
+        let Some(e) = cqs.get_mut(cq.0) else {
+            return 0;
+        };
+        let mut m = Matcher {
             cq,
             qps,
             qpns,
@@ -89,31 +124,22 @@ impl<
             srqns,
             stats,
         };
-        Some((e, m))
-    }
-
-    /// `poll_cq` of one completion once a CQE is waiting.
-    #[inline(never)]
-    fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
-        let Some((e, mut m)) = self.split_for_poll(cq) else {
-            return 0;
-        };
-        e.cq.poll_one_view(|v| m.translate(v, wc))
-    }
-
-    /// `poll_cq` once a CQE is waiting: each decoded straight into the
-    /// caller's next slot.
-    #[inline(never)]
-    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> usize {
-        let Some((e, mut m)) = self.split_for_poll(cq) else {
-            return 0;
-        };
-        let mut slots = wc.iter_mut();
-        e.cq.poll_each_view(slots.len(), |v| {
-            if let Some(s) = slots.next() {
-                m.translate(v, s);
+        let last_recv = &mut e.last_recv;
+        let (n, moved) = e.cq.read(|rd| {
+            let mut n = 0;
+            for slot in wc.iter_mut() {
+                let Some(v) = rd.take() else { break };
+                if let Some(r) = m.translate(v, slot) {
+                    *last_recv = r;
+                }
+                n += 1;
             }
-        })
+            n
+        });
+        if moved || taken {
+            e.cq.update_doorbell();
+        }
+        n
     }
 }
 
@@ -159,6 +185,45 @@ impl QpRoute {
     }
 }
 
+/// A route receives were matched on: the CQE's QP and SRQ numbers and the
+/// SRQ's key. A CQ keeps the last one ([`CqEntry::last_recv`]) to match a
+/// stream of receives without a lookup, as rdma-core's `mlx5_poll_one`
+/// keeps the current QP and SRQ across a batch (`providers/mlx5/cq.c`).
+/// Valid while the QP lives: cleaning the QP's CQEs (on destroy and on a
+/// move to RESET) clears it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecvRun {
+    qpn: u32,
+    srqn: u32,
+    /// `qpn` and `srqn` as a CQE holds them ([`CqeView::names_be`]).
+    qpn_be: u32,
+    srqn_be: u32,
+    srq: Key,
+}
+
+impl RecvRun {
+    /// No route: a QPN of 32 bits set never matches a CQE's 24.
+    pub(super) const NONE: RecvRun = RecvRun {
+        qpn: u32::MAX,
+        srqn: u32::MAX,
+        qpn_be: u32::MAX,
+        srqn_be: u32::MAX,
+        srq: Key::NONE,
+    };
+
+    /// The route of QP `qpn` receiving through SRQ `srqn` (stored under
+    /// `srq`).
+    fn new(qpn: u32, srqn: u32, srq: Key) -> Self {
+        RecvRun {
+            qpn,
+            srqn,
+            qpn_be: qpn.to_be(),
+            srqn_be: srqn.to_be(),
+            srq,
+        }
+    }
+}
+
 /// What matching a CQE needs, borrowed from the context.
 struct Matcher<'a, H: Hal, const QPS: usize, const W: usize, const SRQS: usize> {
     cq: CqHandle,
@@ -173,10 +238,12 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// One CQE as a work completion, written into `out`. The two common
     /// cases are straight-line: a successful send completion, and a
     /// successful receive that its QP's route matches (a dataplane's
-    /// stream), which reads only the five fields it needs. Everything else
-    /// (errors, flushes, CQEs that do not match) is finished out of line.
+    /// stream), which reads only the five fields it needs; that receive's
+    /// route is returned, for [`recv_run`] to try on the next
+    /// CQEs. Everything else (errors, flushes, CQEs that do not match) is
+    /// finished out of line.
     #[inline(always)]
-    fn translate(&mut self, v: CqeView<'_>, out: &mut WorkCompletion) {
+    fn translate(&mut self, v: CqeView<'_>, out: &mut WorkCompletion) -> Option<RecvRun> {
         let op = v.opcode();
         if op == CqeOpcode::REQ {
             let c = v.decode_requester();
@@ -188,11 +255,11 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             if !self.send(&c, out) {
                 unmatched(self.stats, out);
             }
-            return;
+            return None;
         }
-        // RESP_WR_IMM (1), RESP_SEND (2), RESP_SEND_IMM (3), RESP_SEND_INV (4).
-        if op.0.wrapping_sub(CqeOpcode::RESP_WR_IMM.0) > 3 {
-            return self.general(v, out);
+        if !is_receive(op) {
+            self.general(v, out);
+            return None;
         }
         let qpn = v.sop_drop_qpn() & 0x00ff_ffff;
         let srqn = v.srqn();
@@ -205,39 +272,26 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             .get(qpn)
             .filter(|r| r.recv_cq == self.cq && r.srqn == srqn)
         else {
-            return self.general(v, out);
+            self.general(v, out);
+            return None;
         };
-        let Some(s) = self.srqs.get_mut(r.srq) else {
-            return self.general(v, out);
+        let srq = r.srq;
+        let Some(s) = self.srqs.get_mut(srq) else {
+            self.general(v, out);
+            return None;
         };
         let byte_len = v.byte_len();
-        // RDMA WRITE with immediate scatters nothing into the WQE
-        // ([`Srq::complete_cqe`]).
-        let write_imm = op == CqeOpcode::RESP_WR_IMM;
         let (wr_id, matched) = received(s.srq.complete_matched(
             v.wqe_counter(),
             byte_len,
-            !write_imm,
+            op != CqeOpcode::RESP_WR_IMM,
         ));
-        let imm = v.imm();
-        *out = WorkCompletion {
-            wr_id,
-            status: WcStatus::Success,
-            opcode: if write_imm {
-                WcOpcode::RecvRdmaWithImm
-            } else {
-                WcOpcode::Recv
-            },
-            vendor_err: 0,
-            byte_len,
-            imm_data: (write_imm || op == CqeOpcode::RESP_SEND_IMM).then_some(imm),
-            invalidated_rkey: (op == CqeOpcode::RESP_SEND_INV).then_some(imm),
-            qp_num: qpn,
-            srq_num: Some(srqn),
-        };
+        *out = recv_completion(op, wr_id, byte_len, v.imm(), qpn, srqn);
         if !matched {
             unmatched(self.stats, out);
+            return None;
         }
+        Some(RecvRun::new(qpn, srqn, srq))
     }
 
     /// Any CQE, the general way: error statuses (which also move a QP to
@@ -339,6 +393,145 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         let (wr_id, matched) = received(r.map(|r| r.wr_id));
         wc.wr_id = wr_id;
         matched
+    }
+}
+
+/// `poll_cq`'s short way for one completion, on a CQ with a CQE waiting:
+/// 1, with the consumer index published, if the CQE is a successful
+/// receive on the route the CQ last matched ([`recv_one`]); else 0 with
+/// nothing taken.
+#[inline(always)]
+fn recv_busy_one<H: Hal, const SRQS: usize>(
+    e: &mut CqEntry<H>,
+    srqs: &mut Table<SrqEntry<H>, SRQS>,
+    wc: &mut WorkCompletion,
+) -> usize {
+    let r = e.last_recv;
+    let Some(s) = srqs.get_mut(r.srq) else {
+        return 0;
+    };
+    let (n, _) = e.cq.read(|rd| recv_one(rd, &mut s.srq, r, wc));
+    if n == 1 {
+        e.cq.update_doorbell();
+    }
+    n
+}
+
+/// `poll_cq`'s short way on a CQ with a CQE waiting: the CQEs that are
+/// successful receives on the route the CQ last matched ([`recv_run`]).
+/// Returns how many it took and whether the call is done: every slot
+/// filled or the CQ empty, the consumer index then published. When not
+/// done, what it took is not published yet.
+#[inline(never)]
+fn recv_busy<H: Hal, const SRQS: usize>(
+    e: &mut CqEntry<H>,
+    srqs: &mut Table<SrqEntry<H>, SRQS>,
+    wc: &mut [WorkCompletion],
+) -> (usize, bool) {
+    let r = e.last_recv;
+    let n = match srqs.get_mut(r.srq) {
+        Some(s) => e.cq.read(|rd| recv_run(rd, &mut s.srq, r, wc)).0,
+        None => 0,
+    };
+    let done = n == wc.len() || (n > 0 && !e.cq.has_next());
+    if done {
+        e.cq.update_doorbell();
+    }
+    (n, done)
+}
+
+/// Take, into the front of `wc`, the CQEs from the reader's consumer
+/// index on that are successful receives on route `r` whose WQE (in `srq`,
+/// the route's SRQ) is posted and holds the bytes: the common stream of a
+/// receive CQ, with the SRQ's ring in registers ([`Srq::completer`]).
+/// Stops, leaving it in place, at the first CQE that is anything else, for
+/// the general path to match, refuse and count; returns how many it took.
+/// The checks are those of [`Matcher::translate`]'s route path, where `r`
+/// was made for this CQ.
+#[inline(always)]
+fn recv_run<H: Hal>(
+    rd: &mut CqReader<'_>,
+    srq: &mut Srq<H>,
+    r: RecvRun,
+    wc: &mut [WorkCompletion],
+) -> usize {
+    let mut c = srq.completer();
+    let mut n = 0;
+    for slot in wc.iter_mut() {
+        if rd.take_if(|v| recv_on(v, &mut c, r, slot)).is_none() {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// [`recv_run`] for one slot, without the loop: 1 if it took the CQE.
+#[inline(always)]
+fn recv_one<H: Hal>(
+    rd: &mut CqReader<'_>,
+    srq: &mut Srq<H>,
+    r: RecvRun,
+    wc: &mut WorkCompletion,
+) -> usize {
+    rd.take_if(|v| recv_on(v, &mut srq.completer(), r, wc))
+        .is_some() as usize
+}
+
+/// One CQE of [`recv_run`]: `Some` when it is a successful receive on `r`
+/// and `c` completes its WQE, with the completion written into `out`;
+/// `None`, with nothing changed, otherwise.
+#[inline(always)]
+fn recv_on(
+    v: CqeView<'_>,
+    c: &mut SrqCompleter<'_>,
+    r: RecvRun,
+    out: &mut WorkCompletion,
+) -> Option<()> {
+    let op = v.opcode();
+    if !is_receive(op) || !v.names_be(r.qpn_be, r.srqn_be) {
+        return None;
+    }
+    let byte_len = v.byte_len();
+    // RDMA WRITE with immediate scatters nothing into the WQE.
+    let wr_id = c.try_complete(v.wqe_counter(), byte_len, op != CqeOpcode::RESP_WR_IMM)?;
+    *out = recv_completion(op, wr_id, byte_len, v.imm(), r.qpn, r.srqn);
+    Some(())
+}
+
+/// A successful responder opcode the facade completes: RESP_WR_IMM (1),
+/// RESP_SEND (2), RESP_SEND_IMM (3), RESP_SEND_INV (4).
+#[inline(always)]
+fn is_receive(op: CqeOpcode) -> bool {
+    op.0.wrapping_sub(CqeOpcode::RESP_WR_IMM.0) <= 3
+}
+
+/// The work completion of a successful receive with opcode `op` (one of
+/// [`is_receive`]'s).
+#[inline(always)]
+fn recv_completion(
+    op: CqeOpcode,
+    wr_id: u64,
+    byte_len: u32,
+    imm: u32,
+    qpn: u32,
+    srqn: u32,
+) -> WorkCompletion {
+    let write_imm = op == CqeOpcode::RESP_WR_IMM;
+    WorkCompletion {
+        wr_id,
+        status: WcStatus::Success,
+        opcode: if write_imm {
+            WcOpcode::RecvRdmaWithImm
+        } else {
+            WcOpcode::Recv
+        },
+        vendor_err: 0,
+        byte_len,
+        imm_data: (write_imm || op == CqeOpcode::RESP_SEND_IMM).then_some(imm),
+        invalidated_rkey: (op == CqeOpcode::RESP_SEND_INV).then_some(imm),
+        qp_num: qpn,
+        srq_num: Some(srqn),
     }
 }
 

@@ -10,7 +10,7 @@
 
 use mlx5_hal::Hal;
 
-use super::poll::QpRoute;
+use super::poll::{QpRoute, RecvRun};
 use super::table::Table;
 use super::{
     AccessFlags, AhAttr, CqEntry, CqHandle, Errno, EventElement, GlobalRoute, Mtu, PostSendError,
@@ -331,6 +331,9 @@ impl<
         };
         if let Some(c) = self.cqs.get_mut(b.recv_cq.0) {
             c.cq.discard_qp(qpn, srq);
+            // The QP may be going away (and its number reused): poll
+            // matches its next receive through the QPN map again.
+            c.last_recv = RecvRun::NONE;
         }
         if b.send_cq != b.recv_cq {
             if let Some(c) = self.cqs.get_mut(b.send_cq.0) {

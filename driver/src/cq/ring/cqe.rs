@@ -128,6 +128,18 @@ impl<'a> CqeView<'a> {
         self.w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff
     }
 
+    /// True when the CQE names QP `qpn` and SRQ `srqn` (24 bits each),
+    /// given byte-swapped as the CQE holds them (`qpn.to_be()`): the
+    /// compares need no swap at run time.
+    #[inline(always)]
+    pub fn names_be(&self, qpn_be: u32, srqn_be: u32) -> bool {
+        const M: u32 = 0x00ff_ffff;
+        // `read_be32().to_be()` is the word's raw bits (the swaps cancel).
+        let q = self.w.read_be32::<{ off::QPN }>().to_be() & M.to_be();
+        let s = self.w.read_be32::<{ off::SRQN }>().to_be() & M.to_be();
+        q == qpn_be && s == srqn_be
+    }
+
     /// Bytes received or transferred.
     #[inline(always)]
     pub fn byte_len(&self) -> u32 {

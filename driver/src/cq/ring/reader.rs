@@ -1,0 +1,98 @@
+//! Reading a CQ ring in one go ([`CqRing::read`]): the ring's geometry and
+//! the consumer index in locals for the length of a poll call.
+//!
+//! A poll loop reads the owner byte with a volatile load and then issues a
+//! read barrier, and the compiler must assume either may change any memory
+//! it cannot see is private: it reloads the ring's base, mask and shift
+//! from the `CqRing` for every CQE. A [`CqReader`] is a copy of them (and
+//! of the consumer index) made once, so they stay in registers; the
+//! consumer index is stored back when the read ends, and the caller
+//! publishes it once per call, as rdma-core's `mlx5_poll_cq` updates the
+//! doorbell record once per call (`providers/mlx5/cq.c`).
+
+use mlx5_hal::{barrier, Hal, RingView};
+use mlx5_regs::CqeOpcode;
+
+use super::cqe::off;
+use super::{CqRing, CqeView};
+
+/// The CQEs of one [`CqRing::read`]: takes them in order, each only if
+/// software owns it.
+pub struct CqReader<'a> {
+    ring: RingView<'a, 64>,
+    /// `log2` of the ring's entries: the owner bit of index `ci` is bit
+    /// `log` of `ci`.
+    log: u32,
+    /// The consumer index as this read has moved it.
+    ci: u32,
+}
+
+impl<'a> CqReader<'a> {
+    /// The CQE at the consumer index if software owns it, after the read
+    /// barrier that orders its body after the owner byte (docs/firmware.md
+    /// §5); `None` when the device has not written it yet. Does not take it.
+    #[inline(always)]
+    pub fn peek(&self) -> Option<CqeView<'a>> {
+        let w = self.ring.entry(self.ci);
+        let op_own = w.read_u8::<{ off::OP_OWN }>();
+        if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (self.ci >> self.log) & 1 {
+            return None;
+        }
+        barrier::dma_rmb();
+        Some(CqeView::new(w, op_own))
+    }
+
+    /// Take the next CQE if software owns it: the consumer index moves past
+    /// it.
+    #[inline(always)]
+    pub fn take(&mut self) -> Option<CqeView<'a>> {
+        let v = self.peek()?;
+        self.ci = self.ci.wrapping_add(1);
+        Some(v)
+    }
+
+    /// Take the next CQE only if software owns it and `f` accepts it
+    /// (returns `Some`): a CQE `f` declines stays where it is, for the next
+    /// `take` or `take_if` to see again.
+    #[inline(always)]
+    pub fn take_if<R>(&mut self, f: impl FnOnce(CqeView<'a>) -> Option<R>) -> Option<R> {
+        let r = f(self.peek()?)?;
+        self.ci = self.ci.wrapping_add(1);
+        Some(r)
+    }
+
+    /// The consumer index as this read has moved it (not yet published).
+    #[inline(always)]
+    pub fn consumer_index(&self) -> u32 {
+        self.ci
+    }
+}
+
+impl<H: Hal> CqRing<H> {
+    /// Read CQEs through a [`CqReader`] handed to `f`, then store the
+    /// consumer index it reached. Like [`CqRing::pop`] it does not publish
+    /// the index: call [`CqRing::update_doorbell`] once per batch, after
+    /// every CQE of it was read. Returns `f`'s result and whether the index
+    /// moved.
+    #[inline(always)]
+    pub fn read<R>(&mut self, f: impl FnOnce(&mut CqReader<'_>) -> R) -> (R, bool) {
+        let mut rd = self.reader();
+        let r = f(&mut rd);
+        let ci = rd.ci;
+        let moved = ci != self.consumer_index;
+        if moved {
+            self.set_ci(ci);
+        }
+        (r, moved)
+    }
+
+    /// A reader at the consumer index.
+    #[inline(always)]
+    pub(super) fn reader(&self) -> CqReader<'_> {
+        CqReader {
+            ring: self.buf.view(),
+            log: self.log_nent as u32,
+            ci: self.consumer_index,
+        }
+    }
+}
