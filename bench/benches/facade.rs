@@ -25,26 +25,17 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
 };
 use mlx5_bench::facade::{
-    complete_checked, raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig,
+    complete_checked, raw_empty, raw_poll_recv, sges, write_recv_cqes, RawWc, Rig, RingRig,
 };
-use mlx5_bench::facade_send::{write_req_cqes, RawSq, RingSendRig, SendRig, SEND_WR};
+use mlx5_bench::facade_send::{
+    write_req_cqes, RawSq, RingSendRig, SendRig, SendShape, SendWorkload, SEND_WR,
+};
 use mlx5_bench::RawSrq;
 use mlx5_driver::cq::Cqe;
-use mlx5_driver::qp::{Payload, SendOp, SendRequest};
 use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
-use mlx5_driver::verbs::{RecvWr, SendFlags, SendWr, WorkCompletion};
+use mlx5_driver::verbs::{RecvWr, WorkCompletion};
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_sim::SimHal;
-
-fn sges(n: usize) -> Vec<Sge> {
-    (0..n as u64)
-        .map(|i| Sge {
-            addr: 0x10_0000 + i * 4096,
-            length: 1024,
-            lkey: 0x42,
-        })
-        .collect()
-}
 
 /// Post `n` receives (1 SGE) through the facade, 16 per call.
 fn facade_fill(rig: &mut Rig, n: usize, sge: &[Sge]) {
@@ -457,51 +448,28 @@ fn recv_loop(c: &mut Criterion) {
     g.finish();
 }
 
-/// The send shapes: name, gather entries, inline bytes.
-const SHAPES: [(&str, usize, usize); 3] = [("1_sge", 1, 0), ("4_sge", 4, 0), ("inline_64", 0, 64)];
-
 /// Requests per iteration (all fit in the queue at once).
 const SN: usize = SEND_WR as usize;
 
 fn send_post(c: &mut Criterion) {
-    let data = [0x5au8; 64];
-    for (name, nsge, inline) in SHAPES {
-        let sge = sges(nsge);
+    for shape in SendShape::ALL {
+        let work = SendWorkload::new(shape);
         for per_call in [1usize, 16] {
+            let name = shape.bench_name();
             let mut g = c.benchmark_group(format!("facade_send/{name}/{per_call}_per_call"));
             g.throughput(Throughput::Elements(SN as u64));
             g.bench_function("facade", |b| {
                 let mut rig = SendRig::new(8);
-                let flags = if inline > 0 {
-                    SendFlags::SIGNALED | SendFlags::INLINE
-                } else {
-                    SendFlags::SIGNALED
-                };
-                let wrs: Vec<SendWr> = (0..SN as u64)
-                    .map(|i| SendWr {
-                        wr_id: i,
-                        send_flags: flags,
-                        sg_list: &sge,
-                        inline_data: &data[..inline],
-                        ..SendWr::EMPTY
-                    })
-                    .collect();
-                let mut wc = vec![WorkCompletion::EMPTY; 1];
+                let wrs = work.wrs();
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let p0 = rig.producer();
                         let t = Instant::now();
-                        for chunk in wrs.chunks(per_call) {
-                            rig.ctx.post_send(rig.qp, black_box(chunk)).unwrap();
-                        }
+                        rig.post_chunks(&wrs, per_call);
                         total += t.elapsed();
                         // Untimed: one CQE for the last WQE retires them all.
-                        let step = rig.producer().wrapping_sub(p0) / SN as u16;
-                        let ring = rig.ctx.cq(rig.cq).unwrap().ring();
-                        let ci = ring.consumer_index();
-                        write_req_cqes(ring, ci, rig.qpn, rig.producer() - step, 0, 1);
-                        assert_eq!(rig.ctx.poll_cq(rig.cq, &mut wc).unwrap(), 1);
+                        rig.retire(p0, SN);
                     }
                     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
                     total
@@ -509,34 +477,15 @@ fn send_post(c: &mut Criterion) {
             });
             g.bench_function("ring", |b| {
                 let mut r = RingSendRig::new(8);
-                let reqs: Vec<SendRequest> = (0..SN as u64)
-                    .map(|i| SendRequest {
-                        wr_id: i,
-                        op: SendOp::Send,
-                        payload: if inline > 0 {
-                            Payload::Inline(&data[..inline])
-                        } else {
-                            Payload::Sges(&sge)
-                        },
-                        signaled: true,
-                        solicited: false,
-                    })
-                    .collect();
-                let mut out = [Cqe::EMPTY; 1];
+                let reqs = work.reqs();
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let p0 = r.producer();
                         let t = Instant::now();
-                        for chunk in reqs.chunks(per_call) {
-                            r.qp.post_send(black_box(chunk)).unwrap();
-                        }
+                        r.post_chunks(&reqs, per_call);
                         total += t.elapsed();
-                        let step = r.producer().wrapping_sub(p0) / SN as u16;
-                        let ci = r.cq.ring().consumer_index();
-                        write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), r.producer() - step, 0, 1);
-                        assert_eq!(r.cq.poll(&mut out), 1);
-                        r.qp.complete_send(&out[0]).unwrap();
+                        r.retire(p0, SN);
                     }
                     total
                 });
@@ -545,14 +494,14 @@ fn send_post(c: &mut Criterion) {
                 let r = SendRig::new(8);
                 let hal = r.ctx.hca().hal().clone();
                 let mut raw = RawSq::new(&hal, 256, r.qpn);
-                let inl = (inline > 0).then_some(&data[..inline]);
+                let (sge, inl) = (work.sges(), work.inline());
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let t = Instant::now();
                         for chunk in (0..SN as u64).collect::<Vec<_>>().chunks(per_call) {
                             for &i in chunk {
-                                raw.post(i, black_box(&sge), black_box(inl));
+                                raw.post(i, black_box(sge), black_box(inl));
                             }
                             raw.ring();
                         }
@@ -568,27 +517,20 @@ fn send_post(c: &mut Criterion) {
 }
 
 fn send_poll(c: &mut Criterion) {
-    let sge = sges(1);
+    let work = SendWorkload::new(SendShape::Sge1);
     let mut g = c.benchmark_group("facade_send_poll");
     g.throughput(Throughput::Elements(SN as u64));
     for batch in [1usize, 16, 64] {
         g.bench_with_input(BenchmarkId::new("facade", batch), &batch, |b, &batch| {
             let mut rig = SendRig::new(8);
-            let wrs: Vec<SendWr> = (0..SN as u64)
-                .map(|i| SendWr {
-                    wr_id: i,
-                    sg_list: &sge,
-                    ..SendWr::EMPTY
-                })
-                .collect();
+            let wrs = work.wrs();
             let mut wc = vec![WorkCompletion::EMPTY; batch];
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let p0 = rig.producer();
                     rig.ctx.post_send(rig.qp, &wrs).unwrap();
-                    let ring = rig.ctx.cq(rig.cq).unwrap().ring();
-                    write_req_cqes(ring, ring.consumer_index(), rig.qpn, p0, 1, SN);
+                    rig.write_cqes(p0, 1, SN);
                     let t = Instant::now();
                     let mut got = 0;
                     while got < SN {
@@ -604,23 +546,14 @@ fn send_poll(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("ring", batch), &batch, |b, &batch| {
             let mut r = RingSendRig::new(8);
-            let reqs: Vec<SendRequest> = (0..SN as u64)
-                .map(|i| SendRequest {
-                    wr_id: i,
-                    op: SendOp::Send,
-                    payload: Payload::Sges(&sge),
-                    signaled: true,
-                    solicited: false,
-                })
-                .collect();
+            let reqs = work.reqs();
             let mut out = vec![Cqe::EMPTY; batch];
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let p0 = r.producer();
                     r.qp.post_send(&reqs).unwrap();
-                    let ci = r.cq.ring().consumer_index();
-                    write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), p0, 1, SN);
+                    r.write_cqes(p0, 1, SN);
                     let t = Instant::now();
                     let mut got = 0;
                     while got < SN {

@@ -7,7 +7,7 @@
 //! timed loops touch ring memory alone, as on a card.
 
 use mlx5_driver::cq::{CqRing, Cqe, CqeSize, CqeStatus, DoorbellRecord};
-use mlx5_driver::srq::{SrqGeometry, SrqRing};
+use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
 use mlx5_driver::verbs::{CqHandle, QpCap, QpHandle, QpInitAttr, SrqHandle, SrqInitAttr, Verbs};
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::Hal;
@@ -19,6 +19,18 @@ pub type Ctx = Verbs<SimHal>;
 
 /// Bytes every benchmark receive CQE reports (below every posted buffer).
 pub const BYTE_LEN: u32 = 64;
+
+/// A scatter or gather list of `n` entries of 1 KiB each, 4 KiB apart,
+/// under one key (the buffers every facade benchmark posts).
+pub fn sges(n: usize) -> Vec<Sge> {
+    (0..n as u64)
+        .map(|i| Sge {
+            addr: 0x10_0000 + i * 4096,
+            length: 1024,
+            lkey: 0x42,
+        })
+        .collect()
+}
 
 /// A context with a CQ of `2^log_cq` entries, an SRQ and a QP on both.
 pub struct Rig {
