@@ -82,6 +82,19 @@ impl Rig {
         got
     }
 
+    /// Poll (16 per call) until `n` completions have come; their `wr_id`s
+    /// in order (untimed checks).
+    pub fn drain(&mut self, n: usize) -> Vec<u64> {
+        let mut wc = [WorkCompletion::EMPTY; 16];
+        let mut ids = Vec::with_capacity(n);
+        while ids.len() < n {
+            let k = self.ctx.poll_cq(self.cq, &mut wc).unwrap();
+            ids.extend(wc[..k].iter().map(|w| w.wr_id));
+        }
+        assert_eq!(self.ctx.stats().unmatched_cqes, 0);
+        ids
+    }
+
     /// Post `wrs` through `post_srq_recv`, `per_call` per call.
     #[inline(always)]
     pub fn post_chunks(&mut self, wrs: &[RecvWr<'_>], per_call: usize) {
@@ -138,6 +151,18 @@ impl RingSide {
         let (qpn, srqn) = self.ids;
         write_recv_cqes(&self.r.cq, ci, qpn, srqn, self.next_wqe, cnt, n);
         self.next_wqe = (self.next_wqe + n as u32) % cnt;
+    }
+
+    /// Poll and complete ([`Trusting`], 16 per call) until `n` completions
+    /// have come; their `wr_id`s in order (untimed checks).
+    pub fn drain(&mut self, n: usize) -> Vec<u64> {
+        let (mut out, mut wr_ids) = ([Cqe::EMPTY; 16], [0u64; 16]);
+        let mut ids = Vec::with_capacity(n);
+        while ids.len() < n {
+            let k = self.poll(&mut out, &mut wr_ids, &Trusting);
+            ids.extend_from_slice(&wr_ids[..k]);
+        }
+        ids
     }
 
     /// One poll of up to `out.len()` CQEs (`CqRing::poll`), each completed
