@@ -25,106 +25,40 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
 };
 use mlx5_bench::facade::{
-    complete_checked, raw_empty, raw_poll_recv, write_recv_cqes, RawWc, Rig, RingRig,
+    raw_empty, raw_poll_recv, recv_wrs, sges, write_recv_cqes, RawWc, Rig, RingRig,
 };
-use mlx5_bench::facade_send::{write_req_cqes, RawSq, RingSendRig, SendRig, SEND_WR};
+use mlx5_bench::facade_recv::{Checking, Complete, RingSide, Trusting, LOOP_P, LOOP_WR};
+use mlx5_bench::facade_send::{
+    write_req_cqes, RawSq, RingSendRig, SendRig, SendShape, SendWorkload, SEND_WR,
+};
 use mlx5_bench::RawSrq;
 use mlx5_driver::cq::Cqe;
-use mlx5_driver::qp::{Payload, SendOp, SendRequest};
-use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
-use mlx5_driver::verbs::{RecvWr, SendFlags, SendWr, WorkCompletion};
+use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::verbs::WorkCompletion;
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_sim::SimHal;
 
-fn sges(n: usize) -> Vec<Sge> {
-    (0..n as u64)
-        .map(|i| Sge {
-            addr: 0x10_0000 + i * 4096,
-            length: 1024,
-            lkey: 0x42,
-        })
-        .collect()
-}
-
-/// Post `n` receives (1 SGE) through the facade, 16 per call.
-fn facade_fill(rig: &mut Rig, n: usize, sge: &[Sge]) {
-    let wrs: Vec<RecvWr> = (0..16)
-        .map(|i| RecvWr {
-            wr_id: i,
-            sges: sge,
-        })
-        .collect();
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(16);
-        rig.ctx.post_srq_recv(rig.srq, &wrs[..k]).unwrap();
-        left -= k;
-    }
-}
-
-fn ring_fill(r: &mut RingRig<SimHal>, n: usize, sge: &[Sge]) {
-    r.srq.post_list((0..n as u64).map(|i| (i, sge))).unwrap();
-}
-
-/// The ring-API contenders of the receive benchmarks: `ring` trusts the
-/// CQE (`SrqRing::complete`, as a consumer that knows its QP and SRQ uses
-/// the ring API); `checked` checks what the facade checks for one known QP
-/// and SRQ ([`complete_checked`]). Generic, so each is its own inlined
-/// loop (no call through a pointer per CQE).
-fn trusting(srq: &mut SrqRing<SimHal>, c: &Cqe, _: (u32, u32)) -> u64 {
-    srq.complete(c.wqe_counter).unwrap()
-}
-
-fn checking(srq: &mut SrqRing<SimHal>, c: &Cqe, ids: (u32, u32)) -> u64 {
-    complete_checked(srq, c, ids.0, ids.1).unwrap()
-}
-
-/// One ring-API poll of up to `out.len()` receive CQEs, each completed;
-/// how many.
-#[inline(always)]
-fn ring_poll<F: Fn(&mut SrqRing<SimHal>, &Cqe, (u32, u32)) -> u64>(
-    r: &mut RingRig<SimHal>,
-    out: &mut [Cqe],
-    ids: (u32, u32),
-    complete: &F,
-) -> usize {
-    let k = r.cq.poll(&r.dbr, out);
-    for c in &out[..k] {
-        black_box(complete(&mut r.srq, c, ids));
-    }
-    black_box(&out[..k]);
-    k
-}
-
 /// `facade_poll/.../{name}/B` for a ring-API contender: `(log2 CQ
 /// entries, completions per iteration, batch)`.
-fn ring_poll_contender<F: Fn(&mut SrqRing<SimHal>, &Cqe, (u32, u32)) -> u64>(
+fn ring_poll_contender<C: Complete>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
     (log_cq, wr, batch): (u8, u32, usize),
     sge: &[Sge],
-    complete: F,
+    step: C,
 ) {
     let n = wr as usize;
     g.bench_with_input(BenchmarkId::new(name, batch), &batch, |b, &batch| {
-        let rig = Rig::new(1, 1, 1);
-        let geo = SrqGeometry::for_request(n, 1).unwrap();
-        let mut r = RingRig::new(&rig.dev.hal(), log_cq, geo);
-        let ids = (rig.qpn, rig.srqn);
+        let mut r = RingSide::new(log_cq, n, 1);
         let mut out = vec![Cqe::EMPTY; batch];
-        let mut wqe = 0u32;
+        let mut wr_ids = vec![0u64; batch];
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                ring_fill(&mut r, n, sge);
-                let ci = r.cq.consumer_index();
-                write_recv_cqes(&r.cq, ci, ids.0, ids.1, wqe, wr + 1, n);
-                wqe = (wqe + wr) % (wr + 1);
+                r.fill(n, sge);
+                r.device_completes(n);
                 let t = Instant::now();
-                let mut got = 0;
-                while got < n {
-                    got += ring_poll(&mut r, &mut out, ids, &complete);
-                }
+                r.poll_block(&mut out, &mut wr_ids, n, &step);
                 total += t.elapsed();
             }
             total
@@ -133,34 +67,24 @@ fn ring_poll_contender<F: Fn(&mut SrqRing<SimHal>, &Cqe, (u32, u32)) -> u64>(
 }
 
 /// `facade_recv_loop/{name}/B` for a ring-API contender: poll B, repost B.
-fn ring_loop_contender<F: Fn(&mut SrqRing<SimHal>, &Cqe, (u32, u32)) -> u64>(
+fn ring_loop_contender<C: Complete>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
     batch: usize,
     sge: &[Sge],
-    complete: F,
+    step: C,
 ) {
     g.bench_with_input(BenchmarkId::new(name, batch), &batch, |b, &batch| {
-        let rig = Rig::new(1, 1, 1);
-        let geo = SrqGeometry::for_request(LOOP_WR as usize, 1).unwrap();
-        let mut r = RingRig::new(&rig.dev.hal(), 8, geo);
-        let ids = (rig.qpn, rig.srqn);
-        ring_fill(&mut r, LOOP_WR as usize, sge);
+        let mut r = RingSide::new(8, LOOP_WR as usize, 1);
+        r.fill(LOOP_WR as usize, sge);
         let mut out = vec![Cqe::EMPTY; batch];
-        let mut wqe = 0u32;
+        let mut wr_ids = vec![0u64; batch];
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let ci = r.cq.consumer_index();
-                write_recv_cqes(&r.cq, ci, ids.0, ids.1, wqe, LOOP_WR + 1, LOOP_P);
-                wqe = (wqe + LOOP_P as u32) % (LOOP_WR + 1);
+                r.device_completes(LOOP_P);
                 let t = Instant::now();
-                let mut got = 0;
-                while got < LOOP_P {
-                    let k = ring_poll(&mut r, &mut out, ids, &complete);
-                    r.srq.post_list((0..k as u64).map(|i| (i, sge))).unwrap();
-                    got += k;
-                }
+                r.loop_block(&mut out, &mut wr_ids, LOOP_P, sge, &step);
                 total += t.elapsed();
             }
             total
@@ -204,29 +128,21 @@ fn poll_batches(c: &mut Criterion) {
             g.bench_with_input(BenchmarkId::new("facade", batch), &batch, |b, &batch| {
                 let mut rig = Rig::new(log_cq, wr, 1);
                 let mut wc = vec![WorkCompletion::EMPTY; batch];
-                let mut wqe = 0u32;
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        facade_fill(&mut rig, n, &sge);
-                        let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
-                        rig.write_recv_cqes(ci, wqe, n);
-                        wqe = (wqe + wr) % (wr + 1);
+                        rig.fill(n, &sge);
+                        rig.device_completes(n);
                         let t = Instant::now();
-                        let mut got = 0;
-                        while got < n {
-                            let k = rig.ctx.poll_cq(rig.cq, &mut wc).unwrap();
-                            black_box(&wc[..k]);
-                            got += k;
-                        }
+                        rig.poll_block(&mut wc, n);
                         total += t.elapsed();
                     }
                     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
                     total
                 });
             });
-            ring_poll_contender(&mut g, "ring", (log_cq, wr, batch), &sge, trusting);
-            ring_poll_contender(&mut g, "checked", (log_cq, wr, batch), &sge, checking);
+            ring_poll_contender(&mut g, "ring", (log_cq, wr, batch), &sge, Trusting);
+            ring_poll_contender(&mut g, "checked", (log_cq, wr, batch), &sge, Checking);
             g.bench_with_input(BenchmarkId::new("raw", batch), &batch, |b, &batch| {
                 let rig = Rig::new(1, 1, 1);
                 let hal = rig.dev.hal();
@@ -282,57 +198,41 @@ fn post(c: &mut Criterion) {
             let max_sge = nsge as u32 + 1;
             g.bench_function("facade", |b| {
                 let mut rig = Rig::new(8, WR, max_sge);
-                let wrs: Vec<RecvWr> = (0..n as u64)
-                    .map(|i| RecvWr {
-                        wr_id: i,
-                        sges: &sge,
-                    })
-                    .collect();
-                let mut wqe = 0u32;
+                let wrs = recv_wrs(n, &sge);
                 let mut wc = vec![WorkCompletion::EMPTY; 64];
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let t = Instant::now();
-                        for chunk in wrs.chunks(per_call) {
-                            rig.ctx.post_srq_recv(rig.srq, black_box(chunk)).unwrap();
-                        }
+                        rig.post_chunks(&wrs, per_call);
                         total += t.elapsed();
                         // Untimed: the device completes them all in order.
-                        let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
-                        rig.write_recv_cqes(ci, wqe, n);
-                        wqe = (wqe + WR) % (WR + 1);
-                        let mut got = 0;
-                        while got < n {
-                            got += rig.ctx.poll_cq(rig.cq, &mut wc).unwrap();
-                        }
+                        rig.device_completes(n);
+                        rig.poll_block(&mut wc, n);
                     }
                     total
                 });
             });
             g.bench_function("ring", |b| {
-                let rig = Rig::new(1, 1, 1);
-                let geo = SrqGeometry::for_request(n, max_sge as usize).unwrap();
-                let mut r = RingRig::new(&rig.dev.hal(), 1, geo);
+                let mut r = RingSide::new(1, n, max_sge as usize);
+                let wr_ids: Vec<u64> = (0..n as u64).collect();
                 let mut order = Vec::with_capacity(n);
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let t = Instant::now();
-                        for chunk in (0..n as u64).collect::<Vec<_>>().chunks(per_call) {
-                            r.srq
-                                .post_list(chunk.iter().map(|&i| (i, black_box(&sge[..]))))
-                                .unwrap();
-                        }
+                        r.post_chunks(&wr_ids, &sge, per_call);
                         total += t.elapsed();
+                        // Untimed: complete them all in posting order.
+                        let srq = &mut r.r.srq;
                         order.clear();
                         order.extend(
-                            (0..geo.wqe_cnt() as u16)
-                                .filter_map(|i| r.srq.wr_id(i).map(|w| (w, i))),
+                            (0..srq.geometry().wqe_cnt() as u16)
+                                .filter_map(|i| srq.wr_id(i).map(|w| (w, i))),
                         );
                         order.sort();
                         for &(_, i) in &order {
-                            r.srq.complete(i).unwrap();
+                            srq.complete(i).unwrap();
                         }
                     }
                     total
@@ -342,11 +242,12 @@ fn post(c: &mut Criterion) {
                 let rig = Rig::new(1, 1, 1);
                 let geo = SrqGeometry::for_request(n, max_sge as usize).unwrap();
                 let mut raw = RawSrq::new(&rig.dev.hal(), geo);
+                let wr_ids: Vec<u64> = (0..n as u64).collect();
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let t = Instant::now();
-                        for chunk in (0..n as u64).collect::<Vec<_>>().chunks(per_call) {
+                        for chunk in wr_ids.chunks(per_call) {
                             for &i in chunk {
                                 raw.post(i, black_box(&sge));
                             }
@@ -363,10 +264,6 @@ fn post(c: &mut Criterion) {
     }
 }
 
-/// The receive loop's SRQ size and completions per iteration.
-const LOOP_WR: u32 = 255;
-const LOOP_P: usize = 256;
-
 fn recv_loop(c: &mut Criterion) {
     const WR: u32 = LOOP_WR;
     const P: usize = LOOP_P;
@@ -376,37 +273,23 @@ fn recv_loop(c: &mut Criterion) {
     for batch in [1usize, 16, 64] {
         g.bench_with_input(BenchmarkId::new("facade", batch), &batch, |b, &batch| {
             let mut rig = Rig::new(8, WR, 1);
-            facade_fill(&mut rig, WR as usize, &sge);
-            let wrs: Vec<RecvWr> = (0..batch as u64)
-                .map(|i| RecvWr {
-                    wr_id: i,
-                    sges: &sge,
-                })
-                .collect();
+            rig.fill(WR as usize, &sge);
+            let wrs = recv_wrs(batch, &sge);
             let mut wc = vec![WorkCompletion::EMPTY; batch];
-            let mut wqe = 0u32;
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
-                    rig.write_recv_cqes(ci, wqe, P);
-                    wqe = (wqe + P as u32) % (WR + 1);
+                    rig.device_completes(P);
                     let t = Instant::now();
-                    let mut got = 0;
-                    while got < P {
-                        let k = rig.ctx.poll_cq(rig.cq, &mut wc).unwrap();
-                        black_box(&wc[..k]);
-                        rig.ctx.post_srq_recv(rig.srq, &wrs[..k]).unwrap();
-                        got += k;
-                    }
+                    rig.loop_block(&mut wc, &wrs, P);
                     total += t.elapsed();
                 }
                 assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
                 total
             });
         });
-        ring_loop_contender(&mut g, "ring", batch, &sge, trusting);
-        ring_loop_contender(&mut g, "checked", batch, &sge, checking);
+        ring_loop_contender(&mut g, "ring", batch, &sge, Trusting);
+        ring_loop_contender(&mut g, "checked", batch, &sge, Checking);
         g.bench_with_input(BenchmarkId::new("raw", batch), &batch, |b, &batch| {
             let rig = Rig::new(1, 1, 1);
             let hal = rig.dev.hal();
@@ -457,51 +340,28 @@ fn recv_loop(c: &mut Criterion) {
     g.finish();
 }
 
-/// The send shapes: name, gather entries, inline bytes.
-const SHAPES: [(&str, usize, usize); 3] = [("1_sge", 1, 0), ("4_sge", 4, 0), ("inline_64", 0, 64)];
-
 /// Requests per iteration (all fit in the queue at once).
 const SN: usize = SEND_WR as usize;
 
 fn send_post(c: &mut Criterion) {
-    let data = [0x5au8; 64];
-    for (name, nsge, inline) in SHAPES {
-        let sge = sges(nsge);
+    for shape in SendShape::ALL {
+        let work = SendWorkload::new(shape);
         for per_call in [1usize, 16] {
+            let name = shape.bench_name();
             let mut g = c.benchmark_group(format!("facade_send/{name}/{per_call}_per_call"));
             g.throughput(Throughput::Elements(SN as u64));
             g.bench_function("facade", |b| {
                 let mut rig = SendRig::new(8);
-                let flags = if inline > 0 {
-                    SendFlags::SIGNALED | SendFlags::INLINE
-                } else {
-                    SendFlags::SIGNALED
-                };
-                let wrs: Vec<SendWr> = (0..SN as u64)
-                    .map(|i| SendWr {
-                        wr_id: i,
-                        send_flags: flags,
-                        sg_list: &sge,
-                        inline_data: &data[..inline],
-                        ..SendWr::EMPTY
-                    })
-                    .collect();
-                let mut wc = vec![WorkCompletion::EMPTY; 1];
+                let wrs = work.wrs();
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let p0 = rig.producer();
                         let t = Instant::now();
-                        for chunk in wrs.chunks(per_call) {
-                            rig.ctx.post_send(rig.qp, black_box(chunk)).unwrap();
-                        }
+                        rig.post_chunks(&wrs, per_call);
                         total += t.elapsed();
                         // Untimed: one CQE for the last WQE retires them all.
-                        let step = rig.producer().wrapping_sub(p0) / SN as u16;
-                        let ring = rig.ctx.cq(rig.cq).unwrap().ring();
-                        let ci = ring.consumer_index();
-                        write_req_cqes(ring, ci, rig.qpn, rig.producer() - step, 0, 1);
-                        assert_eq!(rig.ctx.poll_cq(rig.cq, &mut wc).unwrap(), 1);
+                        rig.retire(p0, SN);
                     }
                     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
                     total
@@ -509,34 +369,15 @@ fn send_post(c: &mut Criterion) {
             });
             g.bench_function("ring", |b| {
                 let mut r = RingSendRig::new(8);
-                let reqs: Vec<SendRequest> = (0..SN as u64)
-                    .map(|i| SendRequest {
-                        wr_id: i,
-                        op: SendOp::Send,
-                        payload: if inline > 0 {
-                            Payload::Inline(&data[..inline])
-                        } else {
-                            Payload::Sges(&sge)
-                        },
-                        signaled: true,
-                        solicited: false,
-                    })
-                    .collect();
-                let mut out = [Cqe::EMPTY; 1];
+                let reqs = work.reqs();
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let p0 = r.producer();
                         let t = Instant::now();
-                        for chunk in reqs.chunks(per_call) {
-                            r.qp.post_send(black_box(chunk)).unwrap();
-                        }
+                        r.post_chunks(&reqs, per_call);
                         total += t.elapsed();
-                        let step = r.producer().wrapping_sub(p0) / SN as u16;
-                        let ci = r.cq.ring().consumer_index();
-                        write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), r.producer() - step, 0, 1);
-                        assert_eq!(r.cq.poll(&mut out), 1);
-                        r.qp.complete_send(&out[0]).unwrap();
+                        r.retire(p0, SN);
                     }
                     total
                 });
@@ -545,14 +386,14 @@ fn send_post(c: &mut Criterion) {
                 let r = SendRig::new(8);
                 let hal = r.ctx.hca().hal().clone();
                 let mut raw = RawSq::new(&hal, 256, r.qpn);
-                let inl = (inline > 0).then_some(&data[..inline]);
+                let (sge, inl) = (work.sges(), work.inline());
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let t = Instant::now();
                         for chunk in (0..SN as u64).collect::<Vec<_>>().chunks(per_call) {
                             for &i in chunk {
-                                raw.post(i, black_box(&sge), black_box(inl));
+                                raw.post(i, black_box(sge), black_box(inl));
                             }
                             raw.ring();
                         }
@@ -568,27 +409,20 @@ fn send_post(c: &mut Criterion) {
 }
 
 fn send_poll(c: &mut Criterion) {
-    let sge = sges(1);
+    let work = SendWorkload::new(SendShape::Sge1);
     let mut g = c.benchmark_group("facade_send_poll");
     g.throughput(Throughput::Elements(SN as u64));
     for batch in [1usize, 16, 64] {
         g.bench_with_input(BenchmarkId::new("facade", batch), &batch, |b, &batch| {
             let mut rig = SendRig::new(8);
-            let wrs: Vec<SendWr> = (0..SN as u64)
-                .map(|i| SendWr {
-                    wr_id: i,
-                    sg_list: &sge,
-                    ..SendWr::EMPTY
-                })
-                .collect();
+            let wrs = work.wrs();
             let mut wc = vec![WorkCompletion::EMPTY; batch];
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let p0 = rig.producer();
                     rig.ctx.post_send(rig.qp, &wrs).unwrap();
-                    let ring = rig.ctx.cq(rig.cq).unwrap().ring();
-                    write_req_cqes(ring, ring.consumer_index(), rig.qpn, p0, 1, SN);
+                    rig.write_cqes(p0, 1, SN);
                     let t = Instant::now();
                     let mut got = 0;
                     while got < SN {
@@ -604,23 +438,14 @@ fn send_poll(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("ring", batch), &batch, |b, &batch| {
             let mut r = RingSendRig::new(8);
-            let reqs: Vec<SendRequest> = (0..SN as u64)
-                .map(|i| SendRequest {
-                    wr_id: i,
-                    op: SendOp::Send,
-                    payload: Payload::Sges(&sge),
-                    signaled: true,
-                    solicited: false,
-                })
-                .collect();
+            let reqs = work.reqs();
             let mut out = vec![Cqe::EMPTY; batch];
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let p0 = r.producer();
                     r.qp.post_send(&reqs).unwrap();
-                    let ci = r.cq.ring().consumer_index();
-                    write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), p0, 1, SN);
+                    r.write_cqes(p0, 1, SN);
                     let t = Instant::now();
                     let mut got = 0;
                     while got < SN {

@@ -26,14 +26,9 @@
 //! medians (ns per request) and the ratio facade / ring; the first tenth of
 //! the rounds is warm-up.
 
-use std::hint::black_box;
 use std::time::Instant;
 
-use mlx5_bench::facade_send::{write_req_cqes, RingSendRig, SendRig, SEND_WR};
-use mlx5_driver::cq::Cqe;
-use mlx5_driver::qp::{Payload, SendOp, SendRequest};
-use mlx5_driver::srq::Sge;
-use mlx5_driver::verbs::{SendFlags, SendWr, WorkCompletion};
+use mlx5_bench::facade_send::{RingSendRig, SendRig, SendShape, SendWorkload, SEND_WR};
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -49,53 +44,14 @@ fn main() {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
-    let (nsge, inline) = match kind.as_str() {
-        "sge4" => (4, 0),
-        "inline64" => (0, 64),
-        _ => (1, 0),
-    };
-    let sge: Vec<Sge> = (0..nsge as u64)
-        .map(|i| Sge {
-            addr: 0x10_0000 + i * 4096,
-            length: 1024,
-            lkey: 0x42,
-        })
-        .collect();
-    let data = [0x5au8; 64];
+    let work = SendWorkload::new(SendShape::from_arg(&kind));
     let n = SEND_WR as usize;
-    let flags = if inline > 0 {
-        SendFlags::SIGNALED | SendFlags::INLINE
-    } else {
-        SendFlags::SIGNALED
-    };
     let _pad1 = vec![0u8; pad];
-    let wrs: Vec<SendWr> = (0..n as u64)
-        .map(|i| SendWr {
-            wr_id: i,
-            send_flags: flags,
-            sg_list: &sge,
-            inline_data: &data[..inline],
-            ..SendWr::EMPTY
-        })
-        .collect();
+    let wrs = work.wrs();
     let _pad2 = vec![0u8; pad];
-    let reqs: Vec<SendRequest> = (0..n as u64)
-        .map(|i| SendRequest {
-            wr_id: i,
-            op: SendOp::Send,
-            payload: if inline > 0 {
-                Payload::Inline(&data[..inline])
-            } else {
-                Payload::Sges(&sge)
-            },
-            signaled: true,
-            solicited: false,
-        })
-        .collect();
+    let reqs = work.reqs();
     let mut rig = SendRig::new(8);
     let mut r = RingSendRig::new(8);
-    let mut wc = [WorkCompletion::EMPTY; 1];
-    let mut out = [Cqe::EMPTY; 1];
     let mut ft = Vec::with_capacity(rounds);
     let mut rt = Vec::with_capacity(rounds);
     let only = std::env::var("ONLY").unwrap_or_default();
@@ -108,28 +64,16 @@ fn main() {
             if facade {
                 let p0 = rig.producer();
                 let t = Instant::now();
-                for chunk in wrs.chunks(batch) {
-                    rig.ctx.post_send(rig.qp, black_box(chunk)).unwrap();
-                }
+                rig.post_chunks(&wrs, batch);
                 ft.push(t.elapsed().as_nanos() as f64 / n as f64);
                 // Untimed: one CQE for the last WQE retires them all.
-                let step = rig.producer().wrapping_sub(p0) / n as u16;
-                let ring = rig.ctx.cq(rig.cq).unwrap().ring();
-                let ci = ring.consumer_index();
-                write_req_cqes(ring, ci, rig.qpn, rig.producer() - step, 0, 1);
-                assert_eq!(rig.ctx.poll_cq(rig.cq, &mut wc).unwrap(), 1);
+                rig.retire(p0, n);
             } else {
                 let p0 = r.producer();
                 let t = Instant::now();
-                for chunk in reqs.chunks(batch) {
-                    r.qp.post_send(black_box(chunk)).unwrap();
-                }
+                r.post_chunks(&reqs, batch);
                 rt.push(t.elapsed().as_nanos() as f64 / n as f64);
-                let step = r.producer().wrapping_sub(p0) / n as u16;
-                let ci = r.cq.ring().consumer_index();
-                write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), r.producer() - step, 0, 1);
-                assert_eq!(r.cq.poll(&mut out), 1);
-                r.qp.complete_send(&out[0]).unwrap();
+                r.retire(p0, n);
             }
         }
     }

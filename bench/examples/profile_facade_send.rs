@@ -17,11 +17,10 @@
 
 use std::hint::black_box;
 
-use mlx5_bench::facade_send::{write_req_cqes, RingSendRig, SendRig, SEND_WR};
+use mlx5_bench::facade_send::{RingSendRig, SendRig, SendShape, SendWorkload, SEND_WR};
 use mlx5_driver::cq::Cqe;
-use mlx5_driver::qp::{Payload, SendOp, SendRequest};
-use mlx5_driver::srq::Sge;
-use mlx5_driver::verbs::{SendFlags, SendWr, WorkCompletion};
+use mlx5_driver::qp::SendRequest;
+use mlx5_driver::verbs::{SendWr, WorkCompletion};
 
 #[inline(never)]
 fn facade_post(rig: &mut SendRig, wrs: &[SendWr<'_>]) {
@@ -51,47 +50,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let kind = args.next().unwrap_or_else(|| "sge1".into());
     let batch: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
-    let (nsge, inline) = match kind.as_str() {
-        "sge4" => (4, 0),
-        "inline64" => (0, 64),
-        _ => (1, 0),
-    };
-    let sge: Vec<Sge> = (0..nsge as u64)
-        .map(|i| Sge {
-            addr: 0x10_0000 + i * 4096,
-            length: 1024,
-            lkey: 0x42,
-        })
-        .collect();
-    let data = [0x5au8; 64];
+    let work = SendWorkload::new(SendShape::from_arg(&kind));
     let n = SEND_WR as usize;
-    let flags = if inline > 0 {
-        SendFlags::SIGNALED | SendFlags::INLINE
-    } else {
-        SendFlags::SIGNALED
-    };
-    let wrs: Vec<SendWr> = (0..n as u64)
-        .map(|i| SendWr {
-            wr_id: i,
-            send_flags: flags,
-            sg_list: &sge,
-            inline_data: &data[..inline],
-            ..SendWr::EMPTY
-        })
-        .collect();
-    let reqs: Vec<SendRequest> = (0..n as u64)
-        .map(|i| SendRequest {
-            wr_id: i,
-            op: SendOp::Send,
-            payload: if inline > 0 {
-                Payload::Inline(&data[..inline])
-            } else {
-                Payload::Sges(&sge)
-            },
-            signaled: true,
-            solicited: false,
-        })
-        .collect();
+    let wrs = work.wrs();
+    let reqs = work.reqs();
     let mut rig = SendRig::new(8);
     let mut r = RingSendRig::new(8);
     let mut wc = vec![WorkCompletion::EMPTY; batch];
@@ -104,8 +66,7 @@ fn main() {
             facade_post(&mut rig, chunk);
         }
         let step = rig.producer().wrapping_sub(p0) / n as u16;
-        let ring = rig.ctx.cq(rig.cq).unwrap().ring();
-        write_req_cqes(ring, ring.consumer_index(), rig.qpn, p0, step, n);
+        rig.write_cqes(p0, step, n);
         let mut got = 0;
         while got < n {
             got += facade_poll(&mut rig, &mut wc);
@@ -114,8 +75,7 @@ fn main() {
         for chunk in reqs.chunks(batch) {
             ring_post(&mut r, chunk);
         }
-        let ci = r.cq.ring().consumer_index();
-        write_req_cqes(r.cq.ring(), ci, r.qp.qpn(), p0, step, n);
+        r.write_cqes(p0, step, n);
         let mut got = 0;
         while got < n {
             got += ring_poll(&mut r, &mut out);

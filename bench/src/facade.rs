@@ -7,8 +7,10 @@
 //! timed loops touch ring memory alone, as on a card.
 
 use mlx5_driver::cq::{CqRing, Cqe, CqeSize, CqeStatus, DoorbellRecord};
-use mlx5_driver::srq::{SrqGeometry, SrqRing};
-use mlx5_driver::verbs::{CqHandle, QpCap, QpHandle, QpInitAttr, SrqHandle, SrqInitAttr, Verbs};
+use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
+use mlx5_driver::verbs::{
+    CqHandle, QpCap, QpHandle, QpInitAttr, RecvWr, SrqHandle, SrqInitAttr, Verbs,
+};
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::Hal;
 use mlx5_regs::CqeOpcode;
@@ -19,6 +21,29 @@ pub type Ctx = Verbs<SimHal>;
 
 /// Bytes every benchmark receive CQE reports (below every posted buffer).
 pub const BYTE_LEN: u32 = 64;
+
+/// A scatter or gather list of `n` entries of 1 KiB each, 4 KiB apart,
+/// under one key (the buffers every facade benchmark posts).
+pub fn sges(n: usize) -> Vec<Sge> {
+    (0..n as u64)
+        .map(|i| Sge {
+            addr: 0x10_0000 + i * 4096,
+            length: 1024,
+            lkey: 0x42,
+        })
+        .collect()
+}
+
+/// `n` receive requests with `wr_id`s `0..n`, each with scatter list
+/// `sge`.
+pub fn recv_wrs(n: usize, sge: &[Sge]) -> Vec<RecvWr<'_>> {
+    (0..n as u64)
+        .map(|i| RecvWr {
+            wr_id: i,
+            sges: sge,
+        })
+        .collect()
+}
 
 /// A context with a CQ of `2^log_cq` entries, an SRQ and a QP on both.
 pub struct Rig {
@@ -38,6 +63,8 @@ pub struct Rig {
     pub srqn: u32,
     /// WQEs in the SRQ ring (`max_wr + 1`).
     pub wqe_cnt: u32,
+    /// The SRQ WQE [`Rig::device_completes`] names next.
+    next_wqe: u32,
 }
 
 impl Rig {
@@ -73,6 +100,7 @@ impl Rig {
             qpn: ctx.qp_num(qp).expect("qp"),
             srqn: ctx.srq_num(srq).expect("srq"),
             wqe_cnt: attr.max_wr + 1,
+            next_wqe: 0,
             dev,
             ctx,
             cq,
@@ -84,6 +112,23 @@ impl Rig {
     /// The facade CQ's ring.
     pub fn cq_ring(&self) -> &CqRing<SimHal> {
         self.ctx.cq(self.cq).expect("cq").ring()
+    }
+
+    /// Post `n` receives with `wr_id`s `0..n` and scatter list `sge`
+    /// through the facade, 16 per call.
+    pub fn fill(&mut self, n: usize, sge: &[Sge]) {
+        for chunk in recv_wrs(n, sge).chunks(16) {
+            self.ctx.post_srq_recv(self.srq, chunk).unwrap();
+        }
+    }
+
+    /// Play the device: `n` receive CQEs at the CQ's consumer index, for
+    /// the SRQ's WQEs in the order they were posted (continuing where the
+    /// last call stopped).
+    pub fn device_completes(&mut self, n: usize) {
+        let ci = self.ctx.cq(self.cq).expect("cq").consumer_index();
+        self.write_recv_cqes(ci, self.next_wqe, n);
+        self.next_wqe = (self.next_wqe + n as u32) % self.wqe_cnt;
     }
 
     /// Play the device: `n` receive CQEs for the QP at the CQ's running

@@ -7,9 +7,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use mlx5_driver::cq::{Cq, CqOptions, CqRing};
-use mlx5_driver::qp::{Qp, QpLinks, SendQueueCaps, SendSlot};
-use mlx5_driver::verbs::{CqHandle, QpCap, QpHandle, QpInitAttr, Verbs};
+use std::hint::black_box;
+
+use mlx5_driver::cq::{Cq, CqOptions, CqRing, Cqe};
+use mlx5_driver::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
+use mlx5_driver::srq::Sge;
+use mlx5_driver::verbs::{
+    CqHandle, QpCap, QpHandle, QpInitAttr, SendFlags, SendWr, Verbs, WorkCompletion,
+};
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal, HalError, RawDma};
 use mlx5_sim::{Device, SimConfig, SimHal};
@@ -72,6 +77,137 @@ unsafe impl Hal for QuietHal {
 /// Send work requests one QP can hold in every benchmark shape.
 pub const SEND_WR: u32 = 64;
 
+/// The shapes of the send benchmarks: a signaled SEND of one or four
+/// gather entries ([`crate::facade::sges`]), or of 64 bytes inline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendShape {
+    /// One gather entry.
+    Sge1,
+    /// Four gather entries.
+    Sge4,
+    /// 64 bytes inline.
+    Inline64,
+}
+
+impl SendShape {
+    /// Every shape, in the order of the benchmark ids.
+    pub const ALL: [SendShape; 3] = [SendShape::Sge1, SendShape::Sge4, SendShape::Inline64];
+
+    /// The shape an example's argument names: `sge4`, `inline64`, anything
+    /// else `sge1`.
+    pub fn from_arg(arg: &str) -> SendShape {
+        match arg {
+            "sge4" => SendShape::Sge4,
+            "inline64" => SendShape::Inline64,
+            _ => SendShape::Sge1,
+        }
+    }
+
+    /// Its segment of the benchmark ids: `1_sge`, `4_sge`, `inline_64`.
+    pub fn bench_name(self) -> &'static str {
+        match self {
+            SendShape::Sge1 => "1_sge",
+            SendShape::Sge4 => "4_sge",
+            SendShape::Inline64 => "inline_64",
+        }
+    }
+
+    /// Gather entries per request.
+    pub fn sge_count(self) -> usize {
+        match self {
+            SendShape::Sge1 => 1,
+            SendShape::Sge4 => 4,
+            SendShape::Inline64 => 0,
+        }
+    }
+
+    /// Inline bytes per request.
+    pub fn inline_len(self) -> usize {
+        match self {
+            SendShape::Inline64 => 64,
+            _ => 0,
+        }
+    }
+}
+
+/// One shape's send workload: [`SEND_WR`] signaled SENDs with `wr_id`s
+/// `0..SEND_WR`, as verbs work requests ([`SendWorkload::wrs`]) and as
+/// ring-API requests ([`SendWorkload::reqs`]), both borrowing the gather
+/// list and inline bytes held here. The two lists are built by separate
+/// calls so a caller can place allocations between them (the examples
+/// shift heap placement that way).
+pub struct SendWorkload {
+    shape: SendShape,
+    sge: Vec<Sge>,
+    data: [u8; 64],
+}
+
+impl SendWorkload {
+    /// The gather list (and inline bytes) of `shape`.
+    pub fn new(shape: SendShape) -> SendWorkload {
+        SendWorkload {
+            shape,
+            sge: crate::facade::sges(shape.sge_count()),
+            data: [0x5a; 64],
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> SendShape {
+        self.shape
+    }
+
+    /// The gather list (empty for an inline shape).
+    pub fn sges(&self) -> &[Sge] {
+        &self.sge
+    }
+
+    /// The inline bytes, for an inline shape.
+    pub fn inline(&self) -> Option<&[u8]> {
+        let n = self.shape.inline_len();
+        (n > 0).then_some(&self.data[..n])
+    }
+
+    /// The verbs flags: signaled, and inline for an inline shape.
+    pub fn flags(&self) -> SendFlags {
+        if self.shape.inline_len() > 0 {
+            SendFlags::SIGNALED | SendFlags::INLINE
+        } else {
+            SendFlags::SIGNALED
+        }
+    }
+
+    /// The verbs work requests (`Verbs::post_send`).
+    pub fn wrs(&self) -> Vec<SendWr<'_>> {
+        let inline = &self.data[..self.shape.inline_len()];
+        (0..SEND_WR as u64)
+            .map(|i| SendWr {
+                wr_id: i,
+                send_flags: self.flags(),
+                sg_list: &self.sge,
+                inline_data: inline,
+                ..SendWr::EMPTY
+            })
+            .collect()
+    }
+
+    /// The ring-API requests (`Qp::post_send`).
+    pub fn reqs(&self) -> Vec<SendRequest<'_>> {
+        (0..SEND_WR as u64)
+            .map(|i| SendRequest {
+                wr_id: i,
+                op: SendOp::Send,
+                payload: match self.inline() {
+                    Some(d) => Payload::Inline(d),
+                    None => Payload::Sges(&self.sge),
+                },
+                signaled: true,
+                solicited: false,
+            })
+            .collect()
+    }
+}
+
 const CAP: SendQueueCaps = SendQueueCaps {
     max_send_wr: SEND_WR,
     max_send_sge: 4,
@@ -129,6 +265,36 @@ impl SendRig {
         let q = self.ctx.qp(self.qp).expect("qp");
         q.send_ring().expect("sq").producer_counter()
     }
+
+    /// The send CQ's ring.
+    pub fn cq_ring(&self) -> &CqRing<QuietHal> {
+        self.ctx.cq(self.cq).expect("cq").ring()
+    }
+
+    /// Post `wrs` through the facade, `per_call` per `post_send` (the timed
+    /// part of the `facade_send` benchmarks).
+    #[inline(always)]
+    pub fn post_chunks(&mut self, wrs: &[SendWr<'_>], per_call: usize) {
+        for chunk in wrs.chunks(per_call) {
+            self.ctx.post_send(self.qp, black_box(chunk)).unwrap();
+        }
+    }
+
+    /// Play the device: `n` requester CQEs at the CQ's consumer index,
+    /// naming WQE counters `wqe + i·step`.
+    pub fn write_cqes(&self, wqe: u16, step: u16, n: usize) {
+        let ring = self.cq_ring();
+        write_req_cqes(ring, ring.consumer_index(), self.qpn, wqe, step, n);
+    }
+
+    /// Retire the `n` equal-sized WQEs posted since the counter was `p0`:
+    /// one CQE names the last, which completes them all; it is polled.
+    pub fn retire(&mut self, p0: u16, n: usize) {
+        let step = self.producer().wrapping_sub(p0) / n as u16;
+        self.write_cqes(self.producer() - step, 0, 1);
+        let mut wc = [WorkCompletion::EMPTY; 1];
+        assert_eq!(self.ctx.poll_cq(self.cq, &mut wc).unwrap(), 1);
+    }
 }
 
 /// The same through the driver's objects (the ring API: `Qp::post_send`,
@@ -166,6 +332,33 @@ impl RingSendRig {
     /// The WQE counter the next post starts at.
     pub fn producer(&self) -> u16 {
         self.qp.send_ring().expect("sq").producer_counter()
+    }
+
+    /// Post `reqs` through `Qp::post_send`, `per_call` per call (the timed
+    /// part of the `facade_send/.../ring` benchmarks).
+    #[inline(always)]
+    pub fn post_chunks(&mut self, reqs: &[SendRequest<'_>], per_call: usize) {
+        for chunk in reqs.chunks(per_call) {
+            self.qp.post_send(black_box(chunk)).unwrap();
+        }
+    }
+
+    /// Play the device: `n` requester CQEs at the CQ's consumer index,
+    /// naming WQE counters `wqe + i·step`.
+    pub fn write_cqes(&self, wqe: u16, step: u16, n: usize) {
+        let ring = self.cq.ring();
+        write_req_cqes(ring, ring.consumer_index(), self.qp.qpn(), wqe, step, n);
+    }
+
+    /// Retire the `n` equal-sized WQEs posted since the counter was `p0`
+    /// as [`SendRig::retire`] does, through `Cq::poll` and
+    /// `Qp::complete_send`.
+    pub fn retire(&mut self, p0: u16, n: usize) {
+        let step = self.producer().wrapping_sub(p0) / n as u16;
+        self.write_cqes(self.producer() - step, 0, 1);
+        let mut out = [Cqe::EMPTY; 1];
+        assert_eq!(self.cq.poll(&mut out), 1);
+        self.qp.complete_send(&out[0]).unwrap();
     }
 }
 
