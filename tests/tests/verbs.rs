@@ -1003,7 +1003,10 @@ fn post_srq_recv_when_full_is_enomem_naming_the_request_and_earlier_ones_stay_po
         let bufs = Bufs::new(&dev, &ctx);
         let (cq, _) = ctx.create_cq(63).unwrap();
         let (srq, _) = ctx.create_srq(&srq_attr(7, 1)).unwrap();
-        bufs.post(&mut ctx, srq, 0, 3).unwrap();
+        // One request per call (a path of its own), then a list.
+        for id in 0..3 {
+            bufs.post(&mut ctx, srq, id, 1).unwrap();
+        }
         assert_eq!(
             bufs.post(&mut ctx, srq, 3, 10),
             Err(PostSrqError {
@@ -1011,6 +1014,14 @@ fn post_srq_recv_when_full_is_enomem_naming_the_request_and_earlier_ones_stay_po
                 errno: Errno::ENOMEM
             }),
             "ISSI {issi}: 3 + 4 fill the 7"
+        );
+        assert_eq!(
+            bufs.post(&mut ctx, srq, 7, 1),
+            Err(PostSrqError {
+                index: 0,
+                errno: Errno::ENOMEM
+            }),
+            "ISSI {issi}: one request on a full SRQ"
         );
         for _ in 0..7 {
             assert!(matches!(
@@ -1060,6 +1071,17 @@ fn post_srq_recv_with_too_many_scatter_entries_is_einval_naming_the_request() {
             })
         );
         assert_eq!(ctx.srq(srq).unwrap().outstanding(), 1, "ISSI {issi}");
+        // One request per call: refused alone, nothing posted.
+        assert_eq!(
+            ctx.post_srq_recv(srq, &wrs[1..2]),
+            Err(PostSrqError {
+                index: 0,
+                errno: Errno::EINVAL
+            })
+        );
+        assert_eq!(ctx.srq(srq).unwrap().outstanding(), 1, "ISSI {issi}");
+        ctx.post_srq_recv(srq, &wrs[2..]).unwrap();
+        assert_eq!(ctx.srq(srq).unwrap().outstanding(), 2, "ISSI {issi}");
         ctx.destroy_srq(srq).unwrap();
         drop(bufs);
         close(&dev, ctx, "post sges");

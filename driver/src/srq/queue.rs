@@ -160,8 +160,17 @@ impl<H: Hal> Srq<H> {
     /// for all that were posted. On the first failure (full: `ENOMEM`, too
     /// many scatter entries: `EINVAL`) the requests before it stay posted and
     /// the failure names the request.
-    #[inline]
+    /// One request has its own path with no loop to set up
+    /// ([`SrqRing::post`], then [`SrqRing::ring_doorbell`]).
+    #[inline(always)]
     pub fn post(&mut self, reqs: &[RecvRequest<'_>]) -> Result<(), PostFailure> {
+        if let [r] = reqs {
+            self.ring
+                .post(r.wr_id, r.sges)
+                .map_err(|error| PostFailure { index: 0, error })?;
+            self.ring.ring_doorbell();
+            return Ok(());
+        }
         self.ring
             .post_list(reqs.iter().map(|r| (r.wr_id, r.sges)))
             .map_err(|(index, error)| PostFailure { index, error })
@@ -461,6 +470,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// [`PostError::DeviceDead`] (`EIO`; Linux `mlx5_ib_post_srq_recv`:
     /// `*bad_wr = wr; return -EIO`). The object-level `Srq::post` cannot
     /// know the device's state.
+    #[inline(always)]
     pub fn post_srq_recv(
         &self,
         srq: &mut Srq<H>,

@@ -273,7 +273,7 @@ impl<H: Hal> SrqRing<H> {
     /// doorbell record is not updated: call [`SrqRing::ring_doorbell`] after a
     /// batch (or post with [`SrqRing::post_list`]). Returns the WQE index
     /// used.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, wr_id: u64, sges: &[Sge]) -> Result<u16, PostError> {
         let idx = self.head;
         self.head = self.write_wqe(idx, self.tail, wr_id, sges)?;

@@ -167,6 +167,7 @@ impl<
     /// `mlx5_ib_post_srq_recv`) the error names the request; the ones
     /// before it stay posted. A slot is free again only once its
     /// completion was polled.
+    #[inline(always)]
     pub fn post_srq_recv(
         &mut self,
         srq: SrqHandle,
