@@ -270,6 +270,19 @@ impl<H: Hal> Srq<H> {
         self.ring.completer()
     }
 
+    /// [`SrqRing::try_complete`] on this SRQ's ring: one completion the
+    /// caller has matched, taken only if it succeeds, so nothing is refused
+    /// or counted here.
+    #[inline(always)]
+    pub(crate) fn try_complete(
+        &mut self,
+        wqe_counter: u16,
+        byte_len: u32,
+        check_len: bool,
+    ) -> Option<u64> {
+        self.ring.try_complete(wqe_counter, byte_len, check_len)
+    }
+
     /// Free the WQE `wqe_counter` names (posted, or refused) and, if
     /// `check_len`, check `byte_len` against its buffers; its `wr_id`.
     #[inline(always)]

@@ -376,15 +376,48 @@ impl<H: Hal> SrqRing<H> {
     /// record read and freed, one store linking the WQE after the tail.
     #[inline(always)]
     pub fn complete_wqe(&mut self, wqe_index: u16) -> Result<CompletedWqe, CompleteError> {
+        let capacity = self.posted_capacity(wqe_index)?;
+        let wr_id = self.take_posted(wqe_index);
+        Ok(CompletedWqe { wr_id, capacity })
+    }
+
+    /// [`SrqCompleter::try_complete`] on the ring itself, for a caller
+    /// taking one completion: the WQE's `wr_id` if it is posted and, when
+    /// `check_len`, holds `byte_len` bytes; otherwise `None`, with nothing
+    /// changed.
+    #[inline(always)]
+    pub fn try_complete(&mut self, wqe_index: u16, byte_len: u32, check_len: bool) -> Option<u64> {
+        let capacity = self.posted_capacity(wqe_index).ok()?;
+        if check_len && byte_len as u64 > capacity {
+            return None;
+        }
+        Some(self.take_posted(wqe_index))
+    }
+
+    /// The capacity recorded for WQE `wqe_index` if it is posted; changes
+    /// nothing.
+    #[inline(always)]
+    fn posted_capacity(&self, wqe_index: u16) -> Result<u64, CompleteError> {
         // A range check, not a mask: an index beyond the ring is refused.
         if wqe_index as u32 > self.book.layout().mask() {
             return Err(CompleteError::OutOfRange { index: wqe_index });
         }
-        let rec = self.book.entry(wqe_index as u32);
-        let capacity = rec.read_be64::<8>().swap_bytes();
+        let capacity = self
+            .book
+            .entry(wqe_index as u32)
+            .read_be64::<8>()
+            .swap_bytes();
         if capacity == FREE {
             return Err(CompleteError::NotPosted { index: wqe_index });
         }
+        Ok(capacity)
+    }
+
+    /// Free posted WQE `wqe_index` (checked by `posted_capacity`) and link
+    /// it after the tail; its `wr_id`.
+    #[inline(always)]
+    fn take_posted(&mut self, wqe_index: u16) -> u64 {
+        let rec = self.book.entry(wqe_index as u32);
         rec.write_be64::<8>(FREE);
         let wr_id = rec.read_be64::<0>().swap_bytes();
         // Link after the current tail. The tail is never posted, so the
@@ -395,7 +428,7 @@ impl<H: Hal> SrqRing<H> {
         self.set_next(self.tail, wqe_index);
         self.tail = wqe_index;
         self.outstanding -= 1;
-        Ok(CompletedWqe { wr_id, capacity })
+        wr_id
     }
 
     /// An [`SrqCompleter`] for this ring: [`SrqRing::complete_wqe`] for a

@@ -153,7 +153,7 @@ fn the_device_consumes_in_posting_order_across_out_of_order_completions() {
 }
 
 #[test]
-fn a_completer_completes_like_complete_wqe_and_refuses_without_changing_anything() {
+fn a_completer_and_try_complete_complete_like_complete_wqe_and_refuse_without_changing_anything() {
     // Two rings, posted alike: one completed with `complete_wqe`, the other
     // through a completer; the WQE bytes, the books and the counts must
     // agree afterwards, and every refusal must leave the ring as it was.
@@ -198,6 +198,21 @@ fn a_completer_completes_like_complete_wqe_and_refuses_without_changing_anything
     }
     assert!(snapshot(&a) == snapshot(&b));
     assert_eq!(b.outstanding(), 4);
+    // `SrqRing::try_complete`, one at a time, the same.
+    let (_h3, mut d) = ring(15, 1);
+    for i in 0..8u64 {
+        d.post(i, &[sge(i)]).unwrap();
+    }
+    let before = snapshot(&d);
+    assert_eq!(d.try_complete(16, 1, true), None);
+    assert_eq!(d.try_complete(free, 1, true), None);
+    assert_eq!(d.try_complete(order[0], 257, true), None);
+    assert!(snapshot(&d) == before, "a refusal changes nothing");
+    assert_eq!(d.try_complete(order[0], 1 << 20, false), Some(3));
+    for (&w, id) in order[1..].iter().zip([0, 5, 1]) {
+        assert_eq!(d.try_complete(w, 256, true), Some(id));
+    }
+    assert!(snapshot(&a) == snapshot(&d));
     // The free list the completer built takes new posts as the other does.
     for i in 10..14u64 {
         assert_eq!(a.post(i, &[sge(i)]).unwrap(), b.post(i, &[sge(i)]).unwrap());

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::cq::{CqReader, Cqe, CqeStatus, CqeView};
 use crate::qp::{BadSendCqe, SendOpcode};
-use crate::srq::{BadRecvCqe, Srq, SrqCompleter};
+use crate::srq::{BadRecvCqe, Srq};
 use crate::stats::CmdObserver;
 
 impl<
@@ -458,7 +458,10 @@ fn recv_run<H: Hal>(
     let mut c = srq.completer();
     let mut n = 0;
     for slot in wc.iter_mut() {
-        if rd.take_if(|v| recv_on(v, &mut c, r, slot)).is_none() {
+        if rd
+            .take_if(|v| recv_on(v, r, slot, |w, len, check| c.try_complete(w, len, check)))
+            .is_none()
+        {
             break;
         }
         n += 1;
@@ -466,7 +469,8 @@ fn recv_run<H: Hal>(
     n
 }
 
-/// [`recv_run`] for one slot, without the loop: 1 if it took the CQE.
+/// [`recv_run`] for one slot, without the loop and with the SRQ's ring
+/// read where it is used ([`Srq::try_complete`]): 1 if it took the CQE.
 #[inline(always)]
 fn recv_one<H: Hal>(
     rd: &mut CqReader<'_>,
@@ -474,19 +478,19 @@ fn recv_one<H: Hal>(
     r: RecvRun,
     wc: &mut WorkCompletion,
 ) -> usize {
-    rd.take_if(|v| recv_on(v, &mut srq.completer(), r, wc))
+    rd.take_if(|v| recv_on(v, r, wc, |w, len, check| srq.try_complete(w, len, check)))
         .is_some() as usize
 }
 
 /// One CQE of [`recv_run`]: `Some` when it is a successful receive on `r`
-/// and `c` completes its WQE, with the completion written into `out`;
-/// `None`, with nothing changed, otherwise.
+/// and `complete` (an SRQ's `try_complete`) takes its WQE, with the
+/// completion written into `out`; `None`, with nothing changed, otherwise.
 #[inline(always)]
 fn recv_on(
     v: CqeView<'_>,
-    c: &mut SrqCompleter<'_>,
     r: RecvRun,
     out: &mut WorkCompletion,
+    complete: impl FnOnce(u16, u32, bool) -> Option<u64>,
 ) -> Option<()> {
     let op = v.opcode();
     if !is_receive(op) || !v.names_be(r.qpn_be, r.srqn_be) {
@@ -494,7 +498,7 @@ fn recv_on(
     }
     let byte_len = v.byte_len();
     // RDMA WRITE with immediate scatters nothing into the WQE.
-    let wr_id = c.try_complete(v.wqe_counter(), byte_len, op != CqeOpcode::RESP_WR_IMM)?;
+    let wr_id = complete(v.wqe_counter(), byte_len, op != CqeOpcode::RESP_WR_IMM)?;
     *out = recv_completion(op, wr_id, byte_len, v.imm(), r.qpn, r.srqn);
     Some(())
 }
