@@ -57,18 +57,23 @@ impl<
         }
         // Out of line with four register arguments: the empty path above
         // needs no stack frame. One completion per call (a latency-bound
-        // loop) has its own path, with no loop to set up.
+        // loop) has its own paths, with no loop to set up. The short way is
+        // tried first on a CQ that has matched a receive; the general way
+        // directly on the others (a send CQ).
+        let routed = e.last_recv.is_some();
         Ok(match wc {
+            [one] if routed => self.poll_recv_one(cq, one),
             [one] => self.poll_busy_one(cq, one),
-            _ => self.poll_busy(cq, wc),
+            _ if routed => self.poll_busy(cq, wc),
+            _ => self.poll_general(cq, wc, false),
         })
     }
 
-    /// `poll_cq` of one completion once a CQE is waiting: the short way
-    /// ([`recv_busy_one`]) if it is a successful receive on the route this
-    /// CQ last matched, else the general way.
+    /// `poll_cq` of one completion once a CQE is waiting on a CQ that has
+    /// matched a receive: the short way ([`recv_busy_one`]) if the CQE is
+    /// a successful receive on that route, else the general way.
     #[inline(never)]
-    fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
+    fn poll_recv_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
         let Verbs { cqs, srqs, .. } = self;
         let Some(e) = cqs.get_mut(cq.0) else {
             return 0;
@@ -76,7 +81,49 @@ impl<
         if recv_busy_one(e, srqs, wc) == 1 {
             return 1;
         }
-        self.poll_general(cq, core::slice::from_mut(wc), false)
+        self.poll_busy_one(cq, wc)
+    }
+
+    /// `poll_cq` of one completion once a CQE is waiting, the general way
+    /// ([`Matcher::translate`]), with no loop.
+    #[inline(never)]
+    fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
+        let Verbs {
+            cqs,
+            srqs,
+            qps,
+            qpns,
+            srqns,
+            stats,
+            ..
+        } = self;
+        let Some(e) = cqs.get_mut(cq.0) else {
+            return 0;
+        };
+        let mut m = Matcher {
+            cq,
+            qps,
+            qpns,
+            srqs,
+            srqns,
+            stats,
+        };
+        let CqEntry {
+            cq: ring,
+            last_recv,
+            ..
+        } = e;
+        let (n, _) = ring.read(|rd| {
+            let Some(v) = rd.take() else { return 0 };
+            if let Some(r) = m.translate(v, wc) {
+                *last_recv = r;
+            }
+            1
+        });
+        if n == 1 {
+            ring.update_doorbell();
+        }
+        n
     }
 
     /// `poll_cq` once a CQE is waiting, each CQE decoded straight into the
@@ -210,6 +257,12 @@ impl RecvRun {
         srqn_be: u32::MAX,
         srq: Key::NONE,
     };
+
+    /// A route, not [`RecvRun::NONE`].
+    #[inline(always)]
+    pub(super) fn is_some(&self) -> bool {
+        self.qpn != u32::MAX
+    }
 
     /// The route of QP `qpn` receiving through SRQ `srqn` (stored under
     /// `srq`).
