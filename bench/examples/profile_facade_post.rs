@@ -17,7 +17,7 @@
 
 use std::hint::black_box;
 
-use mlx5_bench::facade::Rig;
+use mlx5_bench::facade::{sges, Rig};
 use mlx5_bench::facade_recv::RingSide;
 use mlx5_driver::srq::Sge;
 use mlx5_driver::verbs::RecvWr;
@@ -48,13 +48,7 @@ fn main() {
     let mut rig = Rig::new(8, WR as u32, nsge as u32);
     let mut ring = RingSide::new(8, WR, nsge);
     let mut ring_post = RingSide::new(8, WR, nsge);
-    let sges: Vec<Sge> = (0..nsge as u64)
-        .map(|i| Sge {
-            addr: 0x10_0000 + i * 4096,
-            length: 1024,
-            lkey: 0x42,
-        })
-        .collect();
+    let sges = sges(nsge);
     let mut requests = 0;
     for _ in 0..ROUNDS {
         for i in 0..WR as u64 {

@@ -50,6 +50,30 @@ fn write(ctx: &Ctx, cq: CqHandle, cqes: &[Put]) {
     }
 }
 
+/// A successful one-byte RESP_SEND for `qpn` through `srqn`, WQE `wqe`.
+fn send1(qpn: u32, srqn: u32, wqe: u16) -> Put {
+    Put {
+        opcode: CqeOpcode::RESP_SEND,
+        qpn,
+        srqn,
+        wqe,
+        byte_len: 1,
+        imm: 0,
+        syndrome: 0,
+    }
+}
+
+/// A QP on the pair's CQs and SRQ (the attributes; other CQs by update).
+fn on_pair(p: &Pair) -> QpInitAttr {
+    QpInitAttr {
+        send_cq: p.scq,
+        recv_cq: p.rcq,
+        srq: Some(p.srq),
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    }
+}
+
 /// The SRQ WQE index holding `wr_id`.
 fn wqe_of(ctx: &Ctx, srq: SrqHandle, wr_id: u64) -> u16 {
     let ring = ctx.srq(srq).unwrap().ring();
@@ -232,27 +256,13 @@ fn a_route_is_forgotten_with_its_qp_and_a_new_qp_gets_its_own() {
     let p = Pair::unconnected(&dev, &mut ctx, QpCap::default());
     p.post_recv(&mut ctx, 0, 2);
     // A third QP on the pair's CQ and SRQ, destroyed.
-    let attr = QpInitAttr {
-        send_cq: p.scq,
-        recv_cq: p.rcq,
-        srq: Some(p.srq),
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
+    let attr = on_pair(&p);
     let (gone, _) = ctx.create_qp(&attr).unwrap();
     let qpn_gone = ctx.qp_num(gone).unwrap();
     let srqn = ctx.srq_num(p.srq).unwrap();
     ctx.destroy_qp(gone).unwrap();
     let w0 = wqe_of(&ctx, p.srq, 0);
-    let put = |qpn, wqe| Put {
-        opcode: CqeOpcode::RESP_SEND,
-        qpn,
-        srqn,
-        wqe,
-        byte_len: 1,
-        imm: 0,
-        syndrome: 0,
-    };
+    let put = |qpn, wqe| send1(qpn, srqn, wqe);
     // The destroyed QP's number: no route; the SRQ it names still matches
     // (a CQE no QP of this context names is completed through its SRQ).
     write(&ctx, p.rcq, &[put(qpn_gone, w0)]);
@@ -295,25 +305,11 @@ fn the_route_a_cq_tries_first_goes_with_its_qp_when_the_number_is_reused() {
         let (dev, mut ctx) = open(Profile::ConnectX5);
         let p = Pair::unconnected(&dev, &mut ctx, QpCap::default());
         p.post_recv(&mut ctx, 0, 4);
-        let attr = QpInitAttr {
-            send_cq: p.scq,
-            recv_cq: p.rcq,
-            srq: Some(p.srq),
-            cap: QpCap::default(),
-            sq_sig_all: false,
-        };
+        let attr = on_pair(&p);
         let (x, _) = ctx.create_qp(&attr).unwrap();
         let qpn = ctx.qp_num(x).unwrap();
         let srqn = ctx.srq_num(p.srq).unwrap();
-        let put = |wqe| Put {
-            opcode: CqeOpcode::RESP_SEND,
-            qpn,
-            srqn,
-            wqe,
-            byte_len: 1,
-            imm: 0,
-            syndrome: 0,
-        };
+        let put = |wqe| send1(qpn, srqn, wqe);
         // Two receives for X: the first is looked up, the second taken on
         // the route the CQ now keeps.
         let (w0, w1) = (wqe_of(&ctx, p.srq, 0), wqe_of(&ctx, p.srq, 1));

@@ -88,25 +88,8 @@ impl<
     /// ([`Matcher::translate`]), with no loop.
     #[inline(never)]
     fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
-        let Verbs {
-            cqs,
-            srqs,
-            qps,
-            qpns,
-            srqns,
-            stats,
-            ..
-        } = self;
-        let Some(e) = cqs.get_mut(cq.0) else {
+        let Some((e, mut m)) = self.split_for_poll(cq) else {
             return 0;
-        };
-        let mut m = Matcher {
-            cq,
-            qps,
-            qpns,
-            srqs,
-            srqns,
-            stats,
         };
         let CqEntry {
             cq: ring,
@@ -143,14 +126,13 @@ impl<
         n + self.poll_general(cq, &mut wc[n..], n > 0)
     }
 
-    /// `poll_cq`'s general way, out of line: each CQE matched on its own
-    /// into the next slot ([`Matcher::translate`]), until the slots or the
-    /// CQEs run out; returns how many. A receive its route matches becomes
-    /// the CQ's `last_recv`, tried first from then on. Publishes the
-    /// consumer index if it took anything or `taken` (CQEs the caller took
-    /// are not published yet).
-    #[inline(never)]
-    fn poll_general(&mut self, cq: CqHandle, wc: &mut [WorkCompletion], taken: bool) -> usize {
+    /// The CQ's entry and, borrowed apart from it, what matching its CQEs
+    /// the general way needs.
+    #[inline(always)]
+    fn split_for_poll(
+        &mut self,
+        cq: CqHandle,
+    ) -> Option<(&mut CqEntry<H>, Matcher<'_, H, QPS, SQ_WQEBBS, SRQS>)> {
         let Verbs {
             cqs,
             srqs,
@@ -160,16 +142,28 @@ impl<
             stats,
             ..
         } = self;
-        let Some(e) = cqs.get_mut(cq.0) else {
-            return 0;
-        };
-        let mut m = Matcher {
+        let e = cqs.get_mut(cq.0)?;
+        let m = Matcher {
             cq,
             qps,
             qpns,
             srqs,
             srqns,
             stats,
+        };
+        Some((e, m))
+    }
+
+    /// `poll_cq`'s general way, out of line: each CQE matched on its own
+    /// into the next slot ([`Matcher::translate`]), until the slots or the
+    /// CQEs run out; returns how many. A receive its route matches becomes
+    /// the CQ's `last_recv`, tried first from then on. Publishes the
+    /// consumer index if it took anything or `taken` (CQEs the caller took
+    /// are not published yet).
+    #[inline(never)]
+    fn poll_general(&mut self, cq: CqHandle, wc: &mut [WorkCompletion], taken: bool) -> usize {
+        let Some((e, mut m)) = self.split_for_poll(cq) else {
+            return 0;
         };
         let last_recv = &mut e.last_recv;
         let (n, moved) = e.cq.read(|rd| {
