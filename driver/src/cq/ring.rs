@@ -288,18 +288,27 @@ impl<H: Hal> CqRing<H> {
         max: usize,
         mut f: impl FnMut(CqeView<'_>),
     ) -> usize {
-        // The ring's geometry and the consumer index in registers; the
-        // index is stored and published once.
-        let (n, moved) = self.read(|rd| {
-            let mut n = 0;
-            while n < max {
-                let Some(v) = rd.take() else { break };
-                f(v);
-                n += 1;
+        // Loop invariants in locals; the consumer index lives in a register
+        // and is stored once. (Through a `CqReader` this cost the ring API
+        // 17 instructions more per call at batch 1: the reader's copy of
+        // the geometry is made before the first owner-byte test.)
+        let log = self.log_nent as u32;
+        let mut ci = self.consumer_index;
+        let mut n = 0;
+        while n < max {
+            let w = self.buf.entry(ci);
+            let op_own = w.read_u8::<{ off::OP_OWN }>();
+            if !sw_owned_byte(op_own, ((ci >> log) & 1) as u8) {
+                break;
             }
-            n
-        });
-        if moved {
+            // The body must not be read before the ownership byte (docs/firmware.md §5).
+            barrier::dma_rmb();
+            f(CqeView::new(w, op_own));
+            ci = ci.wrapping_add(1);
+            n += 1;
+        }
+        if n > 0 {
+            self.set_ci(ci);
             self.update_doorbell(dbr);
         }
         n
