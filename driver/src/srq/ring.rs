@@ -13,7 +13,7 @@
 //! WQE) lives in DMA memory the platform hands out, so the ring needs no heap
 //! and no caller-provided arrays.
 
-use mlx5_hal::{barrier, DmaRegion, Hal, HalError, RingRegion, RingView};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingRegion, RingView};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::INVALID_LKEY;
@@ -84,6 +84,21 @@ const REC: usize = 16;
 /// Book value of a free WQE. A capacity is at most 2^31 bytes per scatter
 /// entry times 2047 entries, far below it.
 const FREE: u64 = u64::MAX;
+
+/// The capacity a book record holds for a posted WQE; `None` when the WQE
+/// is free. (The book is CPU-only: values are native, the two swaps cancel.)
+#[inline(always)]
+fn record_capacity(rec: &DmaWindow<'_, REC>) -> Option<u64> {
+    let capacity = rec.read_be64::<8>().swap_bytes();
+    (capacity != FREE).then_some(capacity)
+}
+
+/// Mark a posted WQE's book record free; its `wr_id`.
+#[inline(always)]
+fn free_record(rec: &DmaWindow<'_, REC>) -> u64 {
+    rec.write_be64::<8>(FREE);
+    rec.read_be64::<0>().swap_bytes()
+}
 
 /// A receive completion matched to its WQE by [`SrqRing::complete_wqe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,24 +417,15 @@ impl<H: Hal> SrqRing<H> {
         if wqe_index as u32 > self.book.layout().mask() {
             return Err(CompleteError::OutOfRange { index: wqe_index });
         }
-        let capacity = self
-            .book
-            .entry(wqe_index as u32)
-            .read_be64::<8>()
-            .swap_bytes();
-        if capacity == FREE {
-            return Err(CompleteError::NotPosted { index: wqe_index });
-        }
-        Ok(capacity)
+        record_capacity(&self.book.entry(wqe_index as u32))
+            .ok_or(CompleteError::NotPosted { index: wqe_index })
     }
 
     /// Free posted WQE `wqe_index` (checked by `posted_capacity`) and link
     /// it after the tail; its `wr_id`.
     #[inline(always)]
     fn take_posted(&mut self, wqe_index: u16) -> u64 {
-        let rec = self.book.entry(wqe_index as u32);
-        rec.write_be64::<8>(FREE);
-        let wr_id = rec.read_be64::<0>().swap_bytes();
+        let wr_id = free_record(&self.book.entry(wqe_index as u32));
         // Link after the current tail. The tail is never posted, so the
         // device is not positioned on it; it reads a WQE's next pointer when
         // it consumes that WQE, and a posted WQE's next pointer never changes
@@ -462,7 +468,7 @@ impl<H: Hal> SrqRing<H> {
             return None;
         }
         let rec = self.book.window::<REC>(wqe_index as usize * REC);
-        (rec.read_be64::<8>() != FREE).then(|| rec.read_be64::<0>().swap_bytes())
+        record_capacity(&rec).map(|_| rec.read_be64::<0>().swap_bytes())
     }
 }
 
@@ -499,12 +505,11 @@ impl SrqCompleter<'_> {
             return None;
         }
         let rec = self.book.entry(wqe_index as u32);
-        let capacity = rec.read_be64::<8>().swap_bytes();
-        if capacity == FREE || (check_len && byte_len as u64 > capacity) {
+        let capacity = record_capacity(&rec)?;
+        if check_len && byte_len as u64 > capacity {
             return None;
         }
-        rec.write_be64::<8>(FREE);
-        let wr_id = rec.read_be64::<0>().swap_bytes();
+        let wr_id = free_record(&rec);
         // Linked after the tail, as `SrqRing::complete_wqe` explains.
         self.next.entry(self.tail as u32).write_be16::<2>(wqe_index);
         self.tail = wqe_index;
