@@ -11,10 +11,9 @@
 //! doorbell record once per call (`providers/mlx5/cq.c`).
 
 use mlx5_hal::{barrier, Hal, RingView};
-use mlx5_regs::CqeOpcode;
 
 use super::cqe::off;
-use super::{CqRing, CqeView};
+use super::{sw_owned_byte, CqRing, CqeView};
 
 /// The CQEs of one [`CqRing::read`]: takes them in order, each only if
 /// software owns it.
@@ -35,7 +34,7 @@ impl<'a> CqReader<'a> {
     pub fn peek(&self) -> Option<CqeView<'a>> {
         let w = self.ring.entry(self.ci);
         let op_own = w.read_u8::<{ off::OP_OWN }>();
-        if op_own >> 4 == CqeOpcode::INVALID.0 || (op_own & 1) as u32 != (self.ci >> self.log) & 1 {
+        if !sw_owned_byte(op_own, (self.ci >> self.log) as u8 & 1) {
             return None;
         }
         barrier::dma_rmb();
