@@ -236,9 +236,6 @@ impl QpRoute {
 pub(super) struct RecvRun {
     qpn: u32,
     srqn: u32,
-    /// `qpn` and `srqn` as a CQE holds them ([`CqeView::names_be`]).
-    qpn_be: u32,
-    srqn_be: u32,
     srq: Key,
 }
 
@@ -247,8 +244,6 @@ impl RecvRun {
     pub(super) const NONE: RecvRun = RecvRun {
         qpn: u32::MAX,
         srqn: u32::MAX,
-        qpn_be: u32::MAX,
-        srqn_be: u32::MAX,
         srq: Key::NONE,
     };
 
@@ -261,13 +256,7 @@ impl RecvRun {
     /// The route of QP `qpn` receiving through SRQ `srqn` (stored under
     /// `srq`).
     fn new(qpn: u32, srqn: u32, srq: Key) -> Self {
-        RecvRun {
-            qpn,
-            srqn,
-            qpn_be: qpn.to_be(),
-            srqn_be: srqn.to_be(),
-            srq,
-        }
+        RecvRun { qpn, srqn, srq }
     }
 }
 
@@ -540,7 +529,7 @@ fn recv_on(
     complete: impl FnOnce(u16, u32, bool) -> Option<u64>,
 ) -> Option<()> {
     let op = v.opcode();
-    if !is_receive(op) || !v.names_be(r.qpn_be, r.srqn_be) {
+    if !is_receive(op) || !v.names(r.qpn, r.srqn) {
         return None;
     }
     let byte_len = v.byte_len();

@@ -128,16 +128,17 @@ impl<'a> CqeView<'a> {
         self.w.read_be32::<{ off::SRQN }>() & 0x00ff_ffff
     }
 
-    /// True when the CQE names QP `qpn` and SRQ `srqn` (24 bits each),
-    /// given byte-swapped as the CQE holds them (`qpn.to_be()`): the
-    /// compares need no swap at run time.
+    /// True when the CQE names QP `qpn` and SRQ `srqn` (24 bits each).
+    /// Compared as the CQE holds them: `qpn` and `srqn` are byte-swapped
+    /// instead of the CQE's words (a loop comparing many CQEs with the same
+    /// numbers swaps them once).
     #[inline(always)]
-    pub fn names_be(&self, qpn_be: u32, srqn_be: u32) -> bool {
+    pub fn names(&self, qpn: u32, srqn: u32) -> bool {
         const M: u32 = 0x00ff_ffff;
         // `read_be32().to_be()` is the word's raw bits (the swaps cancel).
         let q = self.w.read_be32::<{ off::QPN }>().to_be() & M.to_be();
         let s = self.w.read_be32::<{ off::SRQN }>().to_be() & M.to_be();
-        q == qpn_be && s == srqn_be
+        q == qpn.to_be() && s == srqn.to_be()
     }
 
     /// Bytes received or transferred.
