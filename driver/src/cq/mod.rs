@@ -11,7 +11,7 @@ pub(crate) use arm::ArmTable;
 pub use moderation::{CqModeration, CqPeriodMode, MAX_CQ_PERIOD};
 pub use queue::{Cq, CqOptions};
 pub use ring::{
-    CqReader, CqRing, Cqe, CqeSize, CqeStatus, CqeView, DoorbellRecord, ResizeCopyError,
+    CqReader, CqRing, Cqe, CqeSize, CqeStatus, CqeView, DoorbellRecord, ResizeCopyError, WaitingCqe,
 };
 pub use syndrome::{CqErrorCause, CqeError};
 

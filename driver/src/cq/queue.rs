@@ -6,7 +6,7 @@ use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
 use super::moderation::{self, CqModeration, CqPeriodMode};
-use super::ring::{CqReader, CqRing, Cqe, CqeSize, CqeView, DoorbellRecord};
+use super::ring::{CqReader, CqRing, Cqe, CqeSize, CqeView, DoorbellRecord, WaitingCqe};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
@@ -127,6 +127,14 @@ impl<H: Hal> Cq<H> {
     #[inline(always)]
     pub fn has_next(&self) -> bool {
         self.ring.has_next()
+    }
+
+    /// The completion waiting at the consumer index, if any (one owner-byte
+    /// check, as [`Cq::has_next`]), kept for the read that takes it
+    /// ([`CqReader::take_waiting_if`]).
+    #[inline(always)]
+    pub fn waiting(&self) -> Option<WaitingCqe> {
+        self.ring.waiting()
     }
 
     /// Poll up to `max` completions, handing each to `f` as it is read (no

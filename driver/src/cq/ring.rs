@@ -14,7 +14,7 @@ mod reader;
 
 use cqe::off;
 pub use cqe::{Cqe, CqeStatus, CqeView};
-pub use reader::CqReader;
+pub use reader::{CqReader, WaitingCqe};
 
 use crate::pagelist::{alloc_paged, PageList};
 use mlx5_regs::consts::ctx::CQE_OP_OWN_INIT;
@@ -216,7 +216,7 @@ impl<H: Hal> CqRing<H> {
     /// True when a CQE is waiting at the consumer index.
     #[inline(always)]
     pub fn has_next(&self) -> bool {
-        sw_owned_byte(self.buf.read_cursor_u8(), self.next_pass)
+        self.waiting().is_some()
     }
 
     /// Move the consumer index (the one place it changes), keeping the

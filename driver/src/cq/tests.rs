@@ -361,3 +361,39 @@ fn a_reader_takes_only_owned_cqes_leaves_declined_ones_and_publishes_nothing() {
         assert_eq!(dbr.ci(), 9);
     }
 }
+
+#[test]
+fn a_waiting_cqe_is_taken_once_where_it_was_found_and_a_stale_one_is_declined() {
+    for size in [CqeSize::B64, CqeSize::B128] {
+        let (hal, mut ring, _dbr) = setup(1, size);
+        assert!(ring.waiting().is_none(), "a new ring has nothing waiting");
+        // Over three passes of a ring of 2, so the owner bit flips.
+        for p in 0..6u32 {
+            produce(&hal, &ring, p, CqeOpcode::RESP_SEND.0, p as u16 + 10, p);
+            let w = ring.waiting().expect("the CQE just written is owned");
+            // A declined take leaves it: the index stays and it is still
+            // waiting.
+            let w2 = ring.waiting().unwrap();
+            assert!(!ring.read(|rd| rd.take_waiting_if(w2, |_| None::<()>)).1);
+            let ((got, ci_after), moved) = ring.read(|rd| {
+                let got = rd.take_waiting_if(w, |v| Some((v.opcode(), v.wqe_counter())));
+                (got, rd.consumer_index())
+            });
+            assert!(moved);
+            assert_eq!(got, Some((CqeOpcode::RESP_SEND, p as u16 + 10)), "{size:?}");
+            assert_eq!(ci_after, p + 1);
+            assert!(ring.waiting().is_none(), "the next entry is the device's");
+        }
+        // A token from before the index moved is declined, even when the
+        // entry it was made at holds an owned CQE of a later pass.
+        produce(&hal, &ring, 6, CqeOpcode::RESP_SEND.0, 1, 0);
+        let stale = ring.waiting().unwrap();
+        assert!(ring.read(|rd| rd.take().is_some()).0);
+        produce(&hal, &ring, 7, CqeOpcode::RESP_SEND.0, 2, 0);
+        produce(&hal, &ring, 8, CqeOpcode::RESP_SEND.0, 3, 0);
+        assert!(ring.read(|rd| rd.take().is_some()).0);
+        assert_eq!(ring.consumer_index(), 8, "index 8 reuses index 6's entry");
+        let (r, moved) = ring.read(|rd| rd.take_waiting_if(stale, |v| Some(v.wqe_counter())));
+        assert_eq!((r, moved), (None, false), "{size:?}");
+    }
+}

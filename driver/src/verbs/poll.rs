@@ -13,7 +13,7 @@ use super::{
     CqEntry, CqHandle, Errno, SrqEntry, SrqHandle, Verbs, VerbsStats, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use crate::cq::{CqReader, Cqe, CqeStatus, CqeView};
+use crate::cq::{CqReader, Cqe, CqeStatus, CqeView, WaitingCqe};
 use crate::qp::{BadSendCqe, SendOpcode};
 use crate::srq::{BadRecvCqe, Srq};
 use crate::stats::CmdObserver;
@@ -52,33 +52,35 @@ impl<
     #[inline(always)]
     pub fn poll_cq(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> Result<usize, Errno> {
         let e = self.cqs.get(cq.0).ok_or(Errno::EINVAL)?;
-        if !e.cq.has_next() {
+        let Some(w) = e.cq.waiting() else {
             return Ok(0);
-        }
-        // Out of line with four register arguments: the empty path above
+        };
+        // Out of line with few register arguments: the empty path above
         // needs no stack frame. One completion per call (a latency-bound
-        // loop) has its own paths, with no loop to set up. The short way is
-        // tried first on a CQ that has matched a receive; the general way
-        // directly on the others (a send CQ).
+        // loop) has its own paths, with no loop to set up; its short way
+        // starts from the CQE found waiting here (`w`), without testing the
+        // owner byte again. The short way is tried first on a CQ that has
+        // matched a receive; the general way directly on the others (a send
+        // CQ).
         let routed = e.last_recv.is_some();
         Ok(match wc {
-            [one] if routed => self.poll_recv_one(cq, one),
+            [one] if routed => self.poll_recv_one(cq, one, w),
             [one] => self.poll_busy_one(cq, one),
             _ if routed => self.poll_busy(cq, wc),
             _ => self.poll_general(cq, wc, false),
         })
     }
 
-    /// `poll_cq` of one completion once a CQE is waiting on a CQ that has
-    /// matched a receive: the short way ([`recv_busy_one`]) if the CQE is
-    /// a successful receive on that route, else the general way.
+    /// `poll_cq` of one completion once CQE `w` is waiting on a CQ that has
+    /// matched a receive: the short way ([`recv_waiting_one`]) if the CQE
+    /// is a successful receive on that route, else the general way.
     #[inline(never)]
-    fn poll_recv_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
+    fn poll_recv_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion, w: WaitingCqe) -> usize {
         let Verbs { cqs, srqs, .. } = self;
         let Some(e) = cqs.get_mut(cq.0) else {
             return 0;
         };
-        if recv_busy_one(e, srqs, wc) == 1 {
+        if recv_waiting_one(e, srqs, wc, w) == 1 {
             return 1;
         }
         self.poll_busy_one(cq, wc)
@@ -432,21 +434,30 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     }
 }
 
-/// `poll_cq`'s short way for one completion, on a CQ with a CQE waiting:
-/// 1, with the consumer index published, if the CQE is a successful
-/// receive on the route the CQ last matched ([`recv_one`]); else 0 with
+/// `poll_cq`'s short way for one completion, on a CQ with CQE `w`
+/// waiting: 1, with the consumer index published, if `w` is a successful
+/// receive on the route the CQ last matched ([`recv_on`]); else 0 with
 /// nothing taken.
 #[inline(always)]
-fn recv_busy_one<H: Hal, const SRQS: usize>(
+fn recv_waiting_one<H: Hal, const SRQS: usize>(
     e: &mut CqEntry<H>,
     srqs: &mut Table<SrqEntry<H>, SRQS>,
     wc: &mut WorkCompletion,
+    w: WaitingCqe,
 ) -> usize {
     let r = e.last_recv;
     let Some(s) = srqs.get_mut(r.srq) else {
         return 0;
     };
-    let (n, _) = e.cq.read(|rd| recv_one(rd, &mut s.srq, r, wc));
+    let srq = &mut s.srq;
+    let (n, _) = e.cq.read(|rd| {
+        rd.take_waiting_if(w, |v| {
+            recv_on(v, r, wc, |wqe, len, check| {
+                srq.try_complete(wqe, len, check)
+            })
+        })
+        .is_some() as usize
+    });
     if n == 1 {
         e.cq.update_doorbell();
     }
@@ -503,19 +514,6 @@ fn recv_run<H: Hal>(
         n += 1;
     }
     n
-}
-
-/// [`recv_run`] for one slot, without the loop and with the SRQ's ring
-/// read where it is used ([`Srq::try_complete`]): 1 if it took the CQE.
-#[inline(always)]
-fn recv_one<H: Hal>(
-    rd: &mut CqReader<'_>,
-    srq: &mut Srq<H>,
-    r: RecvRun,
-    wc: &mut WorkCompletion,
-) -> usize {
-    rd.take_if(|v| recv_on(v, r, wc, |w, len, check| srq.try_complete(w, len, check)))
-        .is_some() as usize
 }
 
 /// One CQE of [`recv_run`]: `Some` when it is a successful receive on `r`

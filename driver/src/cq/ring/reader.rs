@@ -50,6 +50,33 @@ impl<'a> CqReader<'a> {
         Some(v)
     }
 
+    /// [`CqReader::take_if`] for the CQE `w` found waiting, without
+    /// reading its owner byte again: `w` was made by [`CqRing::waiting`]
+    /// at this reader's consumer index, which `w` carries. A `w` made at
+    /// any other index is declined (`None`, nothing taken); it cannot
+    /// name a CQE software has not seen owned since the index last moved.
+    #[inline(always)]
+    pub fn take_waiting_if<R>(
+        &mut self,
+        w: WaitingCqe,
+        f: impl FnOnce(CqeView<'a>) -> Option<R>,
+    ) -> Option<R> {
+        if w.ci != self.ci {
+            return None;
+        }
+        // Ownership was seen when `w` was made; the body is read after it.
+        // The owner byte is read again for its opcode (keeping it in `w`
+        // cost the empty poll a register copy): the device does not write
+        // a CQE software owns, and whatever byte is read here goes through
+        // the same checks as any CQE's.
+        barrier::dma_rmb();
+        let e = self.ring.entry(self.ci);
+        let op_own = e.read_u8::<{ off::OP_OWN }>();
+        let r = f(CqeView::new(e, op_own))?;
+        self.ci = self.ci.wrapping_add(1);
+        Some(r)
+    }
+
     /// Take the next CQE only if software owns it and `f` accepts it
     /// (returns `Some`): a CQE `f` declines stays where it is, for the next
     /// `take` or `take_if` to see again.
@@ -67,7 +94,30 @@ impl<'a> CqReader<'a> {
     }
 }
 
+/// A CQE found software-owned at the consumer index by
+/// [`CqRing::waiting`]: the index it was found at, so a poll that checked
+/// ownership to return early on an empty CQ need not check it again
+/// ([`CqReader::take_waiting_if`]). Not `Clone`: it is spent on one take.
+#[derive(Debug)]
+pub struct WaitingCqe {
+    ci: u32,
+}
+
 impl<H: Hal> CqRing<H> {
+    /// The CQE at the consumer index if software owns it: one load of the
+    /// owner byte and a compare (the ring's `has_next`), remembered for the
+    /// read that takes the CQE.
+    #[inline(always)]
+    pub fn waiting(&self) -> Option<WaitingCqe> {
+        let op_own = self.buf.read_cursor_u8();
+        if !sw_owned_byte(op_own, self.next_pass) {
+            return None;
+        }
+        Some(WaitingCqe {
+            ci: self.consumer_index,
+        })
+    }
+
     /// Read CQEs through a [`CqReader`] handed to `f`, then store the
     /// consumer index it reached. Like [`CqRing::pop`] it does not publish
     /// the index: call [`CqRing::update_doorbell`] once per batch, after
