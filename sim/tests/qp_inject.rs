@@ -132,22 +132,7 @@ fn cmd_for(e: &mut Env, op: Opcode) -> (Vec<u8>, usize) {
         Opcode::QP_2ERR | Opcode::QP_2RST | Opcode::QUERY_QP | Opcode::DESTROY_QP => {
             (qpn_cmd(op, qp_in(e, QpState::Init)), query_qp_out::SIZE)
         }
-        Opcode::MODIFY_NIC_VPORT_CONTEXT => {
-            let mut i = inp(op, modify_nic_vport_context_in::SIZE);
-            modify_nic_vport_field_select::roce_en
-                .set(
-                    modify_nic_vport_context_in::field_select.get_mut(&mut i),
-                    true,
-                )
-                .unwrap();
-            nic_vport_context::roce_en
-                .set(
-                    modify_nic_vport_context_in::nic_vport_context.get_mut(&mut i),
-                    true,
-                )
-                .unwrap();
-            (i, 16)
-        }
+        Opcode::MODIFY_NIC_VPORT_CONTEXT => (roce_en_cmd(true), 16),
         Opcode::SET_ROCE_ADDRESS => {
             let mut i = inp(op, set_roce_address_in::SIZE);
             set_roce_address_in::roce_address_index

@@ -2,77 +2,28 @@
 //! free-list consumption, traffic scatter and error CQEs.
 
 mod common;
+use common::qp::*;
 use common::*;
 
-use mlx5_hal::Hal;
 use mlx5_regs::consts::{ctx, CqeOpcode};
 use mlx5_regs::layouts::*;
 use mlx5_regs::{CmdStatus, EventMask, EventType, Opcode};
 use mlx5_sim::syndrome as sy;
 use mlx5_sim::Delivery;
 
-const LOG: u8 = 4; // 16 WQEs
-const LOG_STRIDE: u8 = 6; // 64 B: next + 3 data segments
-
-struct TSrq {
-    n: u32,
-    buf: Region,
-    dbr: Region,
-    data: Region,
-    posted: u16,
-}
-
+/// Every SRQ and RMP here has the shape `rmp_buffers` makes: 16 WQEs of
+/// 64 bytes (next segment and up to three data segments), scattering into
+/// 4 KiB slots through the reserved lkey.
 fn wq_buffers(f: &Fw) -> (Region, Region, Region) {
-    let buf = f.hal.alloc_dma(4096).unwrap();
-    let dbr = f.hal.alloc_dma(4096).unwrap();
-    let data = f.hal.alloc_dma(16 * 4096).unwrap();
-    let n = 1usize << LOG;
-    let lkey = f.dev.reserved_lkey();
-    for i in 0..n {
-        let w = i << LOG_STRIDE;
-        let mut next = [0u8; 16];
-        srq_next_seg::next_wqe_index
-            .set(&mut next, ((i + 1) % n) as u16)
-            .unwrap();
-        buf.write_bytes(w, &next);
-        let mut seg = [0u8; 16];
-        wqe_data_seg::byte_count.set(&mut seg, 256).unwrap();
-        wqe_data_seg::lkey.set(&mut seg, lkey).unwrap();
-        wqe_data_seg::addr
-            .set(&mut seg, data.iova() + (i as u64) * 4096)
-            .unwrap();
-        buf.write_bytes(w + 16, &seg);
-        let mut term = [0u8; 16];
-        wqe_data_seg::lkey
-            .set(&mut term, ctx::INVALID_LKEY)
-            .unwrap();
-        buf.write_bytes(w + 32, &term);
-    }
-    (buf, dbr, data)
-}
-
-fn rmp_cmd(f: &Fw, buf: &Region, dbr: &Region, lwm: u16) -> Vec<u8> {
-    let mut i = inp(Opcode::CREATE_RMP, create_rmp_in::SIZE + 8);
-    {
-        let r = create_rmp_in::ctx.tail_mut(&mut i);
-        rmpc::state.set(r, ctx::RMP_STATE_RDY).unwrap();
-        let w = rmpc::wq.tail_mut(r);
-        wq::log_wq_stride.set(w, LOG_STRIDE).unwrap();
-        wq::log_wq_sz.set(w, LOG).unwrap();
-        wq::pd.set(w, f.pd).unwrap();
-        wq::dbr_addr.set(w, dbr.iova()).unwrap();
-        wq::lwm.set(w, lwm).unwrap();
-        wq::pas.set(w, 0, buf.iova()).unwrap();
-    }
-    i
+    rmp_buffers(f, f.dev.reserved_lkey())
 }
 
 fn srq_cmd(f: &Fw, buf: &Region, dbr: &Region, cqn: u32, lwm: u16) -> Vec<u8> {
     let mut i = inp(Opcode::CREATE_SRQ, create_srq_in::pas.len_with(1));
     {
         let s = create_srq_in::srq_context_entry.get_mut(&mut i);
-        srqc::log_srq_size.set(s, LOG).unwrap();
-        srqc::log_rq_stride.set(s, LOG_STRIDE - 4).unwrap();
+        srqc::log_srq_size.set(s, RMP_LOG).unwrap();
+        srqc::log_rq_stride.set(s, RMP_STRIDE - 4).unwrap();
         srqc::rlky.set(s, true).unwrap();
         srqc::cqn.set(s, cqn).unwrap();
         srqc::pd.set(s, f.pd).unwrap();
@@ -83,38 +34,12 @@ fn srq_cmd(f: &Fw, buf: &Region, dbr: &Region, cqn: u32, lwm: u16) -> Vec<u8> {
     i
 }
 
-fn create_rmp(f: &mut Fw, lwm: u16) -> TSrq {
-    let (buf, dbr, data) = wq_buffers(f);
-    let i = rmp_cmd(f, &buf, &dbr, lwm);
-    let o = f.ok(&i, create_rmp_out::SIZE);
-    TSrq {
-        n: create_rmp_out::rmpn.get(&o),
-        buf,
-        dbr,
-        data,
-        posted: 0,
-    }
-}
-
-fn post(s: &mut TSrq, k: u16) {
-    s.posted = s.posted.wrapping_add(k);
-    mlx5_hal::barrier::dma_wmb();
-    s.dbr.write_be32(0, s.posted as u32);
+fn create_rmp(f: &mut Fw, lwm: u16) -> TRmp {
+    TRmp::new(f, f.dev.reserved_lkey(), lwm)
 }
 
 fn arm_rmp(f: &mut Fw, n: u32, lwm: u16) -> Out {
-    let mut i = inp(Opcode::MODIFY_RMP, modify_rmp_in::SIZE);
-    modify_rmp_in::rmp_state
-        .set(&mut i, ctx::RMP_STATE_RDY)
-        .unwrap();
-    modify_rmp_in::rmpn.set(&mut i, n).unwrap();
-    rmp_bitmask::lwm
-        .set(modify_rmp_in::bitmask.get_mut(&mut i), true)
-        .unwrap();
-    let r = modify_rmp_in::ctx.tail_mut(&mut i);
-    rmpc::state.set(r, ctx::RMP_STATE_RDY).unwrap();
-    wq::lwm.set(rmpc::wq.tail_mut(r), lwm).unwrap();
-    f.exec(&i, modify_rmp_out::SIZE)
+    f.exec(&arm_rmp_cmd(n, lwm), modify_rmp_out::SIZE)
 }
 
 fn query_rmp_lwm(f: &mut Fw, n: u32) -> u16 {
@@ -152,7 +77,7 @@ fn rmp_traffic_scatter_free_list_and_cqes() {
     let mut next = [0u8; 16];
     srq_next_seg::next_wqe_index.set(&mut next, 5).unwrap();
     s.buf.write_bytes(0, &next);
-    post(&mut s, 3);
+    s.post(3);
     let dev = f.dev.clone();
     let t = dev.traffic();
     let payload: Vec<u8> = (0..200u8).collect();
@@ -193,25 +118,16 @@ fn rmp_traffic_scatter_free_list_and_cqes() {
     );
     assert_eq!(t.dropped(), 1);
     // A foreign lkey: local protection error.
-    let mut seg = [0u8; 16];
-    wqe_data_seg::byte_count.set(&mut seg, 256).unwrap();
-    wqe_data_seg::lkey.set(&mut seg, 0x1234).unwrap();
-    s.buf.write_bytes((7 << LOG_STRIDE) + 16, &seg);
-    post(&mut s, 1);
+    s.set_seg(7, 0, 256, 0x1234);
+    s.post(1);
     assert_eq!(
         t.deliver(s.n, cq.cqn, 1, &payload).unwrap(),
         Delivery::ProtectionError { wqe_index: 7 }
     );
     assert_eq!(err_cqe::syndrome.get(&f.poll_cq(&mut cq).unwrap()), 0x04);
     // A data segment outside DMA memory: IOMMU fault + protection error.
-    let mut seg = [0u8; 16];
-    wqe_data_seg::byte_count.set(&mut seg, 256).unwrap();
-    wqe_data_seg::lkey
-        .set(&mut seg, f.dev.reserved_lkey())
-        .unwrap();
-    wqe_data_seg::addr.set(&mut seg, 0x1000).unwrap();
-    s.buf.write_bytes((8 << LOG_STRIDE) + 16, &seg);
-    post(&mut s, 1);
+    s.set_seg(8, 0x1000, 256, f.dev.reserved_lkey());
+    s.post(1);
     assert_eq!(
         t.deliver(s.n, cq.cqn, 1, &payload).unwrap(),
         Delivery::ProtectionError { wqe_index: 8 }
@@ -230,7 +146,7 @@ fn next_pointer_is_read_when_a_wqe_is_consumed() {
     // already have read where to go next.
     let (mut f, _eq, cq) = setup(1);
     let mut s = create_rmp(&mut f, 0);
-    post(&mut s, 3);
+    s.post(3);
     let dev = f.dev.clone();
     let t = dev.traffic();
     assert_eq!(
@@ -269,7 +185,7 @@ fn srq_count_limit_is_lim_err() {
 fn rmp_limit_one_shot_rearm_and_immediate() {
     let (mut f, mut eq, cq) = setup(1);
     let mut s = create_rmp(&mut f, 0);
-    post(&mut s, 10);
+    s.post(10);
     assert!(arm_rmp(&mut f, s.n, 7).ok());
     assert_eq!(query_rmp_lwm(&mut f, s.n), 7);
     let dev = f.dev.clone();
@@ -424,7 +340,7 @@ fn srq_issi0_commands_limit_and_destroy_ordering() {
         sy::SRQ_SIGNATURE_CAP
     );
     let o = f.ok(&good, create_srq_out::SIZE);
-    let mut s = TSrq {
+    let mut s = TRmp {
         n: create_srq_out::srqn.get(&o),
         buf,
         dbr,
@@ -442,7 +358,7 @@ fn srq_issi0_commands_limit_and_destroy_ordering() {
         sy::per_opcode(sy::ISSI_1_ONLY, 0x90c),
     );
     // Limit via ARM_RQ.
-    post(&mut s, 5);
+    s.post(5);
     let arm = |lwm: u16, n: u32| {
         let mut i = inp(Opcode::ARM_RQ, arm_rq_in::SIZE);
         cmd_in::op_mod.set(&mut i, 1).unwrap();
@@ -464,7 +380,7 @@ fn srq_issi0_commands_limit_and_destroy_ordering() {
     let c = query_srq_out::srq_context_entry.get(&o);
     assert_eq!(srqc::lwm.get(c), 0);
     assert_eq!(srqc::cqn.get(c), cq.cqn);
-    assert_eq!(srqc::log_srq_size.get(c), LOG);
+    assert_eq!(srqc::log_srq_size.get(c), RMP_LOG);
     f.ok(&arm(5, s.n), 16); // 2 < 5: immediate
     assert_eq!(limit_events(&f, &mut eq), vec![s.n]);
     let mut i = arm(1, s.n);
@@ -502,7 +418,7 @@ fn corrupt_free_list_is_srq_catastrophe() {
     let mut next = [0u8; 16];
     srq_next_seg::next_wqe_index.set(&mut next, 500).unwrap();
     s.buf.write_bytes(0, &next);
-    post(&mut s, 4);
+    s.post(4);
     let t = f.dev.traffic();
     t.deliver(s.n, cq.cqn, 1, b"a").unwrap();
     assert!(t.deliver(s.n, cq.cqn, 1, b"a").is_err());

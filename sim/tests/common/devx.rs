@@ -198,56 +198,19 @@ impl UCq {
 /// An RMP whose WQE ring and doorbell record are UMEMs (WQE `i` scatters
 /// into `data + i * 4096` through `lkey`).
 pub fn umem_rmp(f: &mut Fw, lkey: u32) -> (TRmp, [u32; 2]) {
-    let buf = f.hal.alloc_dma(4096).unwrap();
-    let dbr = f.hal.alloc_dma(4096).unwrap();
-    let data = f.hal.alloc_dma(16 * 4096).unwrap();
-    let n = 1usize << RMP_LOG;
-    for i in 0..n {
-        let at = i << RMP_STRIDE;
-        let mut next = [0u8; 16];
-        srq_next_seg::next_wqe_index
-            .set(&mut next, ((i + 1) % n) as u16)
-            .unwrap();
-        buf.write_bytes(at, &next);
-        let mut seg = [0u8; 16];
-        wqe_data_seg::byte_count.set(&mut seg, RECV_LEN).unwrap();
-        wqe_data_seg::lkey.set(&mut seg, lkey).unwrap();
-        wqe_data_seg::addr
-            .set(&mut seg, data.iova() + (i as u64) * 4096)
-            .unwrap();
-        buf.write_bytes(at + 16, &seg);
-        let mut term = [0u8; 16];
-        wqe_data_seg::lkey
-            .set(&mut term, ctx::INVALID_LKEY)
-            .unwrap();
-        buf.write_bytes(at + 32, &term);
-    }
+    let (buf, dbr, data) = rmp_buffers(f, lkey);
     // One 64 KiB UMEM page over the 4 KiB ring: rdma-core rounds the UMEM
     // up to a power of two spanning the range, beyond what is mapped.
     let ring_umem = reg_umem(f, &buf, 0, 4096, 16, false);
     let dbr_umem = reg_umem(f, &dbr, 0, 4096, 12, false);
-    let mut i = inp(Opcode::CREATE_RMP, create_rmp_in::SIZE);
-    {
-        let r = create_rmp_in::ctx.tail_mut(&mut i);
-        rmpc::state.set(r, ctx::RMP_STATE_RDY).unwrap();
-        let wq = rmpc::wq.tail_mut(r);
-        wq::log_wq_stride.set(wq, RMP_STRIDE).unwrap();
-        wq::log_wq_sz.set(wq, RMP_LOG).unwrap();
-        wq::pd.set(wq, f.pd).unwrap();
+    let i = rmp_cmd_with(f, 0, |wq| {
         wq::dbr_umem_valid.set(wq, true).unwrap();
         wq::dbr_umem_id.set(wq, dbr_umem).unwrap();
         wq::dbr_addr.set(wq, 0).unwrap();
         wq::wq_umem_valid.set(wq, true).unwrap();
         wq::wq_umem_id.set(wq, ring_umem).unwrap();
-    }
-    let o = f.ok(&i, create_rmp_out::SIZE);
-    let rmp = TRmp {
-        n: create_rmp_out::rmpn.get(&o),
-        buf,
-        dbr,
-        data,
-        posted: 0,
-    };
+    });
+    let rmp = TRmp::create(f, &i, buf, dbr, data);
     (rmp, [ring_umem, dbr_umem])
 }
 
@@ -277,16 +240,7 @@ pub fn umem_qp(
         create_qp_in::wq_umem_valid.set(&mut i, true).unwrap();
         create_qp_in::wq_umem_id.set(&mut i, id).unwrap();
     }
-    let o = f.ok(&i, create_qp_out::SIZE);
-    let qp = TQp {
-        qpn: create_qp_out::qpn.get(&o),
-        ring,
-        dbr,
-        log_sq: log_sq.unwrap_or(0),
-        pc: 0,
-        uar: f.uar,
-        bf: db::UAR_BF_OFFSET,
-    };
+    let qp = TQp::create(f, &i, ring, dbr, log_sq);
     (qp, umems)
 }
 

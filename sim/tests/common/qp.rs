@@ -134,45 +134,76 @@ pub struct TRmp {
     pub posted: u16,
 }
 
+/// The ring, doorbell record and data area of an RMP (or SRQ) of
+/// `2^RMP_LOG` WQEs of `2^RMP_STRIDE` bytes: WQE `i` links to `i + 1` in ring
+/// order and scatters `RECV_LEN` bytes into `data + i * 4096` through key
+/// `lkey`, then ends its list with an invalid-lkey entry.
+pub fn rmp_buffers(f: &Fw, lkey: u32) -> (Region, Region, Region) {
+    let buf = f.hal.alloc_dma(4096).unwrap();
+    let dbr = f.hal.alloc_dma(4096).unwrap();
+    let data = f.hal.alloc_dma(16 * 4096).unwrap();
+    let n = 1usize << RMP_LOG;
+    for i in 0..n {
+        let at = i << RMP_STRIDE;
+        let mut next = [0u8; 16];
+        srq_next_seg::next_wqe_index
+            .set(&mut next, ((i + 1) % n) as u16)
+            .unwrap();
+        buf.write_bytes(at, &next);
+        let mut seg = [0u8; 16];
+        wqe_data_seg::byte_count.set(&mut seg, RECV_LEN).unwrap();
+        wqe_data_seg::lkey.set(&mut seg, lkey).unwrap();
+        wqe_data_seg::addr
+            .set(&mut seg, data.iova() + (i as u64) * 4096)
+            .unwrap();
+        buf.write_bytes(at + 16, &seg);
+        let mut term = [0u8; 16];
+        wqe_data_seg::lkey
+            .set(&mut term, ctx::INVALID_LKEY)
+            .unwrap();
+        buf.write_bytes(at + 32, &term);
+    }
+    (buf, dbr, data)
+}
+
+/// CREATE_RMP input for a ready RMP of `rmp_buffers`' shape in the PD of
+/// `f`, with room for `pas` page addresses; `place` fills in the rest of the
+/// WQ context (where the ring and doorbell record are, the limit).
+pub fn rmp_cmd_with(f: &Fw, pas: usize, place: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let mut i = inp(Opcode::CREATE_RMP, create_rmp_in::SIZE + 8 * pas);
+    {
+        let r = create_rmp_in::ctx.tail_mut(&mut i);
+        rmpc::state.set(r, ctx::RMP_STATE_RDY).unwrap();
+        let wq = rmpc::wq.tail_mut(r);
+        wq::log_wq_stride.set(wq, RMP_STRIDE).unwrap();
+        wq::log_wq_sz.set(wq, RMP_LOG).unwrap();
+        wq::pd.set(wq, f.pd).unwrap();
+        place(wq);
+    }
+    i
+}
+
+/// CREATE_RMP input for the ring in `buf` (one physical page) with its
+/// doorbell record in `dbr` and limit `lwm`.
+pub fn rmp_cmd(f: &Fw, buf: &Region, dbr: &Region, lwm: u16) -> Vec<u8> {
+    rmp_cmd_with(f, 1, |wq| {
+        wq::dbr_addr.set(wq, dbr.iova()).unwrap();
+        wq::lwm.set(wq, lwm).unwrap();
+        wq::pas.set(wq, 0, buf.iova()).unwrap();
+    })
+}
+
 impl TRmp {
     pub fn new(f: &mut Fw, lkey: u32, lwm: u16) -> TRmp {
-        let buf = f.hal.alloc_dma(4096).unwrap();
-        let dbr = f.hal.alloc_dma(4096).unwrap();
-        let data = f.hal.alloc_dma(16 * 4096).unwrap();
-        let n = 1usize << RMP_LOG;
-        for i in 0..n {
-            let at = i << RMP_STRIDE;
-            let mut next = [0u8; 16];
-            srq_next_seg::next_wqe_index
-                .set(&mut next, ((i + 1) % n) as u16)
-                .unwrap();
-            buf.write_bytes(at, &next);
-            let mut seg = [0u8; 16];
-            wqe_data_seg::byte_count.set(&mut seg, RECV_LEN).unwrap();
-            wqe_data_seg::lkey.set(&mut seg, lkey).unwrap();
-            wqe_data_seg::addr
-                .set(&mut seg, data.iova() + (i as u64) * 4096)
-                .unwrap();
-            buf.write_bytes(at + 16, &seg);
-            let mut term = [0u8; 16];
-            wqe_data_seg::lkey
-                .set(&mut term, ctx::INVALID_LKEY)
-                .unwrap();
-            buf.write_bytes(at + 32, &term);
-        }
-        let mut i = inp(Opcode::CREATE_RMP, create_rmp_in::SIZE + 8);
-        {
-            let r = create_rmp_in::ctx.tail_mut(&mut i);
-            rmpc::state.set(r, ctx::RMP_STATE_RDY).unwrap();
-            let wq = rmpc::wq.tail_mut(r);
-            wq::log_wq_stride.set(wq, RMP_STRIDE).unwrap();
-            wq::log_wq_sz.set(wq, RMP_LOG).unwrap();
-            wq::pd.set(wq, f.pd).unwrap();
-            wq::dbr_addr.set(wq, dbr.iova()).unwrap();
-            wq::lwm.set(wq, lwm).unwrap();
-            wq::pas.set(wq, 0, buf.iova()).unwrap();
-        }
-        let o = f.ok(&i, create_rmp_out::SIZE);
+        let (buf, dbr, data) = rmp_buffers(f, lkey);
+        let i = rmp_cmd(f, &buf, &dbr, lwm);
+        TRmp::create(f, &i, buf, dbr, data)
+    }
+
+    /// Run the CREATE_RMP input `cmd` made for these buffers (it must
+    /// succeed).
+    pub fn create(f: &mut Fw, cmd: &[u8], buf: Region, dbr: Region, data: Region) -> TRmp {
+        let o = f.ok(cmd, create_rmp_out::SIZE);
         TRmp {
             n: create_rmp_out::rmpn.get(&o),
             buf,
@@ -206,19 +237,25 @@ impl TRmp {
     }
 
     pub fn arm(&self, f: &mut Fw, lwm: u16) {
-        let mut i = inp(Opcode::MODIFY_RMP, modify_rmp_in::SIZE);
-        modify_rmp_in::rmp_state
-            .set(&mut i, ctx::RMP_STATE_RDY)
-            .unwrap();
-        modify_rmp_in::rmpn.set(&mut i, self.n).unwrap();
-        rmp_bitmask::lwm
-            .set(modify_rmp_in::bitmask.get_mut(&mut i), true)
-            .unwrap();
-        let r = modify_rmp_in::ctx.tail_mut(&mut i);
-        rmpc::state.set(r, ctx::RMP_STATE_RDY).unwrap();
-        wq::lwm.set(rmpc::wq.tail_mut(r), lwm).unwrap();
-        f.ok(&i, modify_rmp_out::SIZE);
+        f.ok(&arm_rmp_cmd(self.n, lwm), modify_rmp_out::SIZE);
     }
+}
+
+/// MODIFY_RMP input that arms RMP `rmpn`'s limit event at `lwm` (ready to
+/// ready, only the `lwm` bit of the bitmask set).
+pub fn arm_rmp_cmd(rmpn: u32, lwm: u16) -> Vec<u8> {
+    let mut i = inp(Opcode::MODIFY_RMP, modify_rmp_in::SIZE);
+    modify_rmp_in::rmp_state
+        .set(&mut i, ctx::RMP_STATE_RDY)
+        .unwrap();
+    modify_rmp_in::rmpn.set(&mut i, rmpn).unwrap();
+    rmp_bitmask::lwm
+        .set(modify_rmp_in::bitmask.get_mut(&mut i), true)
+        .unwrap();
+    let r = modify_rmp_in::ctx.tail_mut(&mut i);
+    rmpc::state.set(r, ctx::RMP_STATE_RDY).unwrap();
+    wq::lwm.set(rmpc::wq.tail_mut(r), lwm).unwrap();
+    i
 }
 
 // ------------------------------------------------------------ QPs
@@ -293,15 +330,30 @@ pub fn create_qp(
     let ring = log_sq.map(|l| f.hal.alloc_dma((64usize << l).max(4096)).unwrap());
     let dbr = f.hal.alloc_dma(4096).unwrap();
     let i = qp_cmd(f, log_sq.zip(ring.as_ref()), srq, cqn_snd, cqn_rcv, &dbr);
-    let o = f.ok(&i, create_qp_out::SIZE);
-    TQp {
-        qpn: create_qp_out::qpn.get(&o),
-        ring,
-        dbr,
-        log_sq: log_sq.unwrap_or(0),
-        pc: 0,
-        uar: f.uar,
-        bf: db::UAR_BF_OFFSET,
+    TQp::create(f, &i, ring, dbr, log_sq)
+}
+
+impl TQp {
+    /// Run the CREATE_QP input `cmd` made for this send ring (`log_sq`
+    /// WQEBBs, `None` = no send queue) and doorbell record (it must
+    /// succeed); doorbells go through the UAR of `f`.
+    pub fn create(
+        f: &mut Fw,
+        cmd: &[u8],
+        ring: Option<Region>,
+        dbr: Region,
+        log_sq: Option<u8>,
+    ) -> TQp {
+        let o = f.ok(cmd, create_qp_out::SIZE);
+        TQp {
+            qpn: create_qp_out::qpn.get(&o),
+            ring,
+            dbr,
+            log_sq: log_sq.unwrap_or(0),
+            pc: 0,
+            uar: f.uar,
+            bf: db::UAR_BF_OFFSET,
+        }
     }
 }
 
@@ -417,6 +469,11 @@ pub fn prepare_mode(f: &mut Fw, mode: Mode) {
 }
 
 pub fn set_roce_en(f: &mut Fw, on: bool) -> Out {
+    f.exec(&roce_en_cmd(on), modify_nic_vport_context_out::SIZE)
+}
+
+/// MODIFY_NIC_VPORT_CONTEXT input that sets only `roce_en` to `on`.
+pub fn roce_en_cmd(on: bool) -> Vec<u8> {
     let mut i = inp(
         Opcode::MODIFY_NIC_VPORT_CONTEXT,
         modify_nic_vport_context_in::SIZE,
@@ -433,7 +490,7 @@ pub fn set_roce_en(f: &mut Fw, on: bool) -> Out {
             on,
         )
         .unwrap();
-    f.exec(&i, modify_nic_vport_context_out::SIZE)
+    i
 }
 
 pub fn set_gid(f: &mut Fw, index: u16, gid: [u8; 16], mac: [u8; 6], version: u8) -> Out {
