@@ -7,8 +7,8 @@ mod verbs_common;
 use verbs_common::*;
 
 use mlx5_driver::verbs::{
-    AccessFlags, AsyncEvent, AsyncEventType, CqHandle, Errno, EventElement, QpAttr, QpAttrMask,
-    QpHandle, QpInitAttr, QpState, SendFlags, SendWr, WcStatus, WrOpcode,
+    AccessFlags, AsyncEvent, AsyncEventType, Errno, EventElement, QpAttr, QpAttrMask, QpHandle,
+    QpInitAttr, QpState, SendFlags, SendWr, WcStatus, WrOpcode,
 };
 use mlx5_regs::layouts::{eqe, qp_events};
 use mlx5_regs::EventType;
@@ -21,27 +21,6 @@ fn to_state(ctx: &mut Ctx, qp: QpHandle, s: QpState) {
         ..QpAttr::default()
     };
     ctx.modify_qp(qp, &attr, QpAttrMask::STATE).unwrap();
-}
-
-fn async_events(ctx: &mut Ctx) -> Vec<AsyncEvent> {
-    let mut v = Vec::new();
-    loop {
-        match ctx.get_async_event() {
-            Ok(ev) => v.push(ev),
-            Err(e) => {
-                assert_eq!(e, Errno::EAGAIN);
-                return v;
-            }
-        }
-    }
-}
-
-fn cq_events(ctx: &mut Ctx) -> Vec<CqHandle> {
-    let mut v = Vec::new();
-    while let Ok(h) = ctx.get_cq_event() {
-        v.push(h);
-    }
-    v
 }
 
 #[test]

@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use mlx5_driver::verbs::{
-    AccessFlags, CqHandle, Errno, Mr, QpCap, QpHandle, QpInitAttr, RecvWr, SendFlags, SendWr, Sge,
-    SrqHandle, SrqInitAttr, Verbs, WorkCompletion, WrOpcode,
+    AccessFlags, AsyncEvent, CqHandle, Errno, Mr, QpCap, QpHandle, QpInitAttr, RecvWr, SendFlags,
+    SendWr, Sge, SrqHandle, SrqInitAttr, Verbs, WorkCompletion, WrOpcode,
 };
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_sim::{Device, ExecMode, Profile, SimHal};
@@ -214,8 +214,13 @@ pub fn poll_n(dev: &Device, ctx: &mut Ctx, cq: CqHandle, n: usize) -> Vec<WorkCo
 
 /// Everything in the CQ now.
 pub fn drain(ctx: &mut Ctx, cq: CqHandle) -> Vec<WorkCompletion> {
+    drain_by::<16>(ctx, cq)
+}
+
+/// Everything in the CQ now, polled `N` at a time.
+pub fn drain_by<const N: usize>(ctx: &mut Ctx, cq: CqHandle) -> Vec<WorkCompletion> {
     let mut got = Vec::new();
-    let mut wc = [WorkCompletion::EMPTY; 16];
+    let mut wc = [WorkCompletion::EMPTY; N];
     loop {
         let k = ctx.poll_cq(cq, &mut wc).unwrap();
         got.extend_from_slice(&wc[..k]);
@@ -232,6 +237,21 @@ pub fn ids(wcs: &[WorkCompletion]) -> Vec<u64> {
 /// Expect `EAGAIN` once nothing is left.
 pub fn no_more_events(ctx: &mut Ctx) {
     assert_eq!(ctx.get_async_event().unwrap_err(), Errno::EAGAIN);
+}
+
+/// Every async event readable now (`get_async_event` until `EAGAIN`; none
+/// acknowledged).
+pub fn async_events(ctx: &mut Ctx) -> Vec<AsyncEvent> {
+    let mut v = Vec::new();
+    loop {
+        match ctx.get_async_event() {
+            Ok(ev) => v.push(ev),
+            Err(e) => {
+                assert_eq!(e, Errno::EAGAIN);
+                return v;
+            }
+        }
+    }
 }
 
 /// Every completion event of the context's own channel readable now
