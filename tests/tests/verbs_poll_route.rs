@@ -90,13 +90,18 @@ fn free_wqe(ctx: &Ctx, srq: SrqHandle) -> u16 {
         .expect("a free WQE")
 }
 
-/// Everything in `cq`, polled `batch` at a time.
+/// Everything in `cq`, polled `batch` at a time. After every call the
+/// device sees the consumer index the CQ reached (QUERY_CQ reads it from
+/// the doorbell record): each path publishes what it took.
 fn poll_all(ctx: &mut Ctx, cq: CqHandle, batch: usize) -> Vec<WorkCompletion> {
     let mut wc = vec![WorkCompletion::EMPTY; batch];
     let mut got = Vec::new();
     loop {
         let n = ctx.poll_cq(cq, &mut wc).unwrap();
         got.extend_from_slice(&wc[..n]);
+        let c = ctx.cq(cq).unwrap();
+        let published = ctx.hca().query_cq(c).unwrap().consumer_counter;
+        assert_eq!(published, c.consumer_index() & 0xff_ffff, "batch {batch}");
         if n == 0 {
             return got;
         }

@@ -450,18 +450,12 @@ fn recv_waiting_one<H: Hal, const SRQS: usize>(
         return 0;
     };
     let srq = &mut s.srq;
-    let (n, _) = e.cq.read(|rd| {
-        rd.take_waiting_if(w, |v| {
-            recv_on(v, r, wc, |wqe, len, check| {
-                srq.try_complete(wqe, len, check)
-            })
+    e.cq.take_waiting_if(w, |v| {
+        recv_on(v, r, wc, |wqe, len, check| {
+            srq.try_complete(wqe, len, check)
         })
-        .is_some() as usize
-    });
-    if n == 1 {
-        e.cq.update_doorbell();
-    }
-    n
+    })
+    .is_some() as usize
 }
 
 /// `poll_cq`'s short way on a CQ with a CQE waiting: the CQEs that are
