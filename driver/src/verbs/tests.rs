@@ -1,5 +1,5 @@
 //! Unit tests of the pure parts of the facade (the behaviour against the
-//! model is in `tests/tests/verbs.rs`).
+//! model is in `tests/tests/verbs*.rs`).
 
 use super::*;
 use crate::error::{Error, FatalReason};
