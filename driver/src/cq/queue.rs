@@ -137,21 +137,6 @@ impl<H: Hal> Cq<H> {
         self.ring.waiting()
     }
 
-    /// Take the completion `w` (from [`Cq::waiting`]) if `f` accepts it,
-    /// and publish the consumer index; `None`, with nothing taken or
-    /// published, if `f` declines or the consumer index has moved since
-    /// `w` was made ([`CqRing::take_waiting_if`]).
-    #[inline(always)]
-    pub fn take_waiting_if<R>(
-        &mut self,
-        w: WaitingCqe,
-        f: impl FnOnce(CqeView<'_>) -> Option<R>,
-    ) -> Option<R> {
-        let r = self.ring.take_waiting_if(w, f)?;
-        self.ring.update_doorbell(&self.dbr);
-        Some(r)
-    }
-
     /// Poll up to `max` completions, handing each to `f` as it is read (no
     /// staging buffer); the consumer index is published once for the batch.
     #[inline(always)]

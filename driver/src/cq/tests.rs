@@ -365,7 +365,7 @@ fn a_reader_takes_only_owned_cqes_leaves_declined_ones_and_publishes_nothing() {
 #[test]
 fn a_waiting_cqe_is_taken_once_where_it_was_found_and_a_stale_one_is_declined() {
     for size in [CqeSize::B64, CqeSize::B128] {
-        let (hal, mut ring, dbr) = setup(1, size);
+        let (hal, mut ring, _dbr) = setup(1, size);
         assert!(ring.waiting().is_none(), "a new ring has nothing waiting");
         // Over three passes of a ring of 2, so the owner bit flips.
         for p in 0..6u32 {
@@ -395,22 +395,5 @@ fn a_waiting_cqe_is_taken_once_where_it_was_found_and_a_stale_one_is_declined() 
         assert_eq!(ring.consumer_index(), 8, "index 8 reuses index 6's entry");
         let (r, moved) = ring.read(|rd| rd.take_waiting_if(stale, |v| Some(v.wqe_counter())));
         assert_eq!((r, moved), (None, false), "{size:?}");
-        let stale = ring.waiting().unwrap();
-        assert!(ring.read(|rd| rd.take().is_some()).0);
-        produce(&hal, &ring, 9, CqeOpcode::RESP_SEND.0, 4, 0);
-        produce(&hal, &ring, 10, CqeOpcode::RESP_SEND.0, 5, 0);
-        assert!(ring.read(|rd| rd.take().is_some()).0);
-        assert_eq!(ring.take_waiting_if(stale, |v| Some(v.wqe_counter())), None);
-        assert_eq!(ring.consumer_index(), 10, "{size:?}");
-        // The ring's own one-CQE take: declined leaves the index, taken
-        // moves it, neither publishes.
-        let w = ring.waiting().unwrap();
-        assert_eq!(ring.take_waiting_if(w, |_| None::<()>), None);
-        assert_eq!(ring.consumer_index(), 10);
-        let w = ring.waiting().unwrap();
-        assert_eq!(ring.take_waiting_if(w, |v| Some(v.wqe_counter())), Some(5));
-        assert_eq!(ring.consumer_index(), 11);
-        assert!(ring.waiting().is_none());
-        assert_eq!(dbr.ci(), 0, "a take does not publish");
     }
 }

@@ -450,12 +450,18 @@ fn recv_waiting_one<H: Hal, const SRQS: usize>(
         return 0;
     };
     let srq = &mut s.srq;
-    e.cq.take_waiting_if(w, |v| {
-        recv_on(v, r, wc, |wqe, len, check| {
-            srq.try_complete(wqe, len, check)
+    let (n, _) = e.cq.read(|rd| {
+        rd.take_waiting_if(w, |v| {
+            recv_on(v, r, wc, |wqe, len, check| {
+                srq.try_complete(wqe, len, check)
+            })
         })
-    })
-    .is_some() as usize
+        .is_some() as usize
+    });
+    if n == 1 {
+        e.cq.update_doorbell();
+    }
+    n
 }
 
 /// `poll_cq`'s short way on a CQ with a CQE waiting: the CQEs that are

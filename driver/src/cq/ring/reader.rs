@@ -135,23 +135,6 @@ impl<H: Hal> CqRing<H> {
         (r, moved)
     }
 
-    /// Take CQE `w` (found waiting by [`CqRing::waiting`]) if `f` accepts
-    /// it, moving the consumer index past it (not published): the one-CQE
-    /// read, without [`CqRing::read`]'s test of whether the index moved.
-    /// `None`, with nothing taken, if `f` declines or `w` was made at
-    /// another consumer index.
-    #[inline(always)]
-    pub fn take_waiting_if<R>(
-        &mut self,
-        w: WaitingCqe,
-        f: impl FnOnce(CqeView<'_>) -> Option<R>,
-    ) -> Option<R> {
-        let mut rd = self.reader();
-        let r = rd.take_waiting_if(w, f)?;
-        self.set_ci(rd.ci);
-        Some(r)
-    }
-
     /// A reader at the consumer index.
     #[inline(always)]
     pub(super) fn reader(&self) -> CqReader<'_> {
