@@ -4,7 +4,7 @@
 use mlx5_hal::Hal;
 
 use super::cmd::{self, SrqParams, SrqState};
-use super::ring::{CompleteError, PostError, Sge, SrqCompleter, SrqGeometry, SrqRing};
+use super::ring::{holds, CompleteError, PostError, Sge, SrqCompleter, SrqGeometry, SrqRing};
 use crate::cmd::MAX_CMD_LEN;
 use crate::cq::{Cq, Cqe, CqeStatus};
 use crate::error::{DestroyError, Error};
@@ -298,7 +298,7 @@ impl<H: Hal> Srq<H> {
             .ring
             .complete_wqe(wqe_counter)
             .map_err(BadRecvCqe::Wqe)?;
-        if check_len && byte_len as u64 > done.capacity {
+        if !holds(done.capacity, byte_len, check_len) {
             return Err(BadRecvCqe::ByteCountBeyondBuffer {
                 wr_id: done.wr_id,
                 byte_len,

@@ -93,6 +93,15 @@ fn record_capacity(rec: &DmaWindow<'_, REC>) -> Option<u64> {
     (capacity != FREE).then_some(capacity)
 }
 
+/// Whether a WQE whose scatter list holds `capacity` bytes holds a
+/// completion of `byte_len` bytes; always when not `check_len` (an RDMA
+/// WRITE with immediate scatters nothing into the WQE). The one rule the
+/// general receive path and the short ones share.
+#[inline(always)]
+pub(super) fn holds(capacity: u64, byte_len: u32, check_len: bool) -> bool {
+    !check_len || byte_len as u64 <= capacity
+}
+
 /// Mark a posted WQE's book record free; its `wr_id`.
 #[inline(always)]
 fn free_record(rec: &DmaWindow<'_, REC>) -> u64 {
@@ -403,7 +412,7 @@ impl<H: Hal> SrqRing<H> {
     #[inline(always)]
     pub fn try_complete(&mut self, wqe_index: u16, byte_len: u32, check_len: bool) -> Option<u64> {
         let capacity = self.posted_capacity(wqe_index).ok()?;
-        if check_len && byte_len as u64 > capacity {
+        if !holds(capacity, byte_len, check_len) {
             return None;
         }
         Some(self.take_posted(wqe_index))
@@ -506,7 +515,7 @@ impl SrqCompleter<'_> {
         }
         let rec = self.book.entry(wqe_index as u32);
         let capacity = record_capacity(&rec)?;
-        if check_len && byte_len as u64 > capacity {
+        if !holds(capacity, byte_len, check_len) {
             return None;
         }
         let wr_id = free_record(&rec);
