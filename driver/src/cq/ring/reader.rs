@@ -45,9 +45,7 @@ impl<'a> CqReader<'a> {
     /// it.
     #[inline(always)]
     pub fn take(&mut self) -> Option<CqeView<'a>> {
-        let v = self.peek()?;
-        self.ci = self.ci.wrapping_add(1);
-        Some(v)
+        self.take_if(Some)
     }
 
     /// [`CqReader::take_if`] for the CQE `w` found waiting, without
@@ -72,9 +70,7 @@ impl<'a> CqReader<'a> {
         barrier::dma_rmb();
         let e = self.ring.entry(self.ci);
         let op_own = e.read_u8::<{ off::OP_OWN }>();
-        let r = f(CqeView::new(e, op_own))?;
-        self.ci = self.ci.wrapping_add(1);
-        Some(r)
+        self.accept(CqeView::new(e, op_own), f)
     }
 
     /// Take the next CQE only if software owns it and `f` accepts it
@@ -82,7 +78,15 @@ impl<'a> CqReader<'a> {
     /// `take` or `take_if` to see again.
     #[inline(always)]
     pub fn take_if<R>(&mut self, f: impl FnOnce(CqeView<'a>) -> Option<R>) -> Option<R> {
-        let r = f(self.peek()?)?;
+        let v = self.peek()?;
+        self.accept(v, f)
+    }
+
+    /// Hand the owned CQE `v` (at the consumer index) to `f`; the index
+    /// moves past it only if `f` accepts it.
+    #[inline(always)]
+    fn accept<R>(&mut self, v: CqeView<'a>, f: impl FnOnce(CqeView<'a>) -> Option<R>) -> Option<R> {
+        let r = f(v)?;
         self.ci = self.ci.wrapping_add(1);
         Some(r)
     }
