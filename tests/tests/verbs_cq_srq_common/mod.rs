@@ -14,11 +14,11 @@ use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::layouts::{cq_error, eqe, port_state_change_event, qp_events};
 use mlx5_regs::{EventType, Opcode};
 use mlx5_sim::{Delivery, Device, SimConfig, SimHal};
-use mlx5_tests::{assert_clean, bring_up};
+use mlx5_tests::bring_up;
 
 use crate::verbs_common::drain_by;
 #[allow(unused_imports)] // not every test file reads both kinds of event
-pub use crate::verbs_common::{async_events, cq_events, Ctx};
+pub use crate::verbs_common::{async_events, close, cq_events, Ctx};
 
 /// The QP number the injected completions and receives name: no QP of the
 /// context has it.
@@ -36,13 +36,6 @@ pub fn device(issi: u16) -> Device {
 
 pub fn open(dev: &Device) -> Ctx {
     Verbs::open(bring_up(dev))
-}
-
-pub fn close(dev: &Device, ctx: Ctx, what: &str) {
-    if let Err(e) = ctx.close() {
-        panic!("{what}: close failed: {e}");
-    }
-    assert_clean(dev, what);
 }
 
 /// Run `test` on a fresh context at ISSI `issi`, then close it and check
