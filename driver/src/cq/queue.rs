@@ -137,6 +137,13 @@ impl<H: Hal> Cq<H> {
         self.ring.waiting()
     }
 
+    /// Whether the CQE after the one at the consumer index is waiting as
+    /// well ([`CqRing::has_second`]; a hint).
+    #[inline(always)]
+    pub fn has_second(&self) -> bool {
+        self.ring.has_second()
+    }
+
     /// Poll up to `max` completions, handing each to `f` as it is read (no
     /// staging buffer); the consumer index is published once for the batch.
     #[inline(always)]

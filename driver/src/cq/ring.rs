@@ -219,6 +219,16 @@ impl<H: Hal> CqRing<H> {
         self.waiting().is_some()
     }
 
+    /// Whether the CQE after the one at the consumer index is
+    /// software-owned as well: one more owner-byte test, for a caller
+    /// choosing between taking one CQE and setting up a run over several.
+    /// Only a hint: the device may write that CQE at any time.
+    #[inline(always)]
+    pub fn has_second(&self) -> bool {
+        let i = self.consumer_index.wrapping_add(1);
+        self.sw_owned(i, self.op_own(i))
+    }
+
     /// Move the consumer index (the one place it changes), keeping the
     /// owner byte `has_next` reads in step.
     #[inline(always)]

@@ -397,3 +397,35 @@ fn a_waiting_cqe_is_taken_once_where_it_was_found_and_a_stale_one_is_declined() 
         assert_eq!((r, moved), (None, false), "{size:?}");
     }
 }
+
+#[test]
+fn has_second_sees_the_entry_after_the_consumer_index_in_its_own_pass() {
+    for size in [CqeSize::B64, CqeSize::B128] {
+        // A ring of 2 over four passes: the entry after the index is the
+        // other entry, holding nothing yet or a CQE of the pass before.
+        let (hal, mut ring, _dbr) = setup(1, size);
+        for ci in (0..8u32).step_by(2) {
+            assert!(!ring.has_next() && !ring.has_second(), "{size:?} {ci}");
+            produce(&hal, &ring, ci, CqeOpcode::RESP_SEND.0, ci as u16, 1);
+            assert!(ring.has_next() && !ring.has_second(), "{size:?} {ci}: one");
+            produce(
+                &hal,
+                &ring,
+                ci + 1,
+                CqeOpcode::RESP_SEND.0,
+                ci as u16 + 1,
+                1,
+            );
+            assert!(ring.has_second(), "{size:?} {ci}: two");
+            assert!(ring.read(|rd| rd.take().is_some()).0);
+            // Index ci + 1 waits; after it comes index ci's entry, whose
+            // CQE is now a pass behind.
+            assert!(
+                ring.has_next() && !ring.has_second(),
+                "{size:?} {ci}: taken one"
+            );
+            assert!(ring.read(|rd| rd.take().is_some()).0);
+            assert_eq!(ring.consumer_index(), ci + 2);
+        }
+    }
+}

@@ -56,17 +56,19 @@ impl<
             return Ok(0);
         };
         // Out of line with few register arguments: the empty path above
-        // needs no stack frame. One completion per call (a latency-bound
-        // loop) has its own paths, with no loop to set up; its short way
-        // starts from the CQE found waiting here (`w`), without testing the
-        // owner byte again. The short way is tried first on a CQ that has
-        // matched a receive; the general way directly on the others (a send
-        // CQ).
+        // needs no stack frame (so `poll_busy`, not this part, tests
+        // whether more than `w` is waiting: here the test's registers gave
+        // the empty path a frame). One completion per call (a
+        // latency-bound loop) has its own paths, with no loop to set up;
+        // its short way starts from the CQE found waiting here (`w`),
+        // without testing the owner byte again. The short way is tried
+        // first on a CQ that has matched a receive; the general way
+        // directly on the others (a send CQ).
         let routed = e.last_recv.is_some();
         Ok(match wc {
             [one] if routed => self.poll_recv_one(cq, one, w),
             [one] => self.poll_busy_one(cq, one),
-            _ if routed => self.poll_busy(cq, wc),
+            _ if routed => self.poll_busy(cq, wc, w),
             _ => self.poll_general(cq, wc, false),
         })
     }
@@ -111,16 +113,25 @@ impl<
         n
     }
 
-    /// `poll_cq` once a CQE is waiting, each CQE decoded straight into the
-    /// caller's next slot: first the short way ([`recv_busy`]), then what
-    /// is left the general way ([`Verbs::poll_general`]). The doorbell
-    /// record is written once, at the end.
+    /// `poll_cq` once CQE `w` is waiting on a CQ that has matched a
+    /// receive, each CQE decoded straight into the caller's next slot:
+    /// first the short way ([`recv_busy`]), then what is left the general
+    /// way ([`Verbs::poll_general`]). The doorbell record is written once,
+    /// at the end. When `w` is the only CQE waiting (one more owner-byte
+    /// test), it is taken as one completion per call takes it
+    /// ([`Verbs::poll_recv_one`]), without setting up the run: a
+    /// latency-bound loop passing a burst array usually finds one.
     #[inline(never)]
-    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion]) -> usize {
+    fn poll_busy(&mut self, cq: CqHandle, wc: &mut [WorkCompletion], w: WaitingCqe) -> usize {
         let Verbs { cqs, srqs, .. } = self;
         let Some(e) = cqs.get_mut(cq.0) else {
             return 0;
         };
+        if !e.cq.has_second() {
+            if let [first, ..] = wc {
+                return self.poll_recv_one(cq, first, w);
+            }
+        }
         let (n, done) = recv_busy(e, srqs, wc);
         if done {
             return n;
