@@ -6,6 +6,9 @@
 //!   polled B at a time (ring: `CqRing::poll` + `SrqRing::complete`;
 //!   checked: the ring API with the facade's checks for one known QP and
 //!   SRQ, `mlx5_bench::facade::complete_checked`);
+//! - `facade_poll_arriving/{facade,ring,checked}`: receive completions the
+//!   device hands over one at a time, polled with 16 slots per call (each
+//!   call finds one: a latency-bound loop passing a burst array);
 //! - `facade_post/{n}_sge/{k}_per_call/{facade,ring,raw}`: receive posts,
 //!   k requests per call (ring: `SrqRing::post_list`);
 //! - `facade_recv_loop/{facade,ring,checked,raw}/B`: poll B, repost B;
@@ -184,6 +187,62 @@ fn poll_batches(c: &mut Criterion) {
         }
         g.finish();
     }
+}
+
+/// `facade_poll_arriving/{name}`: 255 receive CQEs the device hands over
+/// one at a time, polled 16 slots per call (every call finds one).
+fn ring_arriving_contender<C: Complete>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    sge: &[Sge],
+    step: C,
+) {
+    const N: usize = 255;
+    g.bench_function(name, |b| {
+        let mut r = RingSide::new(8, N, 1);
+        let (mut out, mut wr_ids) = ([Cqe::EMPTY; 16], [0u64; 16]);
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                r.fill(N, sge);
+                let held = r.device_completes_held(N);
+                let t = Instant::now();
+                // SAFETY: `held` was just written into this side's ring.
+                let got = unsafe { r.poll_arriving_block(&mut out, &mut wr_ids, &held, N, &step) };
+                total += t.elapsed();
+                assert_eq!(got, N);
+            }
+            total
+        });
+    });
+}
+
+fn poll_arriving(c: &mut Criterion) {
+    const N: usize = 255;
+    let sge = sges(1);
+    let mut g = c.benchmark_group("facade_poll_arriving");
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("facade", |b| {
+        let mut rig = Rig::new(8, N as u32, 1);
+        let mut wc = [WorkCompletion::EMPTY; 16];
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                rig.fill(N, &sge);
+                let held = rig.device_completes_held(N);
+                let t = Instant::now();
+                // SAFETY: `held` was just written into this rig's CQ.
+                let got = unsafe { rig.poll_arriving_block(&mut wc, &held, N) };
+                total += t.elapsed();
+                assert_eq!(got, N);
+            }
+            assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+            total
+        });
+    });
+    ring_arriving_contender(&mut g, "ring", &sge, Trusting);
+    ring_arriving_contender(&mut g, "checked", &sge, Checking);
+    g.finish();
 }
 
 fn post(c: &mut Criterion) {
@@ -499,6 +558,7 @@ criterion_group!(
     benches,
     poll_empty,
     poll_batches,
+    poll_arriving,
     post,
     recv_loop,
     send_post,

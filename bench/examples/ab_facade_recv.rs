@@ -26,6 +26,11 @@
 //! - `receive loop, B = ...`: poll B, repost what came, 256 completions a
 //!   block (id `facade_recv_loop/*/B`); the same three contenders, the ring
 //!   API reposting through `SrqRing::post_list`.
+//! - `poll, 16 slots, one waiting`: 255 receive completions the device
+//!   makes visible one at a time (written beforehand, each handed to
+//!   software by one owner-byte store before a call), so every call with
+//!   16 slots finds one (id `facade_poll_arriving`); the same three
+//!   contenders.
 //! - `poll, empty CQ`: 1024 polls of an empty CQ (id `facade_poll_empty`);
 //!   `facade`, `ring` (`CqRing::poll`) and `raw` (one owner-byte check).
 //! - `post_srq_recv, S SGE, K per call`: 255 receives posted K per call
@@ -140,6 +145,57 @@ fn poll_case(b: usize) -> Case {
             (0, facade),
             (1, ring_poll(b, Trusting)),
             (2, ring_poll(b, Checking)),
+        ],
+    }
+}
+
+/// Slots per call of the `arriving` case.
+const ARRIVING_SLOTS: usize = 16;
+
+fn ring_arriving<C: Complete + 'static>(step: C) -> Box<dyn FnMut() -> Block> {
+    let n = WR as usize;
+    let sge = leaked_sges(1);
+    let mut r = RingSide::new(8, n, 1);
+    let (mut out, mut ids) = ([Cqe::EMPTY; ARRIVING_SLOTS], [0u64; ARRIVING_SLOTS]);
+    Box::new(move || {
+        r.fill(n, sge);
+        let held = r.device_completes_held(n);
+        let t = Instant::now();
+        // SAFETY: `held` was just written into this side's ring.
+        let got = unsafe { r.poll_arriving_block(&mut out, &mut ids, &held, n, &step) };
+        let ns = per(t, n);
+        assert_eq!(r.r.srq.outstanding(), 0);
+        Block {
+            ns,
+            out: outcome(got, ids[..1].iter().copied()),
+        }
+    })
+}
+
+fn arriving_case() -> Case {
+    let n = WR as usize;
+    let sge = leaked_sges(1);
+    let mut rig = Rig::new(8, WR, 1);
+    let mut wc = [WorkCompletion::EMPTY; ARRIVING_SLOTS];
+    let facade = Box::new(move || {
+        rig.fill(n, sge);
+        let held = rig.device_completes_held(n);
+        let t = Instant::now();
+        // SAFETY: `held` was just written into this rig's CQ.
+        let got = unsafe { rig.poll_arriving_block(&mut wc, &held, n) };
+        let ns = per(t, n);
+        assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+        Block {
+            ns,
+            out: outcome(got, wc[..1].iter().map(|w| w.wr_id)),
+        }
+    });
+    Case {
+        name: format!("poll, {ARRIVING_SLOTS} slots, one waiting"),
+        contenders: vec![
+            (0, facade),
+            (1, ring_arriving(Trusting)),
+            (2, ring_arriving(Checking)),
         ],
     }
 }
@@ -278,6 +334,7 @@ fn cases(filter: &str) -> Vec<Case> {
     for b in [1, 16, 64] {
         all.push(poll_case(b));
     }
+    all.push(arriving_case());
     all.push(empty_case());
     for b in [1, 16, 64] {
         all.push(loop_case(b));

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Arguments: `sge1`, `sge4` or `inline64`, then the batch (requests per
-//! post call; also completions per poll call). Each probe is
+//! post call; also completions per poll call), then optionally `arriving`:
+//! the device writes the requester CQEs one at a time, so each poll call
+//! (with `batch` slots) finds one waiting. Each probe is
 //! `#[inline(never)]`; divide its inclusive count by the number of
 //! requests (or completions) printed.
 
@@ -50,6 +52,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let kind = args.next().unwrap_or_else(|| "sge1".into());
     let batch: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
+    let arriving = args.next().as_deref() == Some("arriving");
     let work = SendWorkload::new(SendShape::from_arg(&kind));
     let n = SEND_WR as usize;
     let wrs = work.wrs();
@@ -66,24 +69,43 @@ fn main() {
             facade_post(&mut rig, chunk);
         }
         let step = rig.producer().wrapping_sub(p0) / n as u16;
-        rig.write_cqes(p0, step, n);
         let mut got = 0;
-        while got < n {
-            got += facade_poll(&mut rig, &mut wc);
+        if arriving {
+            for i in 0..n as u16 {
+                rig.write_cqes(p0.wrapping_add(i.wrapping_mul(step)), step, 1);
+                assert_eq!(facade_poll(&mut rig, &mut wc), 1);
+            }
+        } else {
+            rig.write_cqes(p0, step, n);
+            while got < n {
+                got += facade_poll(&mut rig, &mut wc);
+            }
         }
         let p0 = r.producer();
         for chunk in reqs.chunks(batch) {
             ring_post(&mut r, chunk);
         }
-        r.write_cqes(p0, step, n);
         let mut got = 0;
-        while got < n {
-            got += ring_poll(&mut r, &mut out);
+        if arriving {
+            for i in 0..n as u16 {
+                r.write_cqes(p0.wrapping_add(i.wrapping_mul(step)), step, 1);
+                assert_eq!(ring_poll(&mut r, &mut out), 1);
+            }
+        } else {
+            r.write_cqes(p0, step, n);
+            while got < n {
+                got += ring_poll(&mut r, &mut out);
+            }
         }
     }
     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+    let how = if arriving {
+        ", CQEs arriving one at a time"
+    } else {
+        ""
+    };
     println!(
-        "{kind} batch {batch}: {} requests posted and completed through each",
+        "{kind} batch {batch}{how}: {} requests posted and completed through each",
         rounds * n
     );
 }

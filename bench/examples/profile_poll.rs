@@ -4,19 +4,22 @@
 //! the ring API polling 16 at a time (`facade_b16`, `ring_b16`: per CQE),
 //! and the ring API with the facade's checks for one known QP and SRQ
 //! (`checked_one`, `checked_b16`; `mlx5_bench::facade::complete_checked`)
-//! (the code the `facade` benchmark times), for machines whose timers are
+//! (the code the `facade` benchmark times), and the facade and the ring API
+//! passing 16 slots while the CQEs arrive one at a time, one waiting per
+//! call (`facade_arriving`, `ring_arriving`), for machines whose timers are
 //! too noisy:
 //!
 //! ```sh
 //! cargo build --release -p mlx5-bench --example profile_poll
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
 //!     target/release/examples/profile_poll
-//! callgrind_annotate --inclusive=yes /tmp/cg.out | grep -E '(facade|ring|checked|raw)_(empty|one|b16)'
+//! callgrind_annotate --inclusive=yes /tmp/cg.out | grep -E '(facade|ring|checked|raw)_(empty|one|b16|arriving)'
 //! ```
 //!
-//! Each probed function is `#[inline(never)]`; the empty and batch-1
-//! probes are called `CALLS` times (printed), and the batch-16 probes take
-//! as many CQEs in all: divide callgrind's inclusive count by it.
+//! Each probed function is `#[inline(never)]`; the empty, batch-1 and
+//! arriving probes are called `CALLS` times (printed), and the batch-16
+//! probes take as many CQEs in all: divide callgrind's inclusive count by
+//! it.
 
 use std::hint::black_box;
 
@@ -32,6 +35,12 @@ const ROUNDS: usize = 40;
 
 #[inline(never)]
 fn facade_empty(rig: &mut Rig, wc: &mut [WorkCompletion; 1]) -> usize {
+    rig.ctx.poll_cq(rig.cq, wc).unwrap()
+}
+
+/// The empty poll with 16 slots (the other probes' empty poll passes 1).
+#[inline(never)]
+fn facade_empty16(rig: &mut Rig, wc: &mut [WorkCompletion; 16]) -> usize {
     rig.ctx.poll_cq(rig.cq, wc).unwrap()
 }
 
@@ -59,13 +68,31 @@ fn facade_b16(rig: &mut Rig, wc: &mut [WorkCompletion; 16]) -> usize {
     rig.ctx.poll_cq(rig.cq, wc).unwrap()
 }
 
+/// 16 slots, the CQEs arriving one at a time: one waiting per call (each
+/// arriving probe checks that it took exactly one).
 #[inline(never)]
-fn ring_b16(r: &mut RingRig<SimHal>, out: &mut [Cqe; 16], wr_id: &mut [u64; 16]) -> usize {
+fn facade_arriving(rig: &mut Rig, wc: &mut [WorkCompletion; 16]) {
+    assert_eq!(rig.ctx.poll_cq(rig.cq, wc).unwrap(), 1);
+}
+
+#[inline(always)]
+fn ring_poll16(r: &mut RingRig<SimHal>, out: &mut [Cqe; 16], wr_id: &mut [u64; 16]) -> usize {
     let n = r.cq.poll(&r.dbr, out);
     for (c, w) in out[..n].iter().zip(wr_id.iter_mut()) {
         *w = r.srq.complete(c.wqe_counter).unwrap();
     }
     n
+}
+
+#[inline(never)]
+fn ring_b16(r: &mut RingRig<SimHal>, out: &mut [Cqe; 16], wr_id: &mut [u64; 16]) -> usize {
+    ring_poll16(r, out, wr_id)
+}
+
+/// As [`facade_arriving`].
+#[inline(never)]
+fn ring_arriving(r: &mut RingRig<SimHal>, out: &mut [Cqe; 16], wr_id: &mut [u64; 16]) {
+    assert_eq!(ring_poll16(r, out, wr_id), 1);
 }
 
 #[inline(never)]
@@ -184,6 +211,7 @@ fn main() {
         }
         for _ in 0..WR {
             assert_eq!(facade_empty(&mut rig, &mut wc), 0);
+            assert_eq!(facade_empty16(&mut rig, &mut wc16), 0);
             assert_eq!(ring_empty(&mut ring, &mut out), 0);
             assert!(raw_empty_probe(
                 raw_ring.cq.region().as_ptr(),
@@ -217,6 +245,27 @@ fn main() {
             r += ring_b16(&mut ring, &mut out16, &mut ids16);
             black_box(&ids16);
         }
+        // 16 slots, the device writing one CQE before each call.
+        for i in 0..WR {
+            let wr = [RecvWr {
+                wr_id: i as u64,
+                sges: &sge,
+            }];
+            rig.ctx.post_srq_recv(rig.srq, &wr).unwrap();
+            ring.srq.post(i as u64, &sge).unwrap();
+        }
+        ring.srq.ring_doorbell();
+        for _ in 0..WR {
+            let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
+            rig.write_recv_cqes(ci, f_wqe, 1);
+            f_wqe = (f_wqe + 1) % (WR + 1);
+            facade_arriving(&mut rig, &mut wc16);
+            let ci = ring.cq.consumer_index();
+            write_recv_cqes(&ring.cq, ci, rig.qpn, rig.srqn, r_wqe, WR + 1, 1);
+            r_wqe = (r_wqe + 1) % (WR + 1);
+            ring_arriving(&mut ring, &mut out16, &mut ids16);
+            black_box((&wc16, &ids16));
+        }
         // The ring API with the facade's checks: batch 1, then batch 16.
         let ids = (rig.qpn, rig.srqn);
         let mut fill = |cring: &mut RingRig<SimHal>| {
@@ -240,5 +289,5 @@ fn main() {
         }
     }
     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
-    println!("{calls} calls of each probe (facade/ring/raw, empty and one); {calls} CQEs through the batch-16 probes");
+    println!("{calls} calls of each probe (facade/ring/raw, empty and one; facade/ring arriving); {calls} CQEs through the batch-16 probes");
 }

@@ -131,6 +131,23 @@ impl Rig {
         self.next_wqe = (self.next_wqe + n as u32) % self.wqe_cnt;
     }
 
+    /// [`Rig::device_completes`] with the CQEs held back ([`HeldCqes`]):
+    /// none is software-owned until released.
+    pub fn device_completes_held(&mut self, n: usize) -> HeldCqes {
+        let ring = self.cq_ring();
+        let ids = (self.qpn, self.srqn);
+        let held = HeldCqes::write(
+            ring,
+            ring.consumer_index(),
+            ids,
+            self.next_wqe,
+            self.wqe_cnt,
+            n,
+        );
+        self.next_wqe = (self.next_wqe + n as u32) % self.wqe_cnt;
+        held
+    }
+
     /// Play the device: `n` receive CQEs for the QP at the CQ's running
     /// indices `ci..`, naming SRQ WQEs `wqe..` (mod the ring).
     pub fn write_recv_cqes(&self, ci: u32, wqe: u32, n: usize) {
@@ -173,6 +190,79 @@ pub fn write_recv_cqes<H: Hal>(
         r.write_be32(cqe + 0x38, qpn);
         r.write_be16(cqe + 0x3c, ((wqe + i) % wqe_cnt) as u16);
         r.write_u8(cqe + 0x3f, (2 << 4) | owner);
+    }
+}
+
+/// Receive CQEs written ahead of time (as [`write_recv_cqes`] writes them)
+/// but held back: each stays the device's until [`HeldCqes::release`]
+/// stores its owner byte, so a poll finds exactly the CQEs released so far.
+/// It plays a device that completes one request at a time, at the cost of
+/// one byte store, the same for every contender.
+pub struct HeldCqes {
+    /// The ring's memory.
+    ring: *mut u8,
+    /// Running index of the first CQE.
+    first: u32,
+    /// Offset of the first entry's last byte (the owner byte of a
+    /// 64-byte CQE, the second half of a 128-byte slot).
+    last_byte: usize,
+    stride: usize,
+    mask: u32,
+    log: u32,
+}
+
+impl HeldCqes {
+    /// Write `n` receive CQEs into `ring` from running index `ci` on (the
+    /// arguments of [`write_recv_cqes`]), each then handed back to the
+    /// device: its owner bit set for the other pass.
+    pub fn write<H: Hal>(
+        ring: &CqRing<H>,
+        ci: u32,
+        (qpn, srqn): (u32, u32),
+        wqe: u32,
+        wqe_cnt: u32,
+        n: usize,
+    ) -> HeldCqes {
+        write_recv_cqes(ring, ci, qpn, srqn, wqe, wqe_cnt, n);
+        let stride = ring.cqe_size().stride();
+        let held = HeldCqes {
+            ring: ring.region().as_ptr(),
+            first: ci,
+            last_byte: ring.base_offset() + stride - 1,
+            stride,
+            mask: ring.nent() as u32 - 1,
+            log: ring.log_nent() as u32,
+        };
+        for i in 0..n as u32 {
+            let (at, op_own) = held.owner_byte(i);
+            ring.region().write_u8(at, op_own ^ 1);
+        }
+        held
+    }
+
+    /// Where the `i`-th CQE's owner byte is, and its software-owned value.
+    #[inline(always)]
+    fn owner_byte(&self, i: u32) -> (usize, u8) {
+        let idx = self.first.wrapping_add(i);
+        let at = self.last_byte + (idx & self.mask) as usize * self.stride;
+        (
+            at,
+            (CqeOpcode::RESP_SEND.0 << 4) | ((idx >> self.log) & 1) as u8,
+        )
+    }
+
+    /// Give the `i`-th CQE to software.
+    ///
+    /// # Safety
+    ///
+    /// The ring [`HeldCqes::write`] wrote is still allocated (its CQ was
+    /// neither destroyed nor resized).
+    #[inline(always)]
+    pub unsafe fn release(&self, i: u32) {
+        let (at, op_own) = self.owner_byte(i);
+        // SAFETY: `at` is the owner byte of an entry of the ring, which is
+        // still allocated (the caller's contract).
+        unsafe { self.ring.add(at).write_volatile(op_own) };
     }
 }
 

@@ -16,7 +16,7 @@ use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
 use mlx5_driver::verbs::{RecvWr, WorkCompletion};
 use mlx5_sim::SimHal;
 
-use crate::facade::{complete_checked, write_recv_cqes, Rig, RingRig};
+use crate::facade::{complete_checked, write_recv_cqes, HeldCqes, Rig, RingRig};
 
 /// The receive loop's SRQ size (`facade_recv_loop`).
 pub const LOOP_WR: u32 = 255;
@@ -61,6 +61,33 @@ impl Rig {
     pub fn poll_block(&mut self, wc: &mut [WorkCompletion], n: usize) -> usize {
         let mut got = 0;
         while got < n {
+            let k = self.ctx.poll_cq(self.cq, wc).unwrap();
+            black_box(&wc[..k]);
+            got += k;
+        }
+        got
+    }
+
+    /// Poll, `wc.len()` slots per call, the `n` CQEs of `held`, released
+    /// one before each call: every call finds one CQE waiting (a device
+    /// completing one request at a time); how many came.
+    ///
+    /// # Safety
+    ///
+    /// `held` was written into this rig's CQ ([`Rig::device_completes_held`])
+    /// and the CQ was not resized since.
+    #[inline(always)]
+    pub unsafe fn poll_arriving_block(
+        &mut self,
+        wc: &mut [WorkCompletion],
+        held: &HeldCqes,
+        n: usize,
+    ) -> usize {
+        let mut got = 0;
+        for i in 0..n as u32 {
+            // SAFETY: the ring `held` names is this rig's CQ's (the
+            // caller's contract), alive while the rig is.
+            unsafe { held.release(i) };
             let k = self.ctx.poll_cq(self.cq, wc).unwrap();
             black_box(&wc[..k]);
             got += k;
@@ -153,6 +180,16 @@ impl RingSide {
         self.next_wqe = (self.next_wqe + n as u32) % cnt;
     }
 
+    /// [`RingSide::device_completes`] with the CQEs held back
+    /// ([`HeldCqes`]).
+    pub fn device_completes_held(&mut self, n: usize) -> HeldCqes {
+        let ci = self.r.cq.consumer_index();
+        let cnt = self.r.srq.geometry().wqe_cnt() as u32;
+        let held = HeldCqes::write(&self.r.cq, ci, self.ids, self.next_wqe, cnt, n);
+        self.next_wqe = (self.next_wqe + n as u32) % cnt;
+        held
+    }
+
     /// Poll and complete ([`Trusting`], 16 per call) until `n` completions
     /// have come; their `wr_id`s in order (untimed checks).
     pub fn drain(&mut self, n: usize) -> Vec<u64> {
@@ -189,6 +226,32 @@ impl RingSide {
     ) -> usize {
         let mut got = 0;
         while got < n {
+            got += self.poll(out, wr_ids, step);
+        }
+        got
+    }
+
+    /// [`RingSide::poll`] of the `n` CQEs of `held`, released one before
+    /// each call (as [`Rig::poll_arriving_block`]); how many came.
+    ///
+    /// # Safety
+    ///
+    /// `held` was written into this side's CQ ring
+    /// ([`RingSide::device_completes_held`]).
+    #[inline(always)]
+    pub unsafe fn poll_arriving_block<C: Complete>(
+        &mut self,
+        out: &mut [Cqe],
+        wr_ids: &mut [u64],
+        held: &HeldCqes,
+        n: usize,
+        step: &C,
+    ) -> usize {
+        let mut got = 0;
+        for i in 0..n as u32 {
+            // SAFETY: the ring `held` names is this side's (the caller's
+            // contract), alive while the side is.
+            unsafe { held.release(i) };
             got += self.poll(out, wr_ids, step);
         }
         got

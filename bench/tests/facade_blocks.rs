@@ -39,6 +39,46 @@ fn poll_blocks_count_every_completion() {
 }
 
 #[test]
+fn arriving_blocks_find_one_completion_per_call_and_agree() {
+    let sge = sges(1);
+    let mut rig = Rig::new(8, N as u32, 1);
+    let mut wc = [WorkCompletion::EMPTY; 16];
+    let mut ring = RingSide::new(8, N, 1);
+    let mut checked = RingSide::new(8, N, 1);
+    let (mut out, mut ids) = ([Cqe::EMPTY; 16], [0u64; 16]);
+    for _ in 0..3 {
+        rig.fill(N, &sge);
+        ring.fill(N, &sge);
+        checked.fill(N, &sge);
+        // Held CQEs are the device's: nothing to poll before a release.
+        let held = rig.device_completes_held(N);
+        assert_eq!(rig.ctx.poll_cq(rig.cq, &mut wc).unwrap(), 0);
+        // SAFETY: `held` was just written into the rig's CQ.
+        let got = unsafe { rig.poll_arriving_block(&mut wc, &held, N) };
+        assert_eq!(got, N);
+        let held = ring.device_completes_held(N);
+        // SAFETY: `held` was just written into this side's ring.
+        let got = unsafe { ring.poll_arriving_block(&mut out, &mut ids, &held, N, &Trusting) };
+        assert_eq!((got, ids[0]), (N, wc[0].wr_id));
+        let held = checked.device_completes_held(N);
+        // SAFETY: `held` was just written into this side's ring.
+        let got = unsafe { checked.poll_arriving_block(&mut out, &mut ids, &held, N, &Checking) };
+        assert_eq!((got, ids[0]), (N, wc[0].wr_id));
+        assert_eq!(ring.r.srq.outstanding(), 0);
+        assert_eq!(checked.r.srq.outstanding(), 0);
+    }
+    // One CQE per release: a block of one finds exactly it, each time.
+    rig.fill(N, &sge);
+    for i in 0..N {
+        let held = rig.device_completes_held(1);
+        // SAFETY: `held` was just written into the rig's CQ.
+        let got = unsafe { rig.poll_arriving_block(&mut wc, &held, 1) };
+        assert_eq!((got, wc[0].wr_id), (1, i as u64));
+    }
+    assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+}
+
+#[test]
 fn drains_return_wr_ids_in_posting_order() {
     let sge = sges(1);
     let mut rig = Rig::new(8, N as u32, 1);
