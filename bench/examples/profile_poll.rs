@@ -135,9 +135,25 @@ fn raw_one(
     unsafe { raw_poll_recv(ring, log, ci, dbr, wrids, out) }
 }
 
+/// SRQ size and CQEs per round.
+const WR: u32 = 255;
+
+/// Post `WR` receives (`wr_id`s `0..WR`) through the facade, one per
+/// call, and the same through the ring API, one doorbell-record store.
+fn refill(rig: &mut Rig, ring: &mut RingRig<SimHal>, sge: &[Sge]) {
+    for i in 0..WR {
+        let wr = [RecvWr {
+            wr_id: i as u64,
+            sges: sge,
+        }];
+        rig.ctx.post_srq_recv(rig.srq, &wr).unwrap();
+        ring.srq.post(i as u64, sge).unwrap();
+    }
+    ring.srq.ring_doorbell();
+}
+
 fn main() {
     const LOG: u8 = 8;
-    const WR: u32 = 255;
     let mut rig = Rig::new(LOG, WR, 1);
     let hal = rig.dev.hal();
     let geo = SrqGeometry::for_request(WR as usize, 1).unwrap();
@@ -221,15 +237,7 @@ fn main() {
             calls += 1;
         }
         // Batch 16: the same completions again, 16 at a time.
-        for i in 0..WR {
-            let wr = [RecvWr {
-                wr_id: i as u64,
-                sges: &sge,
-            }];
-            rig.ctx.post_srq_recv(rig.srq, &wr).unwrap();
-            ring.srq.post(i as u64, &sge).unwrap();
-        }
-        ring.srq.ring_doorbell();
+        refill(&mut rig, &mut ring, &sge);
         let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
         rig.write_recv_cqes(ci, f_wqe, WR as usize);
         f_wqe = (f_wqe + WR) % (WR + 1);
@@ -246,15 +254,7 @@ fn main() {
             black_box(&ids16);
         }
         // 16 slots, the device writing one CQE before each call.
-        for i in 0..WR {
-            let wr = [RecvWr {
-                wr_id: i as u64,
-                sges: &sge,
-            }];
-            rig.ctx.post_srq_recv(rig.srq, &wr).unwrap();
-            ring.srq.post(i as u64, &sge).unwrap();
-        }
-        ring.srq.ring_doorbell();
+        refill(&mut rig, &mut ring, &sge);
         for _ in 0..WR {
             let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
             rig.write_recv_cqes(ci, f_wqe, 1);
