@@ -134,18 +134,9 @@ impl Rig {
     /// [`Rig::device_completes`] with the CQEs held back ([`HeldCqes`]):
     /// none is software-owned until released.
     pub fn device_completes_held(&mut self, n: usize) -> HeldCqes {
-        let ring = self.cq_ring();
-        let ids = (self.qpn, self.srqn);
-        let held = HeldCqes::write(
-            ring,
-            ring.consumer_index(),
-            ids,
-            self.next_wqe,
-            self.wqe_cnt,
-            n,
-        );
-        self.next_wqe = (self.next_wqe + n as u32) % self.wqe_cnt;
-        held
+        let ci = self.cq_ring().consumer_index();
+        self.device_completes(n);
+        HeldCqes::hold(self.cq_ring(), ci, n)
     }
 
     /// Play the device: `n` receive CQEs for the QP at the CQ's running
@@ -189,12 +180,12 @@ pub fn write_recv_cqes<H: Hal>(
         r.write_be32(cqe + 0x34, 0);
         r.write_be32(cqe + 0x38, qpn);
         r.write_be16(cqe + 0x3c, ((wqe + i) % wqe_cnt) as u16);
-        r.write_u8(cqe + 0x3f, (2 << 4) | owner);
+        r.write_u8(cqe + 0x3f, (CqeOpcode::RESP_SEND.0 << 4) | owner);
     }
 }
 
-/// Receive CQEs written ahead of time (as [`write_recv_cqes`] writes them)
-/// but held back: each stays the device's until [`HeldCqes::release`]
+/// Receive CQEs written ahead of time ([`write_recv_cqes`]) but held
+/// back: each stays the device's until [`HeldCqes::release`]
 /// stores its owner byte, so a poll finds exactly the CQEs released so far.
 /// It plays a device that completes one request at a time, at the cost of
 /// one byte store, the same for every contender.
@@ -212,22 +203,14 @@ pub struct HeldCqes {
 }
 
 impl HeldCqes {
-    /// Write `n` receive CQEs into `ring` from running index `ci` on (the
-    /// arguments of [`write_recv_cqes`]), each then handed back to the
-    /// device: its owner bit set for the other pass.
-    pub fn write<H: Hal>(
-        ring: &CqRing<H>,
-        ci: u32,
-        (qpn, srqn): (u32, u32),
-        wqe: u32,
-        wqe_cnt: u32,
-        n: usize,
-    ) -> HeldCqes {
-        write_recv_cqes(ring, ci, qpn, srqn, wqe, wqe_cnt, n);
+    /// Hand the `n` CQEs [`write_recv_cqes`] wrote into `ring` from running
+    /// index `first` on back to the device: each owner bit set for the
+    /// other pass.
+    pub fn hold<H: Hal>(ring: &CqRing<H>, first: u32, n: usize) -> HeldCqes {
         let stride = ring.cqe_size().stride();
         let held = HeldCqes {
             ring: ring.region().as_ptr(),
-            first: ci,
+            first,
             last_byte: ring.base_offset() + stride - 1,
             stride,
             mask: ring.nent() as u32 - 1,

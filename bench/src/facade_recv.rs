@@ -184,10 +184,8 @@ impl RingSide {
     /// ([`HeldCqes`]).
     pub fn device_completes_held(&mut self, n: usize) -> HeldCqes {
         let ci = self.r.cq.consumer_index();
-        let cnt = self.r.srq.geometry().wqe_cnt() as u32;
-        let held = HeldCqes::write(&self.r.cq, ci, self.ids, self.next_wqe, cnt, n);
-        self.next_wqe = (self.next_wqe + n as u32) % cnt;
-        held
+        self.device_completes(n);
+        HeldCqes::hold(&self.r.cq, ci, n)
     }
 
     /// Poll and complete ([`Trusting`], 16 per call) until `n` completions
