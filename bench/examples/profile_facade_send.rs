@@ -48,6 +48,46 @@ fn ring_poll(r: &mut RingSendRig, out: &mut [Cqe]) -> usize {
     k
 }
 
+/// The requester CQEs of one round: `n`, naming WQE counters
+/// `p0 + i·step`, written all at once or (`arriving`) one before each
+/// poll call.
+#[derive(Clone, Copy)]
+struct Cqes {
+    p0: u16,
+    step: u16,
+    n: usize,
+    arriving: bool,
+}
+
+impl Cqes {
+    /// Play the device for `side` (`write`: its `write_cqes`) and poll
+    /// them all through `poll`; arriving, every call must take exactly one.
+    fn complete<S>(
+        self,
+        side: &mut S,
+        write: impl Fn(&S, u16, u16, usize),
+        mut poll: impl FnMut(&mut S) -> usize,
+    ) {
+        if self.arriving {
+            for i in 0..self.n as u16 {
+                write(
+                    side,
+                    self.p0.wrapping_add(i.wrapping_mul(self.step)),
+                    self.step,
+                    1,
+                );
+                assert_eq!(poll(side), 1);
+            }
+        } else {
+            write(side, self.p0, self.step, self.n);
+            let mut got = 0;
+            while got < self.n {
+                got += poll(side);
+            }
+        }
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let kind = args.next().unwrap_or_else(|| "sge1".into());
@@ -69,34 +109,21 @@ fn main() {
             facade_post(&mut rig, chunk);
         }
         let step = rig.producer().wrapping_sub(p0) / n as u16;
-        let mut got = 0;
-        if arriving {
-            for i in 0..n as u16 {
-                rig.write_cqes(p0.wrapping_add(i.wrapping_mul(step)), step, 1);
-                assert_eq!(facade_poll(&mut rig, &mut wc), 1);
-            }
-        } else {
-            rig.write_cqes(p0, step, n);
-            while got < n {
-                got += facade_poll(&mut rig, &mut wc);
-            }
-        }
+        let cqes = Cqes {
+            p0,
+            step,
+            n,
+            arriving,
+        };
+        cqes.complete(&mut rig, SendRig::write_cqes, |rig| {
+            facade_poll(rig, &mut wc)
+        });
         let p0 = r.producer();
         for chunk in reqs.chunks(batch) {
             ring_post(&mut r, chunk);
         }
-        let mut got = 0;
-        if arriving {
-            for i in 0..n as u16 {
-                r.write_cqes(p0.wrapping_add(i.wrapping_mul(step)), step, 1);
-                assert_eq!(ring_poll(&mut r, &mut out), 1);
-            }
-        } else {
-            r.write_cqes(p0, step, n);
-            while got < n {
-                got += ring_poll(&mut r, &mut out);
-            }
-        }
+        let cqes = Cqes { p0, ..cqes };
+        cqes.complete(&mut r, RingSendRig::write_cqes, |r| ring_poll(r, &mut out));
     }
     assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
     let how = if arriving {
