@@ -6,8 +6,9 @@
 //! (`checked_one`, `checked_b16`; `mlx5_bench::facade::complete_checked`)
 //! (the code the `facade` benchmark times), and the facade and the ring API
 //! passing 16 slots while the CQEs arrive one at a time, one waiting per
-//! call (`facade_arriving`, `ring_arriving`), for machines whose timers are
-//! too noisy:
+//! call (`facade_arriving`, `ring_arriving`), and the facade's empty poll
+//! with 16 slots (`facade_empty16`), for machines whose timers are too
+//! noisy:
 //!
 //! ```sh
 //! cargo build --release -p mlx5-bench --example profile_poll
