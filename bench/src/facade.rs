@@ -238,8 +238,8 @@ impl HeldCqes {
     ///
     /// # Safety
     ///
-    /// The ring [`HeldCqes::write`] wrote is still allocated (its CQ was
-    /// neither destroyed nor resized).
+    /// The ring [`HeldCqes::hold`] held the CQEs in is still allocated (its
+    /// CQ was neither destroyed nor resized).
     #[inline(always)]
     pub unsafe fn release(&self, i: u32) {
         let (at, op_own) = self.owner_byte(i);
