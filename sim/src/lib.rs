@@ -45,6 +45,7 @@ pub mod syndrome;
 mod trace;
 mod traffic;
 mod umem;
+pub mod wire;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
