@@ -32,12 +32,16 @@
 
 mod crc;
 mod frame;
+mod pcap;
 mod transport;
 
 pub use crc::{vcrc, GRH_LEN, ICRC_LEN, IPV4_LEN, LRH_LEN, UDP_LEN, VCRC_LEN};
 pub use frame::{
     parse, Encap, Eth, Grh, Ip, Ipv4, LinkType, Lrh, Packet, Parsed, Vlan, GRH_NEXT_HDR_BTH,
     LNH_IBA_GLOBAL, LNH_IBA_LOCAL, ROCE_V1_ETHERTYPE, ROCE_V2_UDP_PORT,
+};
+pub use pcap::{
+    read_pcap, PcapRecord, PcapWriter, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, SNAPLEN,
 };
 pub use transport::{
     headers_of, opcode, pad_for, psn_diff, syndrome, AckKind, Aeth, AtomicEth, Bth, Deth,
