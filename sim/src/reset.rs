@@ -47,6 +47,7 @@ impl State {
         self.hca = HcaState::Disabled;
         self.reset_function();
         self.host_be = false;
+        self.driver_version = None;
         // The command queue is forgotten: the driver programs it again.
         self.cmdq_h = 0;
         self.cmdq_l = 0;

@@ -100,6 +100,8 @@ pub(crate) struct State {
     pub hca: HcaState,
     pub issi: u16,
     pub host_be: bool,
+    /// The string of the last SET_DRIVER_VERSION since power-on or reset.
+    pub driver_version: Option<String>,
     pub pages: Pages,
     pub uars: BTreeSet<u32>,
     pub pds: BTreeSet<u32>,
@@ -136,6 +138,9 @@ pub(crate) struct State {
     pub send_errors: Vec<String>,
     /// Interrupt lines (`irq.rs`).
     pub irq: std::sync::Arc<crate::irq::IrqLines>,
+    /// A host's interrupt hook ([`crate::host`]): called with the vector of
+    /// every interrupt the device sends.
+    pub irq_hook: Option<crate::host::IrqHook>,
 }
 
 impl State {
@@ -171,6 +176,7 @@ impl State {
             hca: HcaState::Disabled,
             issi: 0,
             host_be: false,
+            driver_version: None,
             pages: Pages::default(),
             uars: BTreeSet::new(),
             pds: BTreeSet::new(),
@@ -196,6 +202,7 @@ impl State {
             stats: Default::default(),
             send_errors: Vec::new(),
             irq: Default::default(),
+            irq_hook: None,
             cfg,
         };
         st.created_ns = st.now_ns();
