@@ -216,7 +216,7 @@ impl State {
             stalled: false,
         });
         // Command-completion EQE (type 0x0a) if an EQ subscribes to it.
-        if let Some(eqn) = cmd_eq.filter(|e| self.eqs.contains_key(e)) {
+        if let Some(eqn) = cmd_eq.filter(|e| self.objects.eqs.contains_key(e)) {
             let mut e = State::make_eqe(EventType::CMD, 0);
             cmd_inter_comp_event::command_completion_vector
                 .set(eqe::event_data.get_mut(&mut e), 1u32 << slot)

@@ -495,13 +495,13 @@ impl Device {
 
     /// State of QP `qpn`, if it exists.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
-        self.lock().qps.get(&qpn).map(|q| q.state)
+        self.lock().objects.qps.get(&qpn).map(|q| q.state)
     }
 
     /// A snapshot of QP `qpn` (state, connection, send-queue position).
     pub fn qp(&self, qpn: u32) -> Option<QpInfo> {
         let st = self.lock();
-        let q = st.qps.get(&qpn)?;
+        let q = st.objects.qps.get(&qpn)?;
         Some(QpInfo {
             state: q.state,
             remote_qpn: q.remote_qpn,
@@ -518,17 +518,17 @@ impl Device {
     /// What the last arm doorbell of CQ `cqn` asked for: `Some(true)` for
     /// solicited completions only, `Some(false)` for the next completion.
     pub fn cq_last_arm(&self, cqn: u32) -> Option<bool> {
-        self.lock().cqs.get(&cqn)?.last_arm_solicited
+        self.lock().objects.cqs.get(&cqn)?.last_arm_solicited
     }
 
     /// Numbers of the live QPs, ascending.
     pub fn qpns(&self) -> Vec<u32> {
-        self.lock().qps.keys().copied().collect()
+        self.lock().objects.qps.keys().copied().collect()
     }
 
     /// Keys (index << 8 | variant) of the live memory keys, by index.
     pub fn mkey_keys(&self) -> Vec<u32> {
-        self.lock().mkeys.values().map(|k| k.key).collect()
+        self.lock().objects.mkeys.values().map(|k| k.key).collect()
     }
 
     /// The vport's `roce_en` (power-on 0; persists across ENABLE/DISABLE_HCA

@@ -7,9 +7,8 @@ use mlx5_regs::consts::ctx;
 use mlx5_regs::doorbell as db;
 use mlx5_regs::layouts::{health_buffer, initial_seg};
 
-use crate::state::{
-    MmioWrite, State, FIRST_UAR, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE, THREADED_LATENCY_NS,
-};
+use crate::objects::FIRST_UAR;
+use crate::state::{MmioWrite, State, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE, THREADED_LATENCY_NS};
 use crate::Violation;
 
 impl State {
@@ -141,7 +140,7 @@ impl State {
     }
 
     fn uar_write(&mut self, page: u32, off: usize, value: u64, wide: bool) {
-        if !self.uars.contains(&page) {
+        if !self.objects.uars.contains(&page) {
             self.violations.push(Violation::UarDoorbell(format!(
                 "write to unallocated UAR page {page} offset {off:#x}"
             )));
@@ -170,7 +169,7 @@ impl State {
 
     fn eq_doorbell(&mut self, uar: u32, value: u32, arm: bool) {
         let (eqn, ci) = db::eq_doorbell_parts(value);
-        let Some(eq) = self.eqs.get_mut(&eqn) else {
+        let Some(eq) = self.objects.eqs.get_mut(&eqn) else {
             self.violations.push(Violation::UarDoorbell(format!(
                 "EQ doorbell for unknown eqn {eqn}"
             )));
@@ -210,7 +209,7 @@ impl State {
     fn cq_arm_doorbell(&mut self, uar: u32, value: u64) {
         let a = db::cq_arm_parts(value);
         let cqn = a.cqn;
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
             self.violations.push(Violation::UarDoorbell(format!(
                 "CQ arm for unknown cqn {cqn:#x}"
             )));

@@ -23,6 +23,14 @@ pub struct ResetReport {
 }
 
 impl State {
+    /// Forget every firmware object of the function and the GIDs of its
+    /// port: the one path TEARDOWN_HCA and a function reset share (the
+    /// table's rules are in `objects/`).
+    pub fn forget_objects(&mut self) {
+        self.objects.clear();
+        self.port.gids.clear();
+    }
+
     /// Drop all firmware state of the function (see the module docs).
     pub fn function_reset(&mut self) -> ResetReport {
         let report = ResetReport {
@@ -31,15 +39,7 @@ impl State {
             pages: self.pages.held.len(),
             was_fatal: self.fatal.is_some(),
         };
-        self.eqs.clear();
-        self.cqs.clear();
-        self.srqs.clear();
-        self.uars.clear();
-        self.pds.clear();
-        self.qps.clear();
-        self.mkeys.clear();
-        self.xrcds.clear();
-        self.umems.clear();
+        self.forget_objects();
         // The vport context is the function's: power-on values again.
         self.port = Port::new(self.cfg.seed);
         self.pages.held.clear();

@@ -3,7 +3,7 @@
 //! with IOMMU fault recording, EQE and CQE writing). MMIO and UAR doorbells
 //! are in `mmio.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{fence, Ordering};
 use std::time::Instant;
 
@@ -14,16 +14,11 @@ use mlx5_regs::EventType;
 use crate::caps::{Caps, CurCaps};
 use crate::dma::{mix, DmaSpace, IommuFault};
 use crate::inject::Injections;
-use crate::mkey::Mkey;
-use crate::objects::{Cq, Eq, Srq};
+use crate::objects::Objects;
 use crate::port::Port;
-use crate::qp::Qp;
 use crate::trace::TraceEntry;
-use crate::umem::Umem;
 use crate::{HcaState, ObjectCounts, SimConfig, Violation};
 
-/// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
-pub(crate) const FIRST_UAR: u32 = 16;
 /// Command queue geometry reported in BAR0 0x14 (docs/firmware.md §2.1).
 pub(crate) const LOG_CMDQ_SIZE: u8 = 5;
 pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
@@ -101,32 +96,12 @@ pub(crate) struct State {
     pub issi: u16,
     pub host_be: bool,
     pub pages: Pages,
-    pub uars: BTreeSet<u32>,
-    pub pds: BTreeSet<u32>,
-    pub next_pd: u32,
-    pub eqs: BTreeMap<u8, Eq>,
-    pub cqs: BTreeMap<u32, Cq>,
-    /// Lowest CQ number handed out (seed-derived).
-    pub cqn_base: u32,
-    pub srqs: BTreeMap<u32, Srq>,
-    /// Lowest SRQ/RMP number handed out (seed-derived).
-    pub srqn_base: u32,
+    /// Every firmware object and the rules between them (`objects/`).
+    pub objects: Objects,
     pub resd_lkey: u32,
     /// QUERY_SPECIAL_CONTEXTS `terminate_scatter_list_mkey` (seed-derived,
     /// reported with the capability of the same name).
     pub term_mkey: u32,
-    pub qps: BTreeMap<u32, Qp>,
-    /// Lowest QP number handed out (seed-derived).
-    pub qpn_base: u32,
-    /// Memory keys by index (key >> 8).
-    pub mkeys: BTreeMap<u32, Mkey>,
-    pub next_mkey: u32,
-    pub xrcds: BTreeSet<u32>,
-    /// UMEM objects (DevX user memory) by id.
-    pub umems: BTreeMap<u32, Umem>,
-    /// Lowest UMEM id handed out (seed-derived).
-    pub umem_base: u32,
-    pub next_xrcd: u32,
     pub port: Port,
     pub leaked_at_teardown: Option<ObjectCounts>,
     pub dropped: u64,
@@ -172,24 +147,9 @@ impl State {
             issi: 0,
             host_be: false,
             pages: Pages::default(),
-            uars: BTreeSet::new(),
-            pds: BTreeSet::new(),
-            next_pd: 1 + (h & 0xff) as u32,
-            eqs: BTreeMap::new(),
-            cqs: BTreeMap::new(),
-            cqn_base: 0x400 + ((h >> 8) & 0x3ff) as u32,
-            srqs: BTreeMap::new(),
-            srqn_base: 0x100 + ((h >> 20) & 0x3ff) as u32,
+            objects: Objects::new(h),
             resd_lkey: 0x2000 | (((h >> 32) & 0xff) as u32) << 8,
             term_mkey: 0x4000 | (((h >> 36) & 0xff) as u32) << 8,
-            qps: BTreeMap::new(),
-            qpn_base: 0x200 + ((h >> 40) & 0x3ff) as u32,
-            mkeys: BTreeMap::new(),
-            next_mkey: 0x1000 + ((h >> 50) & 0xfff) as u32,
-            xrcds: BTreeSet::new(),
-            umems: BTreeMap::new(),
-            umem_base: 0x10 + ((h >> 28) & 0xff) as u32,
-            next_xrcd: 0x10 + ((h >> 12) & 0xff) as u32,
             port: Port::new(cfg.seed),
             leaked_at_teardown: None,
             dropped: 0,
@@ -210,22 +170,6 @@ impl State {
         self.pages.boot_needed = self.caps.boot_pages;
         self.pages.init_needed = self.caps.init_pages;
         self.pages.regular_needed = 0;
-    }
-
-    /// The lowest object number at or above `base` that `used` says is
-    /// free (never 0). Firmware reuses the numbers of destroyed CQs,
-    /// SRQs/RMPs, QPs and EQs; the model hands out the lowest free one so a
-    /// destroy followed by a create gets the same number back
-    /// (docs/fidelity.md §15).
-    pub fn alloc_number(&self, used: impl Fn(&State, u32) -> bool, base: u32) -> u32 {
-        let mut n = base.max(1);
-        while used(self, n) {
-            n = (n + 1) & 0x00ff_ffff;
-            if n == 0 {
-                n = 1;
-            }
-        }
-        n
     }
 
     pub fn caps_changed(&mut self) {
@@ -370,20 +314,9 @@ impl State {
 
     // ------------------------------------------------------------------ objects
 
+    /// How many objects of each family are alive.
     pub fn object_counts(&self) -> ObjectCounts {
-        ObjectCounts {
-            eqs: self.eqs.len(),
-            cqs: self.cqs.len(),
-            srqs: self.srqs.values().filter(|s| !s.rmp).count(),
-            rmps: self.srqs.values().filter(|s| s.rmp).count(),
-            uars: self.uars.len(),
-            pds: self.pds.len(),
-            qps: self.qps.len(),
-            mkeys: self.mkeys.len(),
-            xrcds: self.xrcds.len(),
-            gids: self.port.gids.len(),
-            umems: self.umems.len(),
-        }
+        self.objects.counts(self.port.gids.len())
     }
 
     pub fn go_fatal(&mut self, synd: u8) {
@@ -401,7 +334,8 @@ impl State {
 
     /// The EQ an event of this type goes to (lowest EQ number subscribed).
     pub fn eq_for(&self, event_type: u8) -> Option<u8> {
-        self.eqs
+        self.objects
+            .eqs
             .iter()
             .find(|(_, e)| e.subscribes(event_type))
             .map(|(n, _)| *n)
@@ -436,7 +370,7 @@ impl State {
         if self.fatal.is_some() {
             return;
         }
-        let Some(eq) = self.eqs.get(&eqn) else {
+        let Some(eq) = self.objects.eqs.get(&eqn) else {
             return;
         };
         if eq.status != 0 {
@@ -449,7 +383,7 @@ impl State {
             // 0xc (ASYNC_EQ_BUF_OVERRUN); other EQs as 0xd (EQ_IN_ERR).
             let is_async = eq.is_async();
             self.violations.push(Violation::EqOverrun { eqn });
-            if let Some(e) = self.eqs.get_mut(&eqn) {
+            if let Some(e) = self.objects.eqs.get_mut(&eqn) {
                 e.status = 0xa;
             }
             self.go_fatal(if is_async { 0x0c } else { 0x0d });
@@ -464,7 +398,7 @@ impl State {
         let r = self.write_entry(&buf, slot as u64 * 64, &img, &|| {
             format!("EQE write eqn {eqn}")
         });
-        let eq = self.eqs.get_mut(&eqn).expect("checked");
+        let eq = self.objects.eqs.get_mut(&eqn).expect("checked");
         if r.is_err() {
             eq.status = 0xa; // EQ write failure (eqc.status)
             self.go_fatal(0x0d);
@@ -485,7 +419,7 @@ impl State {
 
     /// A completion event for `cqn` on its EQ.
     pub(crate) fn fire_cq(&mut self, cqn: u32) {
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
             return;
         };
         let sn = cq.arm.map(|a| a.sn);
@@ -525,7 +459,7 @@ impl State {
     /// opcode in `op_own`; the owner bit is set here. Returns false if the
     /// CQE was lost (CQ in error, overrun, write failure).
     pub fn cq_push(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
-        let Some(cq) = self.cqs.get(&cqn) else {
+        let Some(cq) = self.objects.cqs.get(&cqn) else {
             return false;
         };
         if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
@@ -541,7 +475,7 @@ impl State {
     }
 
     fn cq_write(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
-        let Some(cq) = self.cqs.get(&cqn) else {
+        let Some(cq) = self.objects.cqs.get(&cqn) else {
             return false;
         };
         if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
@@ -557,7 +491,7 @@ impl State {
             );
             return false;
         };
-        let cq = self.cqs.get(&cqn).expect("checked");
+        let cq = self.objects.cqs.get(&cqn).expect("checked");
         let outstanding = cq.pc.wrapping_sub(ci & 0x00ff_ffff) & 0x00ff_ffff;
         if outstanding >= n && !cq.oi {
             self.violations.push(Violation::CqOverrun { cqn });
@@ -591,7 +525,7 @@ impl State {
             );
             return false;
         }
-        let cq = self.cqs.get_mut(&cqn).expect("checked");
+        let cq = self.objects.cqs.get_mut(&cqn).expect("checked");
         let idx = cq.pc;
         cq.pc = cq.pc.wrapping_add(1);
         if solicited {
@@ -603,7 +537,7 @@ impl State {
     }
 
     fn cq_fail(&mut self, cqn: u32, status: u8, synd: u8) {
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.status = status;
             cq.arm = None;
         }

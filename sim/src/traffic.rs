@@ -208,7 +208,7 @@ impl State {
         if self.fatal.is_some() {
             return Err(SimError::Fatal);
         }
-        if !self.cqs.contains_key(&cqn) {
+        if !self.objects.cqs.contains_key(&cqn) {
             return Err(SimError::NoSuchObject {
                 kind: "cq",
                 id: cqn,
@@ -227,6 +227,7 @@ impl State {
     ) -> Result<Delivery, SimError> {
         self.check_cq(cqn)?;
         let pd = self
+            .objects
             .srqs
             .get(&srqn)
             .ok_or(SimError::NoSuchObject {
@@ -296,7 +297,7 @@ impl State {
     /// The SRQ/RMP enters its error state and SRQ_CATAS_ERROR (0x12) is
     /// raised (a corrupt free list or an unreadable WQE).
     pub(crate) fn srq_catastrophe_event(&mut self, srqn: u32, _why: &'static str) {
-        if let Some(s) = self.srqs.get_mut(&srqn) {
+        if let Some(s) = self.objects.srqs.get_mut(&srqn) {
             s.state = if s.rmp {
                 ctx::RMP_STATE_ERR
             } else {
