@@ -77,11 +77,11 @@ impl IdleClock {
 
     /// Virtual time a `delay_us` of `want_ns` lets pass.
     pub(crate) fn step(&self, st: &crate::state::State, want_ns: u64) -> u64 {
-        let now = st.vclock_ns;
+        let now = st.clock.vclock_ns;
         let idle = now.saturating_sub(self.last_write_ns.load(Ordering::Relaxed));
         // The next thing the model has scheduled: a delayed completion or
         // queued write, or the end of firmware initialisation.
-        let fw_ready = st.created_ns + st.cfg.fw_init_delay_us * 1000;
+        let fw_ready = st.clock.created_ns + st.cfg.fw_init_delay_us * 1000;
         let init = (!st.inj.fw_init_never && now < fw_ready).then(|| fw_ready - now);
         let next = match (st.next_due_in_ns(), init) {
             (Some(a), Some(b)) => a.min(b),
@@ -230,11 +230,13 @@ unsafe impl Hal for SimHal {
             }
         }
         if !users.is_empty() && !dead {
-            st.violations.push(Violation::FreedWhileInUse(format!(
-                "DMA region {lo:#x}+{:#x} freed while in use by {}",
-                region.len,
-                users.join(", ")
-            )));
+            st.records
+                .violations
+                .push(Violation::FreedWhileInUse(format!(
+                    "DMA region {lo:#x}+{:#x} freed while in use by {}",
+                    region.len,
+                    users.join(", ")
+                )));
         }
         let ok = st
             .dma
@@ -247,8 +249,8 @@ unsafe impl Hal for SimHal {
 
     fn now_ns(&self) -> u64 {
         let mut st = self.dev.lock();
-        if !st.threaded {
-            st.vclock_ns += NOW_TICK_NS;
+        if !st.clock.threaded {
+            st.clock.vclock_ns += NOW_TICK_NS;
             st.run_due();
         }
         st.now_ns()
@@ -257,12 +259,12 @@ unsafe impl Hal for SimHal {
     fn delay_us(&self, us: u32) {
         let threaded = {
             let mut st = self.dev.lock();
-            if !st.threaded {
+            if !st.clock.threaded {
                 let step = self.dev.shared.idle.step(&st, us as u64 * 1000);
-                st.vclock_ns += step;
+                st.clock.vclock_ns += step;
                 st.run_due();
             }
-            st.threaded
+            st.clock.threaded
         };
         if threaded {
             std::thread::sleep(Duration::from_micros(us as u64));

@@ -25,6 +25,7 @@
 //! doorbells on its own; real clock).
 
 mod caps;
+mod clock;
 mod cmdif;
 mod cmds;
 mod dma;
@@ -39,6 +40,7 @@ mod moderation;
 mod objects;
 mod port;
 mod qp;
+mod records;
 mod reset;
 mod state;
 pub mod syndrome;
@@ -453,17 +455,18 @@ impl Device {
 
     /// Every IOMMU fault so far.
     pub fn iommu_faults(&self) -> Vec<IommuFault> {
-        self.lock().faults.clone()
+        self.lock().records.faults.clone()
     }
 
     /// Every protocol violation so far.
     pub fn violations(&self) -> Vec<Violation> {
-        self.lock().violations.clone()
+        self.lock().records.violations.clone()
     }
 
     /// Pages found modified on reclaim (`Violation::PageScribbled`).
     pub fn page_scribbles(&self) -> Vec<(u64, usize)> {
         self.lock()
+            .records
             .violations
             .iter()
             .filter_map(|v| match v {
@@ -475,12 +478,12 @@ impl Device {
 
     /// Every command so far (and stalled ones).
     pub fn trace(&self) -> Vec<TraceEntry> {
-        self.lock().trace.clone()
+        self.lock().records.trace.clone()
     }
 
     /// Forget the trace.
     pub fn clear_trace(&self) {
-        self.lock().trace.clear();
+        self.lock().records.trace.clear();
     }
 
     /// The IOVA base of the DMA space (for tests).
@@ -575,12 +578,12 @@ impl Device {
     /// Synchronous mode: advance the virtual clock and run due work.
     /// Threaded mode: sleep.
     pub fn advance_us(&self, us: u64) {
-        let threaded = self.lock().threaded;
+        let threaded = self.lock().clock.threaded;
         if threaded {
             std::thread::sleep(Duration::from_micros(us));
         } else {
             let mut st = self.lock();
-            st.vclock_ns += us * 1000;
+            st.clock.vclock_ns += us * 1000;
             st.run_due();
         }
     }

@@ -6,7 +6,7 @@
 //! DISABLE_HCA (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_free_context`).
 
 use crate::port::Port;
-use crate::state::{Slot, State};
+use crate::state::State;
 use crate::{HcaState, ObjectCounts};
 
 /// What a function reset dropped (`Device::function_reset`).
@@ -48,11 +48,7 @@ impl State {
         self.reset_function();
         self.host_be = false;
         // The command queue is forgotten: the driver programs it again.
-        self.cmdq_h = 0;
-        self.cmdq_l = 0;
-        self.nic_interface = 0;
-        self.slots.iter_mut().for_each(|s| *s = Slot::Idle);
-        self.slot_rung_at.iter_mut().for_each(|t| *t = 0);
+        self.cmdq.reset();
         self.mmio_queue.clear();
         self.fatal = None;
         self.fatal_counter = 0;
@@ -60,7 +56,7 @@ impl State {
         self.late_limits.clear();
         self.leaked_at_teardown = None;
         // Firmware initialises again after the reset.
-        self.created_ns = self.now_ns();
+        self.clock.created_ns = self.now_ns();
         self.resets += 1;
         report
     }

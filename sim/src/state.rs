@@ -5,37 +5,23 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{fence, Ordering};
-use std::time::Instant;
 
 use mlx5_regs::consts::{cq_error_syndrome, ctx};
 use mlx5_regs::layouts::{comp_event, cq_error, eqe, qp_events};
 use mlx5_regs::EventType;
 
 use crate::caps::{Caps, CurCaps};
+use crate::clock::Clock;
+use crate::cmdif::{CmdQueue, Slot};
 use crate::dma::{mix, DmaSpace, IommuFault};
 use crate::inject::Injections;
 use crate::objects::Objects;
 use crate::port::Port;
-use crate::trace::TraceEntry;
+use crate::records::Records;
 use crate::{HcaState, ObjectCounts, SimConfig, Violation};
 
-/// Command queue geometry reported in BAR0 0x14 (docs/firmware.md §2.1).
-pub(crate) const LOG_CMDQ_SIZE: u8 = 5;
-pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
 /// Device-side processing latency of a doorbell in threaded mode.
 pub(crate) const THREADED_LATENCY_NS: u64 = 20_000;
-
-/// Per-slot state of the command queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Slot {
-    Idle,
-    /// Will execute at this device time.
-    Due(u64),
-    /// Never completes (injected).
-    Stalled,
-    /// Waits until the firmware received the pages it asked for.
-    WaitingPages,
-}
 
 /// Page accounting (docs/firmware.md §4.2).
 #[derive(Debug, Default)]
@@ -63,20 +49,15 @@ pub(crate) struct State {
     pub cfg: SimConfig,
     pub caps: Caps,
     pub cur: CurCaps,
-    pub threaded: bool,
     pub shutdown: bool,
-    origin: Instant,
-    pub vclock_ns: u64,
-    pub created_ns: u64,
+    /// Device time (`clock.rs`).
+    pub clock: Clock,
     pub dma: DmaSpace,
-    pub faults: Vec<IommuFault>,
-    pub violations: Vec<Violation>,
-    pub trace: Vec<TraceEntry>,
+    /// Faults, violations, the command trace (`records.rs`).
+    pub records: Records,
     pub inj: Injections,
-    // BAR0
-    pub cmdq_h: u32,
-    pub cmdq_l: u32,
-    pub nic_interface: u8,
+    /// The command interface: queue address, slots (`cmdif.rs`).
+    pub cmdq: CmdQueue,
     pub fatal: Option<u8>,
     /// A non-fatal health syndrome shown in the health buffer (no RFR).
     pub health_warning: Option<(u8, u16)>,
@@ -88,8 +69,6 @@ pub(crate) struct State {
     /// Function resets so far.
     pub resets: u64,
     pub fatal_counter: u32,
-    pub slots: Vec<Slot>,
-    pub slot_rung_at: Vec<u64>,
     pub mmio_queue: VecDeque<MmioWrite>,
     // firmware
     pub hca: HcaState,
@@ -107,8 +86,6 @@ pub(crate) struct State {
     pub dropped: u64,
     /// Traffic-engine counters (`Traffic::stats`).
     pub stats: crate::traffic::TrafficStats,
-    /// Why send WQEs failed locally (malformed, key errors), for diagnosis.
-    pub send_errors: Vec<String>,
     /// Interrupt lines (`irq.rs`).
     pub irq: std::sync::Arc<crate::irq::IrqLines>,
 }
@@ -121,27 +98,18 @@ impl State {
         let mut st = State {
             cur: CurCaps::initial(&caps),
             caps,
-            threaded,
             shutdown: false,
-            origin: Instant::now(),
-            vclock_ns: 0,
-            created_ns: 0,
+            clock: Clock::new(threaded),
             dma: DmaSpace::new(cfg.seed, cfg.dma_limit),
-            faults: Vec::new(),
-            violations: Vec::new(),
-            trace: Vec::new(),
+            records: Records::default(),
             inj: Injections::default(),
-            cmdq_h: 0,
-            cmdq_l: 0,
-            nic_interface: 0,
+            cmdq: CmdQueue::new(),
             fatal: None,
             health_warning: None,
             limit_late: None,
             late_limits: Vec::new(),
             resets: 0,
             fatal_counter: 0,
-            slots: vec![Slot::Idle; 1 << LOG_CMDQ_SIZE],
-            slot_rung_at: vec![0; 1 << LOG_CMDQ_SIZE],
             mmio_queue: VecDeque::new(),
             hca: HcaState::Disabled,
             issi: 0,
@@ -154,11 +122,10 @@ impl State {
             leaked_at_teardown: None,
             dropped: 0,
             stats: Default::default(),
-            send_errors: Vec::new(),
             irq: Default::default(),
             cfg,
         };
-        st.created_ns = st.now_ns();
+        st.clock.created_ns = st.now_ns();
         st.reset_function();
         st
     }
@@ -181,15 +148,12 @@ impl State {
     // ------------------------------------------------------------------ time
 
     pub fn now_ns(&self) -> u64 {
-        if self.threaded {
-            self.origin.elapsed().as_nanos() as u64
-        } else {
-            self.vclock_ns
-        }
+        self.clock.now_ns()
     }
 
     pub fn initializing(&self) -> bool {
-        self.inj.fw_init_never || self.now_ns() < self.created_ns + self.cfg.fw_init_delay_us * 1000
+        self.inj.fw_init_never
+            || self.now_ns() < self.clock.created_ns + self.cfg.fw_init_delay_us * 1000
     }
 
     /// Run everything whose time has come: queued MMIO writes (threaded
@@ -204,11 +168,11 @@ impl State {
                     continue;
                 }
             }
-            let due =
-                (0..self.slots.len()).find(|&s| matches!(self.slots[s], Slot::Due(t) if t <= now));
+            let due = (0..self.cmdq.slots.len())
+                .find(|&s| matches!(self.cmdq.slots[s], Slot::Due(t) if t <= now));
             match due {
                 Some(s) => {
-                    self.slots[s] = Slot::Idle;
+                    self.cmdq.slots[s] = Slot::Idle;
                     self.exec_slot(s);
                 }
                 None => break,
@@ -222,7 +186,7 @@ impl State {
     pub fn next_due_in_ns(&self) -> Option<u64> {
         let now = self.now_ns();
         let mut next: Option<u64> = self.mmio_queue.front().map(|w| w.at);
-        for s in &self.slots {
+        for s in &self.cmdq.slots {
             if let Slot::Due(t) = *s {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
@@ -239,7 +203,7 @@ impl State {
     // ------------------------------------------------------------------ DMA
 
     pub fn fault(&mut self, iova: u64, len: usize, write: bool, context: String) {
-        self.faults.push(IommuFault {
+        self.records.faults.push(IommuFault {
             iova,
             len,
             write,
@@ -350,7 +314,8 @@ impl State {
                 true
             }
             None => {
-                self.violations
+                self.records
+                    .violations
                     .push(Violation::EventDropped { event_type: t });
                 false
             }
@@ -382,7 +347,7 @@ impl State {
             // Linux reports an overrun of the async EQ as health syndrome
             // 0xc (ASYNC_EQ_BUF_OVERRUN); other EQs as 0xd (EQ_IN_ERR).
             let is_async = eq.is_async();
-            self.violations.push(Violation::EqOverrun { eqn });
+            self.records.violations.push(Violation::EqOverrun { eqn });
             if let Some(e) = self.objects.eqs.get_mut(&eqn) {
                 e.status = 0xa;
             }
@@ -494,7 +459,7 @@ impl State {
         let cq = self.objects.cqs.get(&cqn).expect("checked");
         let outstanding = cq.pc.wrapping_sub(ci & 0x00ff_ffff) & 0x00ff_ffff;
         if outstanding >= n && !cq.oi {
-            self.violations.push(Violation::CqOverrun { cqn });
+            self.records.violations.push(Violation::CqOverrun { cqn });
             self.cq_fail(cqn, ctx::CQ_STATUS_OVERFLOW, cq_error_syndrome::CQ_OVERRUN);
             return false;
         }

@@ -172,7 +172,7 @@ impl Traffic<'_> {
     /// Why send WQEs failed locally (malformed WQE, refused gather), one
     /// line each, in order: diagnosis for a local error CQE.
     pub fn send_errors(&self) -> Vec<String> {
-        self.dev.lock().send_errors.clone()
+        self.dev.lock().records.send_errors.clone()
     }
 
     /// The traffic engine's counters.

@@ -228,9 +228,11 @@ impl State {
                 for (i, &a) in pages.iter().enumerate() {
                     let mut got = vec![0u8; PAGE_SIZE];
                     if self.dma.read(a, &mut got).is_none() {
-                        self.violations.push(Violation::FreedWhileInUse(format!(
-                            "firmware page {a:#x} was freed by the host while firmware held it"
-                        )));
+                        self.records
+                            .violations
+                            .push(Violation::FreedWhileInUse(format!(
+                                "firmware page {a:#x} was freed by the host while firmware held it"
+                            )));
                         self.fault(
                             a,
                             PAGE_SIZE,
@@ -240,7 +242,7 @@ impl State {
                     } else if let Some(off) =
                         got.iter().zip(page_pattern(a)).position(|(x, y)| *x != y)
                     {
-                        self.violations.push(Violation::PageScribbled {
+                        self.records.violations.push(Violation::PageScribbled {
                             iova: a,
                             offset: off,
                         });

@@ -49,7 +49,7 @@ impl State {
         };
         if let Some(why) = why {
             self.stats.dropped_doorbells += 1;
-            self.violations.push(Violation::UarDoorbell(format!(
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "send doorbell {value:#018x} at UAR {uar} offset {off:#x} for {why}"
             )));
             return;
@@ -99,7 +99,8 @@ impl State {
                     wqebbs,
                     why,
                 }) => {
-                    self.send_errors
+                    self.records
+                        .send_errors
                         .push(format!("QP {qpn:#x} WQE {ci:#x}: malformed: {why}"));
                     self.req_error(qpn, ci, wqebbs, opcode, cqe_syndrome::LOCAL_QP_OP_ERR);
                     false
@@ -128,7 +129,7 @@ impl State {
         let avail = (pc as u16).wrapping_sub(ci);
         if avail as u32 > n {
             if strict {
-                self.violations.push(Violation::SendQueue(format!(
+                self.records.violations.push(Violation::SendQueue(format!(
                     "QP {qpn:#x}: send counter {:#x} is {avail} WQEBBs ahead of the consumer {ci:#x} on a ring of {n}",
                     pc as u16
                 )));
@@ -148,7 +149,7 @@ impl State {
         let payload = match self.gather(qpn, &w) {
             Ok(p) => p,
             Err(synd) => {
-                self.send_errors.push(format!(
+                self.records.send_errors.push(format!(
                     "QP {qpn:#x} WQE {:#x}: gather refused, syndrome {synd:#x}",
                     w.index
                 ));
@@ -372,7 +373,7 @@ impl State {
     /// A catastrophic send-queue error (ring or doorbell record unreadable,
     /// producer beyond the ring): WQ_CATAS_ERROR and ERR.
     fn qp_catastrophe(&mut self, qpn: u32, why: &str) {
-        self.violations.push(Violation::SendQueue(format!(
+        self.records.violations.push(Violation::SendQueue(format!(
             "QP {qpn:#x}: {why}: catastrophic error"
         )));
         self.qp_event(qpn, EventType::WQ_CATAS_ERROR);
