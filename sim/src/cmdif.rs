@@ -101,7 +101,7 @@ impl State {
 
     /// A write to the command doorbell (BAR0 0x18).
     pub(crate) fn cmd_doorbell(&mut self, vector: u32) {
-        if self.fatal.is_some() {
+        if self.health.fatal.is_some() {
             self.records.violations.push(Violation::Doorbell(format!(
                 "command doorbell {vector:#x} while the device is in a fatal state (ignored)"
             )));
@@ -203,7 +203,7 @@ impl State {
 
     /// Execute the command in `slot` and complete it.
     pub(crate) fn exec_slot(&mut self, slot: usize) {
-        if self.fatal.is_some() {
+        if self.health.fatal.is_some() {
             // The command interface stopped answering.
             self.cmdq.slots[slot] = Slot::Stalled;
             return;

@@ -197,7 +197,7 @@ unsafe impl Hal for SimHal {
         let mut users = Vec::new();
         // A device in a fatal state performs no more DMA: software frees
         // everything after a fatal error (Linux, `mlx5_internal_err_ret_value`).
-        let dead = st.fatal.is_some();
+        let dead = st.health.fatal.is_some();
         if st.pages.held.iter().any(|&p| inside(p)) {
             users.push("firmware pages".to_string());
         }

@@ -443,7 +443,7 @@ impl Device {
 
     /// True once a fatal health syndrome is set.
     pub fn is_fatal(&self) -> bool {
-        self.lock().fatal.is_some()
+        self.lock().health.fatal.is_some()
     }
 
     /// Bytes of DMA memory the platform handed out and not yet freed (a

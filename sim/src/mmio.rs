@@ -59,14 +59,14 @@ impl State {
         health_buffer::fw_version
             .set(hb, ((maj as u32) << 24) | ((min as u32) << 16) | sub as u32)
             .expect("32-bit");
-        if let Some(synd) = self.fatal {
+        if let Some(synd) = self.health.fatal {
             // A fatal error: firmware asks for a reset (RFR, Linux
             // `sensor_fw_synd_rfr`), severity CRIT.
             health_buffer::synd.set(hb, synd).expect("8-bit");
             health_buffer::rfr.set(hb, true).expect("flag");
             health_buffer::valid.set(hb, true).expect("flag");
             health_buffer::severity.set(hb, 2).expect("3-bit");
-        } else if let Some((synd, ext)) = self.health_warning {
+        } else if let Some((synd, ext)) = self.health.warning {
             // A reported, non-fatal condition: syndrome without RFR, the
             // device keeps working (Linux reports it and carries on).
             health_buffer::synd.set(hb, synd).expect("8-bit");
@@ -74,13 +74,13 @@ impl State {
             health_buffer::valid.set(hb, true).expect("flag");
             health_buffer::severity.set(hb, 4).expect("3-bit"); // WARNING
         }
-        let counter = match self.fatal {
-            Some(_) => self.fatal_counter,
+        let counter = match self.health.fatal {
+            Some(_) => self.health.fatal_counter,
             None => self.health_counter_now(),
         };
         initial_seg::health_counter.set(s, counter).expect("24-bit");
         initial_seg::health_syndrome
-            .set(s, self.fatal.unwrap_or(0))
+            .set(s, self.health.fatal.unwrap_or(0))
             .expect("8-bit");
         b
     }

@@ -6,7 +6,7 @@
 //! DISABLE_HCA (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_free_context`).
 
 use crate::port::Port;
-use crate::state::State;
+use crate::state::{Health, State};
 use crate::{HcaState, ObjectCounts};
 
 /// What a function reset dropped (`Device::function_reset`).
@@ -37,7 +37,7 @@ impl State {
             hca_state: Some(self.hca),
             objects: self.object_counts(),
             pages: self.pages.held.len(),
-            was_fatal: self.fatal.is_some(),
+            was_fatal: self.health.fatal.is_some(),
         };
         self.forget_objects();
         // The vport context is the function's: power-on values again.
@@ -50,9 +50,7 @@ impl State {
         // The command queue is forgotten: the driver programs it again.
         self.cmdq.reset();
         self.mmio_queue.clear();
-        self.fatal = None;
-        self.fatal_counter = 0;
-        self.health_warning = None;
+        self.health = Health::default();
         self.late_limits.clear();
         self.leaked_at_teardown = None;
         // Firmware initialises again after the reset.

@@ -36,6 +36,19 @@ pub(crate) struct Pages {
     pub queued_requests: VecDeque<i32>,
 }
 
+/// The function's health as the health buffer reports it (PRM "Health
+/// Buffer"; Linux `drivers/net/ethernet/mellanox/mlx5/core/health.c`).
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// The fatal syndrome once the device went fatal; it stays until a
+    /// function reset.
+    pub fatal: Option<u8>,
+    /// The health counter frozen at the moment the device went fatal.
+    pub fatal_counter: u32,
+    /// A non-fatal health syndrome and its extended syndrome (no RFR).
+    pub warning: Option<(u8, u16)>,
+}
+
 /// A queued MMIO write (threaded mode).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MmioWrite {
@@ -46,21 +59,26 @@ pub(crate) struct MmioWrite {
 }
 
 pub(crate) struct State {
+    /// How the device was created (profile, seed, mode, limits).
     pub cfg: SimConfig,
+    /// The capabilities the profile supports (QUERY_HCA_CAP max).
     pub caps: Caps,
+    /// The current capabilities (SET_HCA_CAP, QUERY_HCA_CAP cur).
     pub cur: CurCaps,
+    /// The threaded worker should exit.
     pub shutdown: bool,
     /// Device time (`clock.rs`).
     pub clock: Clock,
+    /// The memory the device reaches through the IOMMU.
     pub dma: DmaSpace,
     /// Faults, violations, the command trace (`records.rs`).
     pub records: Records,
+    /// Faults the test harness asked for (`inject.rs`).
     pub inj: Injections,
     /// The command interface: queue address, slots (`cmdif.rs`).
     pub cmdq: CmdQueue,
-    pub fatal: Option<u8>,
-    /// A non-fatal health syndrome shown in the health buffer (no RFR).
-    pub health_warning: Option<(u8, u16)>,
+    /// What the health buffer shows.
+    pub health: Health,
     /// Limit events of arms above the count are deferred until this many
     /// more commands completed (`Injector::srq_limit_late`).
     pub limit_late: Option<u32>,
@@ -68,21 +86,28 @@ pub(crate) struct State {
     pub late_limits: Vec<(u32, u32)>,
     /// Function resets so far.
     pub resets: u64,
-    pub fatal_counter: u32,
+    /// MMIO writes not yet applied (threaded mode).
     pub mmio_queue: VecDeque<MmioWrite>,
-    // firmware
+    /// Firmware state of the function (ENABLE/INIT/TEARDOWN_HCA).
     pub hca: HcaState,
+    /// The interface version SET_ISSI chose.
     pub issi: u16,
+    /// Host endianness the driver set through the HOST_ENDIANNESS register.
     pub host_be: bool,
+    /// Firmware page accounting.
     pub pages: Pages,
     /// Every firmware object and the rules between them (`objects/`).
     pub objects: Objects,
+    /// QUERY_SPECIAL_CONTEXTS `resd_lkey` (seed-derived).
     pub resd_lkey: u32,
     /// QUERY_SPECIAL_CONTEXTS `terminate_scatter_list_mkey` (seed-derived,
     /// reported with the capability of the same name).
     pub term_mkey: u32,
+    /// The port and its vport context, GID table and wire.
     pub port: Port,
+    /// Objects still alive when TEARDOWN_HCA ran (`Device::leaked_at_teardown`).
     pub leaked_at_teardown: Option<ObjectCounts>,
+    /// Messages dropped for lack of receive WQEs (`Traffic::dropped`).
     pub dropped: u64,
     /// Traffic-engine counters (`Traffic::stats`).
     pub stats: crate::traffic::TrafficStats,
@@ -91,6 +116,7 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// A powered-on device: Disabled, firmware initialising.
     pub fn new(cfg: SimConfig) -> State {
         let caps = Caps::for_profile(cfg.profile);
         let h = mix(cfg.seed ^ 0x1111);
@@ -104,12 +130,10 @@ impl State {
             records: Records::default(),
             inj: Injections::default(),
             cmdq: CmdQueue::new(),
-            fatal: None,
-            health_warning: None,
+            health: Health::default(),
             limit_late: None,
             late_limits: Vec::new(),
             resets: 0,
-            fatal_counter: 0,
             mmio_queue: VecDeque::new(),
             hca: HcaState::Disabled,
             issi: 0,
@@ -139,6 +163,7 @@ impl State {
         self.pages.regular_needed = 0;
     }
 
+    /// SET_HCA_CAP changed `cur`: a disabled function starts from it again.
     pub fn caps_changed(&mut self) {
         if self.hca == HcaState::Disabled {
             self.reset_function();
@@ -147,10 +172,12 @@ impl State {
 
     // ------------------------------------------------------------------ time
 
+    /// Device time in nanoseconds.
     pub fn now_ns(&self) -> u64 {
         self.clock.now_ns()
     }
 
+    /// The initializing bit: firmware is not ready for commands yet.
     pub fn initializing(&self) -> bool {
         self.inj.fw_init_never
             || self.now_ns() < self.clock.created_ns + self.cfg.fw_init_delay_us * 1000
@@ -183,6 +210,8 @@ impl State {
         self.cq_moderation_run_due();
     }
 
+    /// Time until the next timed work (MMIO write, command completion,
+    /// traffic or moderation timer), if any.
     pub fn next_due_in_ns(&self) -> Option<u64> {
         let now = self.now_ns();
         let mut next: Option<u64> = self.mmio_queue.front().map(|w| w.at);
@@ -202,6 +231,7 @@ impl State {
 
     // ------------------------------------------------------------------ DMA
 
+    /// Record an IOMMU fault.
     pub fn fault(&mut self, iova: u64, len: usize, write: bool, context: String) {
         self.records.faults.push(IommuFault {
             iova,
@@ -235,6 +265,7 @@ impl State {
         }
     }
 
+    /// Device read of a big-endian 32-bit word.
     pub fn rd_be32(&mut self, iova: u64, what: &dyn Fn() -> String) -> Result<u32, ()> {
         let mut b = [0u8; 4];
         self.rd(iova, &mut b, what)?;
@@ -283,13 +314,16 @@ impl State {
         self.objects.counts(self.port.gids.len())
     }
 
+    /// Enter the fatal state with health syndrome `synd` (the first one
+    /// stays).
     pub fn go_fatal(&mut self, synd: u8) {
-        if self.fatal.is_none() {
-            self.fatal = Some(synd);
-            self.fatal_counter = self.health_counter_now();
+        if self.health.fatal.is_none() {
+            self.health.fatal = Some(synd);
+            self.health.fatal_counter = self.health_counter_now();
         }
     }
 
+    /// The health counter: milliseconds of device time, 24 bits.
     pub(crate) fn health_counter_now(&self) -> u32 {
         ((self.now_ns() / 1_000_000) as u32) & 0x00ff_ffff
     }
@@ -322,6 +356,7 @@ impl State {
         }
     }
 
+    /// An EQE image with the type and subtype set.
     pub fn make_eqe(event_type: EventType, sub_type: u8) -> [u8; 64] {
         let mut e = [0u8; 64];
         eqe::event_type.set(&mut e, event_type.0).expect("8-bit");
@@ -332,7 +367,7 @@ impl State {
     /// Write an EQE at the EQ's producer index with the ownership rule
     /// (docs/firmware.md §6.2). More than `nent` unreported EQEs is an overrun.
     pub fn eq_write(&mut self, eqn: u8, mut img: [u8; 64]) {
-        if self.fatal.is_some() {
+        if self.health.fatal.is_some() {
             return;
         }
         let Some(eq) = self.objects.eqs.get(&eqn) else {
@@ -427,7 +462,7 @@ impl State {
         let Some(cq) = self.objects.cqs.get(&cqn) else {
             return false;
         };
-        if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
+        if cq.status != ctx::CQ_STATUS_OK || self.health.fatal.is_some() {
             return false;
         }
         self.hostile_cqe(&mut cqe);
@@ -443,7 +478,7 @@ impl State {
         let Some(cq) = self.objects.cqs.get(&cqn) else {
             return false;
         };
-        if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
+        if cq.status != ctx::CQ_STATUS_OK || self.health.fatal.is_some() {
             return false;
         }
         let n = 1u32 << cq.log_size;

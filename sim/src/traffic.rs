@@ -184,7 +184,7 @@ impl Traffic<'_> {
     pub fn raise_event(&self, eqe: [u8; 64]) -> Result<(), SimError> {
         let mut st = self.dev.lock();
         st.stats.side_door_uses += 1;
-        if st.fatal.is_some() {
+        if st.health.fatal.is_some() {
             return Err(SimError::Fatal);
         }
         let t = eqe[1];
@@ -205,7 +205,7 @@ impl Traffic<'_> {
 
 impl State {
     fn check_cq(&self, cqn: u32) -> Result<(), SimError> {
-        if self.fatal.is_some() {
+        if self.health.fatal.is_some() {
             return Err(SimError::Fatal);
         }
         if !self.objects.cqs.contains_key(&cqn) {
