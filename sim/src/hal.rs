@@ -201,34 +201,7 @@ unsafe impl Hal for SimHal {
         if st.pages.held.iter().any(|&p| inside(p)) {
             users.push("firmware pages".to_string());
         }
-        for (n, e) in &st.objects.eqs {
-            if e.buf.pas.iter().any(|&p| inside(p)) {
-                users.push(format!("EQ {n} buffer"));
-            }
-        }
-        for (n, c) in &st.objects.cqs {
-            if c.buf.pas.iter().any(|&p| inside(p)) || inside(c.dbr) {
-                users.push(format!("CQ {n:#x} buffer/doorbell record"));
-            }
-        }
-        for (n, q) in &st.objects.qps {
-            let ring =
-                q.sq.as_ref()
-                    .is_some_and(|b| b.pas.iter().any(|&p| inside(p)));
-            if ring || inside(q.dbr) {
-                users.push(format!("QP {n:#x} send ring/doorbell record"));
-            }
-        }
-        for (n, s) in &st.objects.srqs {
-            if s.buf.pas.iter().any(|&p| inside(p)) || inside(s.dbr) {
-                users.push(format!("SRQ {n:#x} buffer/doorbell record"));
-            }
-        }
-        for (n, u) in &st.objects.umems {
-            if u.overlaps(lo, hi) {
-                users.push(format!("UMEM {n:#x}"));
-            }
-        }
+        users.extend(st.objects.dma_users(lo, hi));
         if !users.is_empty() && !dead {
             st.records
                 .violations

@@ -118,8 +118,7 @@ impl State {
         )?;
         if rq == rqt::SRQ {
             let rmp = self.issi >= 1;
-            let ok =
-                self.objects.srqs.get(&srqn).is_some_and(|s| s.rmp == rmp) && self.srq_good(srqn);
+            let ok = self.objects.srq(srqn, rmp).is_ok() && self.srq_good(srqn);
             ensure(ok, bad_res(sy::QP_SRQN))?;
         }
         let xrcd = qpc::xrcd.get(c);

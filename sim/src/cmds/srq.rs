@@ -258,13 +258,7 @@ impl State {
 
     pub(super) fn query_srq(&mut self, inp: &[u8], out: &mut [u8]) -> R {
         let n = query_srq_in::srqn.get(inp);
-        let s = self
-            .objects
-            .srqs
-            .get(&n)
-            .filter(|s| !s.rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?
-            .clone();
+        let s = self.objects.srq(n, false)?.clone();
         let c = query_srq_out::srq_context_entry.get_mut(out);
         srqc::state.set(c, s.state).expect("4-bit");
         srqc::log_srq_size.set(c, s.log_size).expect("4-bit");
@@ -285,13 +279,7 @@ impl State {
 
     pub(super) fn query_rmp(&mut self, inp: &[u8], out: &mut [u8]) -> R {
         let n = query_rmp_in::rmpn.get(inp);
-        let s = self
-            .objects
-            .srqs
-            .get(&n)
-            .filter(|s| s.rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?
-            .clone();
+        let s = self.objects.srq(n, true)?.clone();
         let posted = self.posted(n).unwrap_or(0);
         let r = query_rmp_out::rmp_context.tail_mut(out);
         rmpc::state.set(r, s.state).expect("4-bit");
@@ -312,12 +300,7 @@ impl State {
 
     pub(super) fn modify_rmp(&mut self, inp: &[u8]) -> R {
         let n = modify_rmp_in::rmpn.get(inp);
-        let s = self
-            .objects
-            .srqs
-            .get(&n)
-            .filter(|s| s.rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?;
+        let s = self.objects.srq(n, true)?;
         ensure(
             modify_rmp_in::rmp_state.get(inp) == s.state,
             bad_state(sy::RMP_STATE),
@@ -335,12 +318,7 @@ impl State {
 
     /// Arm (or disarm with 0) the SRQ limit (docs/firmware.md §9.3, §9.6).
     pub(super) fn set_limit(&mut self, n: u32, rmp: bool, lwm: u16) -> R {
-        let s = self
-            .objects
-            .srqs
-            .get_mut(&n)
-            .filter(|s| s.rmp == rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?;
+        let s = self.objects.srq_mut(n, rmp)?;
         ensure((lwm as u32) < (1u32 << s.log_size), bad_param(sy::SRQ_LWM))?;
         s.lwm = lwm;
         if self.caps.limit_event_on_arm {

@@ -6,12 +6,15 @@
 //! `qpc.cqn_rcv`, `qpc.srqn_rmpn_xrqn`, `qpc.pd`, `mkc.pd`, `cqc.c_eqn`,
 //! `cqc.uar_page`, `srqc.cqn`, `*_umem_id`).
 //!
+//! [`Objects::dma_users`] names the objects living in a DMA region the
+//! host is about to free.
+//!
 //! Each `destroy_*`/`dealloc_*` checks in a fixed order (the object exists,
 //! then each reference) and removes the object only if nothing refused.
 
 use mlx5_regs::CmdStatus;
 
-use super::{Cq, Eq, Objects, Srq};
+use super::{Cq, Eq, Objects, QBuf, Srq};
 use crate::cmds::Fail;
 use crate::mkey::Mkey;
 use crate::qp::Qp;
@@ -60,6 +63,23 @@ impl Objects {
         self.cqs.values().any(|c| c.umems.contains(&id))
             || self.srqs.values().any(|s| s.umems.contains(&id))
             || self.qps.values().any(|q| q.umems.contains(&id))
+    }
+
+    /// The SRQ (`rmp` false) or RMP (`rmp` true) numbered `n`: a number
+    /// naming the other kind is as unknown as one never issued.
+    pub fn srq(&self, n: u32, rmp: bool) -> Result<&Srq, Fail> {
+        self.srqs
+            .get(&n)
+            .filter(|s| s.rmp == rmp)
+            .ok_or(not_found(sy::SRQ_NOT_FOUND))
+    }
+
+    /// [`Objects::srq`], mutable.
+    pub fn srq_mut(&mut self, n: u32, rmp: bool) -> Result<&mut Srq, Fail> {
+        self.srqs
+            .get_mut(&n)
+            .filter(|s| s.rmp == rmp)
+            .ok_or(not_found(sy::SRQ_NOT_FOUND))
     }
 
     /// DEALLOC_UAR: refused while an EQ, CQ or QP rings through the page.
@@ -116,10 +136,7 @@ impl Objects {
     /// DESTROY_SRQ (`rmp` false) or DESTROY_RMP (`rmp` true): the number
     /// must name an object of that kind, and no QP may receive through it.
     pub fn destroy_srq(&mut self, n: u32, rmp: bool) -> Result<Srq, Fail> {
-        ensure(
-            self.srqs.get(&n).is_some_and(|s| s.rmp == rmp),
-            not_found(sy::SRQ_NOT_FOUND),
-        )?;
+        self.srq(n, rmp)?;
         ensure(
             !self.qps.values().any(|q| q.srqn == Some(n)),
             busy(sy::SRQ_USED_BY_QP),
@@ -154,5 +171,40 @@ impl Objects {
         ensure(self.umems.contains_key(&id), not_found(sy::UMEM_NOT_FOUND))?;
         ensure(!self.umem_in_use(id), busy(sy::UMEM_IN_USE))?;
         Ok(self.umems.remove(&id).expect("checked"))
+    }
+
+    /// The objects whose queue buffers, doorbell records or UMEM pages lie
+    /// in device memory `[lo, hi)`: freeing that memory pulls it from under
+    /// them (the host-side rule behind `Violation::FreedWhileInUse`).
+    pub fn dma_users(&self, lo: u64, hi: u64) -> Vec<String> {
+        let inside = |a: u64| a >= lo && a < hi;
+        let in_buf = |b: &QBuf| b.pas.iter().any(|&p| inside(p));
+        let mut users = Vec::new();
+        for (n, e) in &self.eqs {
+            if in_buf(&e.buf) {
+                users.push(format!("EQ {n} buffer"));
+            }
+        }
+        for (n, c) in &self.cqs {
+            if in_buf(&c.buf) || inside(c.dbr) {
+                users.push(format!("CQ {n:#x} buffer/doorbell record"));
+            }
+        }
+        for (n, q) in &self.qps {
+            if q.sq.as_ref().is_some_and(in_buf) || inside(q.dbr) {
+                users.push(format!("QP {n:#x} send ring/doorbell record"));
+            }
+        }
+        for (n, s) in &self.srqs {
+            if in_buf(&s.buf) || inside(s.dbr) {
+                users.push(format!("SRQ {n:#x} buffer/doorbell record"));
+            }
+        }
+        for (n, u) in &self.umems {
+            if u.overlaps(lo, hi) {
+                users.push(format!("UMEM {n:#x}"));
+            }
+        }
+        users
     }
 }
