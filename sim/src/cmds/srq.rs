@@ -49,7 +49,7 @@ impl State {
         let pd = srqc::pd.get(s);
         let dbr = srqc::dbr_addr.get(s);
         let lwm = srqc::lwm.get(s);
-        let nsrq = self.objects.srqs.values().filter(|x| !x.rmp).count() as u64;
+        let nsrq = self.objects.srq_count(false) as u64;
         ensure(
             nsrq < (1u64 << self.caps.log_max_srq),
             lim(sy::SRQ_TOO_MANY),
@@ -147,7 +147,7 @@ impl State {
                 && (dbr_umem || wq::dbr_umem_id.get(w) == 0),
             bad_param(sy::UMEM_FIELDS),
         )?;
-        let nrmp = self.objects.srqs.values().filter(|x| x.rmp).count() as u64;
+        let nrmp = self.objects.srq_count(true) as u64;
         ensure(
             nrmp < (1u64 << self.caps.log_max_rmp),
             lim(sy::SRQ_TOO_MANY),

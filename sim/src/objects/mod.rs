@@ -111,8 +111,8 @@ impl Objects {
         ObjectCounts {
             eqs: self.eqs.len(),
             cqs: self.cqs.len(),
-            srqs: self.srqs.values().filter(|s| !s.rmp).count(),
-            rmps: self.srqs.values().filter(|s| s.rmp).count(),
+            srqs: self.srq_count(false),
+            rmps: self.srq_count(true),
             uars: self.uars.len(),
             pds: self.pds.len(),
             qps: self.qps.len(),
@@ -121,6 +121,11 @@ impl Objects {
             gids,
             umems: self.umems.len(),
         }
+    }
+
+    /// How many RMPs (`rmp` true) or SRQs (`rmp` false) exist.
+    pub fn srq_count(&self, rmp: bool) -> usize {
+        self.srqs.values().filter(|s| s.rmp == rmp).count()
     }
 
     // ------------------------------------------------------------ numbering
