@@ -80,8 +80,8 @@ impl Device {
     /// run whatever fell due.
     pub fn host_tick(&self, now_ns: u64) {
         let mut st = self.lock();
-        if now_ns > st.vclock_ns {
-            st.vclock_ns = now_ns;
+        if now_ns > st.clock.vclock_ns {
+            st.clock.vclock_ns = now_ns;
         }
         st.run_due();
     }
@@ -90,7 +90,7 @@ impl Device {
     /// (a delayed completion, a retry or moderation timer), if any.
     pub fn host_next_deadline_ns(&self) -> Option<u64> {
         let st = self.lock();
-        st.next_due_in_ns().map(|d| st.vclock_ns.saturating_add(d))
+        st.next_due_in_ns().map(|d| st.clock.vclock_ns.saturating_add(d))
     }
 
     /// A host's MMIO read of `width` bytes (4 or 8) at BAR0 `offset`, at host
@@ -104,7 +104,7 @@ impl Device {
             && offset.is_multiple_of(width as u64)
             && offset.checked_add(width as u64).is_some_and(|e| e <= size);
         if !ok {
-            st.violations.push(Violation::Mmio(format!(
+            st.records.violations.push(Violation::Mmio(format!(
                 "read of {width} bytes at {offset:#x} (BAR0 is {size:#x} bytes)"
             )));
             return if width >= 8 {
@@ -132,7 +132,7 @@ impl Device {
             && offset.is_multiple_of(width as u64)
             && offset.checked_add(width as u64).is_some_and(|e| e <= size);
         if !ok {
-            st.violations.push(Violation::Mmio(format!(
+            st.records.violations.push(Violation::Mmio(format!(
                 "write of {width} bytes at {offset:#x} (BAR0 is {size:#x} bytes)"
             )));
             return;
