@@ -90,7 +90,8 @@ impl Device {
     /// (a delayed completion, a retry or moderation timer), if any.
     pub fn host_next_deadline_ns(&self) -> Option<u64> {
         let st = self.lock();
-        st.next_due_in_ns().map(|d| st.clock.vclock_ns.saturating_add(d))
+        st.next_due_in_ns()
+            .map(|d| st.clock.vclock_ns.saturating_add(d))
     }
 
     /// A host's MMIO read of `width` bytes (4 or 8) at BAR0 `offset`, at host
