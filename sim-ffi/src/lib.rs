@@ -154,13 +154,13 @@ pub unsafe extern "C" fn mlx5_model_create(
     let profile = unsafe { CStr::from_ptr(profile) }
         .to_string_lossy()
         .into_owned();
-    let trace_path = (!trace_path.is_null())
+    let trace_path = if trace_path.is_null() {
+        None
+    } else {
         // SAFETY: non-null and NUL-terminated by the caller's contract.
-        .then(|| {
-            unsafe { CStr::from_ptr(trace_path) }
-                .to_string_lossy()
-                .into_owned()
-        });
+        let path = unsafe { CStr::from_ptr(trace_path) };
+        Some(path.to_string_lossy().into_owned())
+    };
     // SAFETY: non-null, and points at a filled struct by the contract.
     let h = unsafe { &*host };
     let (Some(dma_read), Some(dma_write), Some(dma_mapped), Some(irq)) =
