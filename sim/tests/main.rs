@@ -33,6 +33,11 @@ mod qp_inject;
 mod devx_client;
 mod devx_refusals;
 
+// The wire: frames built and parsed (golden frames of Linux soft-RoCE), and
+// captures decoded by tshark.
+mod wire_capture;
+mod wire_codec;
+
 /// Test discovery is off for this crate (`autotests = false`): a file in
 /// this folder that is not declared above would never build or run. This
 /// fails naming it.

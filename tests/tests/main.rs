@@ -53,6 +53,7 @@ mod verbs_cq;
 mod verbs_cq_events;
 mod verbs_cq_moderation;
 mod verbs_fidelity;
+mod verbs_poll_ex;
 mod verbs_poll_route;
 mod verbs_qp;
 mod verbs_qp_events;
