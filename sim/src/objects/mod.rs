@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::mkey::Mkey;
 use crate::qp::Qp;
 use crate::umem::Umem;
-use crate::ObjectCounts;
 
 mod queues;
 mod rules;
@@ -24,6 +23,50 @@ const M24: u32 = 0x00ff_ffff;
 
 /// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
 pub(crate) const FIRST_UAR: u32 = 16;
+
+/// Live firmware objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Event queues.
+    pub eqs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// SRQs created with CREATE_SRQ (ISSI 0).
+    pub srqs: usize,
+    /// RMPs created with CREATE_RMP (ISSI 1).
+    pub rmps: usize,
+    /// Allocated UARs.
+    pub uars: usize,
+    /// Allocated protection domains.
+    pub pds: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Memory keys.
+    pub mkeys: usize,
+    /// XRC domains.
+    pub xrcds: usize,
+    /// Programmed RoCE GID table entries.
+    pub gids: usize,
+    /// UMEM objects (DevX user memory).
+    pub umems: usize,
+}
+
+impl ObjectCounts {
+    /// Sum of all objects.
+    pub fn total(&self) -> usize {
+        self.eqs
+            + self.cqs
+            + self.srqs
+            + self.rmps
+            + self.uars
+            + self.pds
+            + self.qps
+            + self.mkeys
+            + self.xrcds
+            + self.gids
+            + self.umems
+    }
+}
 
 /// Every firmware object of the function, by number.
 ///
