@@ -21,6 +21,9 @@ pub(crate) use queues::{Arm, Cq, Eq, QBuf, Srq};
 /// 24-bit object numbers (PRM: QPN, CQN, SRQN, PD, MKEY index, XRCD).
 const M24: u32 = 0x00ff_ffff;
 
+/// First EQ number handed out (not 0, so a driver assuming eqn 0 is caught).
+const FIRST_EQN: u8 = 5;
+
 /// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
 pub(crate) const FIRST_UAR: u32 = 16;
 
@@ -197,6 +200,12 @@ impl Objects {
         let n = *cursor;
         *cursor = (*cursor + 1) & M24;
         n
+    }
+
+    /// The number a new EQ gets: the lowest free one from 5; `None` when
+    /// all 8-bit numbers are taken.
+    pub fn free_eqn(&self) -> Option<u8> {
+        (FIRST_EQN..=u8::MAX).find(|n| !self.eqs.contains_key(n))
     }
 
     /// The number a new CQ gets.
