@@ -280,3 +280,47 @@ impl Objects {
         self.next_pd
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_free_skips_used_numbers_and_zero_and_wraps_at_24_bits() {
+        assert_eq!(Objects::lowest_free(0, |_| false), 1);
+        assert_eq!(Objects::lowest_free(0x400, |n| n < 0x403), 0x403);
+        assert_eq!(Objects::lowest_free(M24, |n| n == M24), 1);
+    }
+
+    #[test]
+    fn round_robin_moves_past_what_it_hands_out_and_never_gives_0() {
+        let mut cursor = M24;
+        assert_eq!(Objects::round_robin(&mut cursor, |_| false), M24);
+        assert_eq!(cursor, 0);
+        assert_eq!(Objects::round_robin(&mut cursor, |n| n == 1), 2);
+        assert_eq!(cursor, 3);
+    }
+
+    #[test]
+    fn pds_stop_at_the_limit_and_clear_keeps_the_cursor() {
+        let mut t = Objects::new(0);
+        let a = t.alloc_pd(2).expect("first");
+        let b = t.alloc_pd(2).expect("second");
+        assert_eq!(b, a + 1);
+        assert_eq!(t.alloc_pd(2), None);
+        t.clear();
+        assert_eq!(t.counts(0).total(), 0);
+        assert_eq!(t.alloc_pd(2), Some(b + 1));
+    }
+
+    #[test]
+    fn eqs_start_at_5_uars_stop_at_the_limit_and_a_freed_uar_is_unknown() {
+        let mut t = Objects::new(0);
+        assert_eq!(t.free_eqn(), Some(FIRST_EQN));
+        assert_eq!(t.alloc_uar(FIRST_UAR + 1), Some(FIRST_UAR));
+        assert_eq!(t.alloc_uar(FIRST_UAR + 1), None);
+        assert!(t.dealloc_uar(FIRST_UAR).is_ok());
+        let e = t.dealloc_uar(FIRST_UAR).expect_err("already freed");
+        assert_eq!(e.syndrome, crate::syndrome::UAR_NOT_FOUND);
+    }
+}
