@@ -52,6 +52,7 @@ mod verbs_channels;
 mod verbs_cq;
 mod verbs_cq_events;
 mod verbs_cq_moderation;
+mod verbs_error_cause;
 mod verbs_fidelity;
 mod verbs_poll_ex;
 mod verbs_poll_route;
