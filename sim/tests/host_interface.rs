@@ -2,12 +2,10 @@
 //! callbacks, the interrupt hook, the host clock, reset, and MMIO entry
 //! points that record a bad access instead of panicking.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use crate::common::*;
 use mlx5_regs::layouts::*;
 use mlx5_regs::{EventType, Opcode};
 use mlx5_sim::host::DeviceMemory;

@@ -4,9 +4,7 @@
 //! capability bit whose page or command it does not serve
 //! (docs/fidelity.md §3).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use mlx5_regs::consts::op_mod as om;
 use mlx5_regs::layouts::*;
 use mlx5_regs::{CmdStatus, Opcode};
