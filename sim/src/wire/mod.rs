@@ -44,6 +44,7 @@ pub use frame::{
 pub use pcap::{
     read_pcap, PcapRecord, PcapWriter, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, SNAPLEN,
 };
+pub(crate) use segment::Endpoint;
 pub use segment::{Fault, Faults, PortId, Wire, WireStats};
 pub use transport::{
     headers_of, opcode, pad_for, psn_diff, syndrome, AckKind, Aeth, AtomicEth, Bth, Deth,

@@ -14,7 +14,8 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::crc::{ICRC_LEN, VCRC_LEN};
 use super::pcap::PcapWriter;
@@ -80,12 +81,19 @@ pub struct WireStats {
     pub undeliverable: u64,
 }
 
+/// Whatever owns a port on the wire: takes the frames waiting for it.
+pub(crate) trait Endpoint: Send + Sync {
+    /// Process every frame waiting in the port's inbox.
+    fn poll_wire(&self);
+}
+
 /// One port's place on the wire.
-#[derive(Debug)]
 struct Port {
     /// IB: the port's LID (switch forwarding).
     lid: u16,
     inbox: VecDeque<Vec<u8>>,
+    /// The device behind the port, if one is attached.
+    endpoint: Option<Weak<dyn Endpoint>>,
 }
 
 struct Inner {
@@ -106,6 +114,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct Wire {
     inner: Arc<Mutex<Inner>>,
+    /// A [`Wire::pump`] is running.
+    pumping: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Wire {
@@ -134,6 +144,7 @@ impl Wire {
                 stats: WireStats::default(),
                 pool: Vec::new(),
             })),
+            pumping: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -153,8 +164,60 @@ impl Wire {
         g.ports.push(Port {
             lid,
             inbox: VecDeque::new(),
+            endpoint: None,
         });
         PortId(g.ports.len() - 1)
+    }
+
+    /// Attach the device that takes `port`'s frames.
+    pub(crate) fn set_endpoint(&self, port: PortId, ep: Weak<dyn Endpoint>) {
+        if let Some(p) = self.lock().ports.get_mut(port.0) {
+            p.endpoint = Some(ep);
+        }
+    }
+
+    /// Deliver: let every attached device take the frames waiting for it,
+    /// again and again while they answer, until the wire is quiet. A frame
+    /// held back for reordering goes out once nothing else moves. Devices
+    /// call this after each step (doorbell, clock); a pump already running
+    /// (here or on another thread) picks up what a nested call would have.
+    pub fn pump(&self) {
+        loop {
+            if self.pumping.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            loop {
+                let ready: Vec<Arc<dyn Endpoint>> = {
+                    let g = self.lock();
+                    g.ports
+                        .iter()
+                        .filter(|p| !p.inbox.is_empty())
+                        .filter_map(|p| p.endpoint.as_ref().and_then(Weak::upgrade))
+                        .collect()
+                };
+                if ready.is_empty() {
+                    if self.release_held() {
+                        continue;
+                    }
+                    break;
+                }
+                for ep in ready {
+                    ep.poll_wire();
+                }
+            }
+            self.pumping.store(false, Ordering::Release);
+            // Frames that arrived between the last look and the release.
+            let more = {
+                let g = self.lock();
+                g.held.is_some()
+                    || g.ports
+                        .iter()
+                        .any(|p| !p.inbox.is_empty() && p.endpoint.is_some())
+            };
+            if !more {
+                return;
+            }
+        }
     }
 
     /// Change the LID the switch forwards to `port` by.
