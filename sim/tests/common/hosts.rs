@@ -181,6 +181,7 @@ pub struct Conn {
     pub ack_timeout: u8,
     pub retry_count: u8,
     pub rnr_retry: u8,
+    pub pkey_index: u16,
 }
 
 impl Default for Conn {
@@ -190,6 +191,7 @@ impl Default for Conn {
             ack_timeout: 14,
             retry_count: 7,
             rnr_retry: 7,
+            pkey_index: 0,
         }
     }
 }
@@ -222,7 +224,14 @@ impl Host {
 /// RST2INIT, INIT2RTR toward `peer` (QPN `rqpn`, address `to`), RTR2RTS.
 pub fn connect_qp(h: &mut Host, t: Transport, rqpn: u32, to: &Addr, psns: (u32, u32), c: Conn) {
     let qpn = h.qp.qpn;
-    h.f.ok(&rst2init(qpn), 16);
+    let mut init = rst2init(qpn);
+    ads::pkey_index
+        .set(
+            qpc::primary_address_path.get_mut(rst2init_qp_in::qpc.get_mut(&mut init)),
+            c.pkey_index,
+        )
+        .unwrap();
+    h.f.ok(&init, 16);
     let i = modify_cmd(Opcode::INIT2RTR_QP, qpn, OptParam::empty(), |q| {
         qpc::mtu.set(q, c.mtu).unwrap();
         qpc::log_msg_max.set(q, 30).unwrap();
@@ -281,6 +290,15 @@ impl Hosts {
         a.rmp.post(1 << RMP_LOG);
         b.rmp.post(1 << RMP_LOG);
         Hosts { t, wire, a, b }
+    }
+
+    /// Move A's QP back to RESET and connect it again to `rqpn` at `to`
+    /// (a test's wrong destination).
+    pub fn reconnect_a(&mut self, rqpn: u32, to: &Addr, c: Conn, psns: (u32, u32)) {
+        let q = self.a.qp.qpn;
+        self.a.f.ok(&super::qp::qpn_cmd(Opcode::QP_2RST, q), 16);
+        self.a.qp.pc = 0;
+        connect_qp(&mut self.a, self.t, rqpn, to, psns, c);
     }
 
     /// Poll `h`'s send (or receive) CQ until a CQE arrives, letting device
