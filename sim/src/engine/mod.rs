@@ -169,6 +169,10 @@ impl State {
                 self.req_done(qpn, &w, payload.len() as u32);
                 true
             }
+            Outcome::Duplicate => {
+                self.req_done(qpn, &w, payload.len() as u32);
+                true
+            }
             Outcome::Rnr(code) => {
                 self.stats.rnr_naks += 1;
                 self.requester_wait(qpn, &w, WaitKind::Rnr, Some(rnr_timer_ns(code)));

@@ -260,7 +260,7 @@ impl State {
                 }
                 self.wire_reply(qpn, syndrome::RNR_NAK | (code & 0x1f), msg.first_psn);
             }
-            Outcome::NoAck => {}
+            Outcome::NoAck | Outcome::Duplicate => {}
             Outcome::Failed { synd, responder } => {
                 let code = match synd {
                     cqe_syndrome::REMOTE_ACCESS_ERR => syndrome::NAK_REMOTE_ACCESS,

@@ -22,6 +22,8 @@ const M24: u32 = 0x00ff_ffff;
 pub(super) enum Outcome {
     /// Accepted (and the responder CQE written where one is due).
     Done,
+    /// A duplicate: acknowledged, nothing delivered.
+    Duplicate,
     /// RNR NAK with the responder's `min_rnr_nak` timer code.
     Rnr(u8),
     /// Nothing came back (peer unreachable, not connected, PSN mismatch).
@@ -32,6 +34,15 @@ pub(super) enum Outcome {
         synd: u8,
         responder: Option<(u32, Option<EventType>)>,
     },
+}
+
+/// Where a message's PSNs stand at the responder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Psn {
+    /// It starts at the expected PSN.
+    Expected,
+    /// Every packet is behind it.
+    Duplicate,
 }
 
 impl State {
@@ -62,34 +73,53 @@ impl State {
         }
     }
 
-    /// The responder QP of `sqpn`'s connection, if a packet reaches it.
-    fn route(&self, sqpn: u32) -> Option<u32> {
+    /// The responder QP of `sqpn`'s connection if a packet reaches it, and
+    /// how the message of `npkts` packets stands against its expected PSN.
+    fn route(&self, sqpn: u32, npkts: u32) -> Option<(u32, Psn)> {
         if !self.local_destination(sqpn) {
             return None;
         }
         let s = self.qps.get(&sqpn)?;
         let t = self.qps.get(&s.remote_qpn)?;
         let receiving = matches!(t.state, QpState::Rtr | QpState::Rts | QpState::Sqer);
-        (t.st == qp_st::RC
-            && receiving
-            && t.remote_qpn == sqpn
-            && t.next_rcv_psn == s.next_send_psn)
-            .then_some(s.remote_qpn)
+        if t.st != qp_st::RC || !receiving || t.remote_qpn != sqpn {
+            return None;
+        }
+        let last = (s.next_send_psn + npkts - 1) & M24;
+        let at = if t.next_rcv_psn == s.next_send_psn {
+            Psn::Expected
+        } else if crate::wire::psn_diff(last, t.next_rcv_psn) < 0 {
+            Psn::Duplicate
+        } else {
+            // Ahead (a gap) or straddling: the responder's NAK names a PSN
+            // the requester never sent, so nothing it can act on.
+            return None;
+        };
+        Some((s.remote_qpn, at))
     }
 
     /// Deliver `payload` of WQE `wq` from `sqpn` to its peer in this
-    /// function; both PSNs advance by the message's packet count.
+    /// function; both PSNs advance by the message's packet count. A message
+    /// whose PSNs are all behind the responder's is a duplicate: ACKed
+    /// again, not delivered (IBTA vol. 1 §9.7.5.1.2; rxe `check_psn`).
     pub(super) fn respond(&mut self, sqpn: u32, wq: &Wqe, payload: &[u8]) -> Outcome {
-        let Some(tq) = self.route(sqpn) else {
+        let len = payload.len() as u64;
+        let mtu = mlx5_regs::consts::mtu::bytes(self.qps[&sqpn].mtu).unwrap_or(256) as u64;
+        let npkts = len.div_ceil(mtu).max(1) as u32;
+        let Some((tq, at)) = self.route(sqpn, npkts) else {
             return Outcome::NoAck;
         };
+        if at == Psn::Duplicate {
+            self.stats.duplicates += 1;
+            if let Some(s) = self.qps.get_mut(&sqpn) {
+                s.next_send_psn = (s.next_send_psn + npkts) & M24;
+            }
+            return Outcome::Duplicate;
+        }
         let l3 = self.roce_l3_bits(sqpn);
         let out = self.deliver_message(tq, sqpn, wq, payload, l3);
         if matches!(out, Outcome::Done) {
             // Packets of this message: both PSNs advance by the same count.
-            let len = payload.len() as u64;
-            let mtu = mlx5_regs::consts::mtu::bytes(self.qps[&sqpn].mtu).unwrap_or(256) as u64;
-            let npkts = len.div_ceil(mtu).max(1) as u32;
             if let Some(s) = self.qps.get_mut(&sqpn) {
                 s.next_send_psn = (s.next_send_psn + npkts) & M24;
             }
