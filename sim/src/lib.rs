@@ -12,7 +12,8 @@
 //! WQE parsing, loopback delivery (force loopback, RoCE, IB), SRQ
 //! consumption, requester/responder/error/flush CQEs, RNR and retry timers
 //! (`docs/fidelity.md` §14), and a frame codec for RoCE v2, RoCE v1 and
-//! InfiniBand ([`wire`]).
+//! InfiniBand with a `Wire` that joins the ports of several devices
+//! ([`wire`], [`Device::connect`]).
 //!
 //! It is **strict**: whatever firmware refuses, the model refuses with the
 //! firmware's status and a syndrome naming the check ([`syndrome`]). Test
