@@ -37,7 +37,7 @@ impl State {
     /// The outer headers of packets QP `qpn` sends to its peer; `None` when
     /// the path names no programmed source GID (the QP cannot send).
     pub(crate) fn encap_for(&mut self, qpn: u32) -> Option<Encap> {
-        let q = self.qps.get(&qpn)?;
+        let q = self.objects.qps.get(&qpn)?;
         let p = q.path;
         let remote = q.remote_qpn;
         if self.caps.port_type == port::TYPE_IB {
@@ -147,7 +147,7 @@ impl State {
     /// For RC, the packet's source is the QP's peer (rxe `check_addr`):
     /// source IP/GID = the path's destination GID, or SLID = its DLID.
     pub(crate) fn sent_by_peer_of(&self, qpn: u32, e: &Encap) -> bool {
-        let Some(q) = self.qps.get(&qpn) else {
+        let Some(q) = self.objects.qps.get(&qpn) else {
             return false;
         };
         let p = &q.path;

@@ -93,7 +93,7 @@ impl State {
         let qpn = bth.dest_qp;
         let keep = self.addressed_to_us(&p.encap)
             && bth.tver == TVER
-            && self.qps.get(&qpn).is_some_and(|q| {
+            && self.objects.qps.get(&qpn).is_some_and(|q| {
                 q.st == qp_st::RC
                     && matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqer)
                     && pkey_match(pkey_of(self, q.path.pkey_index), bth.pkey)
@@ -118,7 +118,7 @@ impl State {
         let Some(encap) = self.encap_for(qpn) else {
             return;
         };
-        let q = &self.qps[&qpn];
+        let q = &self.objects.qps[&qpn];
         let pkt = Packet {
             encap,
             bth: Bth {
@@ -156,14 +156,14 @@ impl State {
 
     /// A SEND or RDMA WRITE packet for responder QP `qpn`.
     fn wire_request(&mut self, qpn: u32, e: &Encap, bth: Bth, ext: &ExtHeaders, payload: &[u8]) {
-        let q = &self.qps[&qpn];
+        let q = &self.objects.qps[&qpn];
         let epsn = q.next_rcv_psn;
         let mtu = mtu::bytes(q.mtu).unwrap_or(256) as usize;
         let d = psn_diff(bth.psn, epsn);
         if d > 0 {
             // A gap: one NAK per gap, later packets dropped until ePSN.
             if !q.wire.rx.nak_sent {
-                self.qps.get_mut(&qpn).expect("QP").wire.rx.nak_sent = true;
+                self.objects.qps.get_mut(&qpn).expect("QP").wire.rx.nak_sent = true;
                 self.wire_reply(qpn, syndrome::NAK | syndrome::NAK_PSN_SEQ, epsn);
             }
             return;
@@ -193,7 +193,7 @@ impl State {
             self.wire_fatal_nak(qpn, syndrome::NAK_INVALID_REQUEST, bth.psn);
             return;
         }
-        let q = self.qps.get_mut(&qpn).expect("QP");
+        let q = self.objects.qps.get_mut(&qpn).expect("QP");
         let rx = &mut q.wire.rx;
         rx.nak_sent = false;
         if matches!(pos, Pos::First | Pos::Only) {
@@ -218,7 +218,7 @@ impl State {
         let sender = q.remote_qpn;
         let remote = msg.reth.map(|r| (r.va, r.rkey));
         if msg.write && msg.reth.is_some_and(|r| r.dma_len as usize != bytes.len()) {
-            self.qps.get_mut(&qpn).expect("QP").wire.rx.buf = bytes;
+            self.objects.qps.get_mut(&qpn).expect("QP").wire.rx.buf = bytes;
             self.wire_fatal_nak(qpn, syndrome::NAK_INVALID_REQUEST, bth.psn);
             return;
         }
@@ -238,7 +238,7 @@ impl State {
             data: Data::Inline(Vec::new()),
         };
         let outcome = self.deliver_message(qpn, sender, &wq, &bytes, l3_bits_of(e));
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             let mut bytes = bytes;
             bytes.clear();
             q.wire.rx.buf = bytes;
@@ -246,7 +246,7 @@ impl State {
         match outcome {
             Outcome::Done => {
                 self.stats.messages_received += 1;
-                if let Some(q) = self.qps.get_mut(&qpn) {
+                if let Some(q) = self.objects.qps.get_mut(&qpn) {
                     q.wire.rx.msn = (q.wire.rx.msn + 1) & MASK24;
                 }
                 if bth.ack_req {
@@ -255,7 +255,7 @@ impl State {
             }
             Outcome::Rnr(code) => {
                 // Not ready: the whole message comes again from its first PSN.
-                if let Some(q) = self.qps.get_mut(&qpn) {
+                if let Some(q) = self.objects.qps.get_mut(&qpn) {
                     q.next_rcv_psn = msg.first_psn;
                 }
                 self.wire_reply(qpn, syndrome::RNR_NAK | (code & 0x1f), msg.first_psn);

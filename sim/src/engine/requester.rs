@@ -91,7 +91,7 @@ impl State {
     /// it. Always stops the send queue (the next WQE waits for the ACK).
     pub(super) fn wire_exec(&mut self, qpn: u32, wq: Wqe, payload: &[u8]) -> bool {
         let now = self.now_ns();
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return false;
         };
         let timeout = ack_timeout_ns(q.path.ack_timeout);
@@ -126,7 +126,7 @@ impl State {
             self.stats.retransmissions += 1;
         }
         self.wire_transmit(qpn, payload, mtu);
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.wait = Some(Wait {
                 kind: WaitKind::Ack,
                 at_ns: timeout.map_or(u64::MAX, |t| now.saturating_add(t)),
@@ -141,7 +141,7 @@ impl State {
         let Some(encap) = self.encap_for(qpn) else {
             return;
         };
-        let q = &self.qps[&qpn];
+        let q = &self.objects.qps[&qpn];
         let tx = q.wire.tx.as_ref().expect("in flight");
         let (first, n, from) = (tx.first_psn, tx.npkts, tx.resend_from);
         let wq = &tx.wqe;
@@ -207,7 +207,7 @@ impl State {
     /// An ACKNOWLEDGE (or NAK) for requester QP `qpn`.
     pub(super) fn wire_ack(&mut self, qpn: u32, psn: u32, aeth: Aeth) {
         let now = self.now_ns();
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
         let Some(tx) = q.wire.tx.as_mut() else {

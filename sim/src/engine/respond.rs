@@ -50,7 +50,7 @@ impl State {
     /// port's own LID, or one of its own GIDs with its MAC): the packets
     /// loop inside the card instead of leaving by the port.
     pub(super) fn local_destination(&self, sqpn: u32) -> bool {
-        let Some(s) = self.qps.get(&sqpn) else {
+        let Some(s) = self.objects.qps.get(&sqpn) else {
             return false;
         };
         let p = &s.path;
@@ -79,8 +79,8 @@ impl State {
         if !self.local_destination(sqpn) {
             return None;
         }
-        let s = self.qps.get(&sqpn)?;
-        let t = self.qps.get(&s.remote_qpn)?;
+        let s = self.objects.qps.get(&sqpn)?;
+        let t = self.objects.qps.get(&s.remote_qpn)?;
         let receiving = matches!(t.state, QpState::Rtr | QpState::Rts | QpState::Sqer);
         if t.st != qp_st::RC || !receiving || t.remote_qpn != sqpn {
             return None;
@@ -104,14 +104,14 @@ impl State {
     /// again, not delivered (IBTA vol. 1 §9.7.5.1.2; rxe `check_psn`).
     pub(super) fn respond(&mut self, sqpn: u32, wq: &Wqe, payload: &[u8]) -> Outcome {
         let len = payload.len() as u64;
-        let mtu = mlx5_regs::consts::mtu::bytes(self.qps[&sqpn].mtu).unwrap_or(256) as u64;
+        let mtu = mlx5_regs::consts::mtu::bytes(self.objects.qps[&sqpn].mtu).unwrap_or(256) as u64;
         let npkts = len.div_ceil(mtu).max(1) as u32;
         let Some((tq, at)) = self.route(sqpn, npkts) else {
             return Outcome::NoAck;
         };
         if at == Psn::Duplicate {
             self.stats.duplicates += 1;
-            if let Some(s) = self.qps.get_mut(&sqpn) {
+            if let Some(s) = self.objects.qps.get_mut(&sqpn) {
                 s.next_send_psn = (s.next_send_psn + npkts) & M24;
             }
             return Outcome::Duplicate;
@@ -120,10 +120,10 @@ impl State {
         let out = self.deliver_message(tq, sqpn, wq, payload, l3);
         if matches!(out, Outcome::Done) {
             // Packets of this message: both PSNs advance by the same count.
-            if let Some(s) = self.qps.get_mut(&sqpn) {
+            if let Some(s) = self.objects.qps.get_mut(&sqpn) {
                 s.next_send_psn = (s.next_send_psn + npkts) & M24;
             }
-            if let Some(r) = self.qps.get_mut(&tq) {
+            if let Some(r) = self.objects.qps.get_mut(&tq) {
                 r.next_rcv_psn = (r.next_rcv_psn + npkts) & M24;
             }
         }
@@ -141,7 +141,11 @@ impl State {
         payload: &[u8],
         l3_bits: u32,
     ) -> Outcome {
-        let t = self.qps.get(&tq).expect("delivered to an existing QP");
+        let t = self
+            .objects
+            .qps
+            .get(&tq)
+            .expect("delivered to an existing QP");
         let (t_rwe, t_pd, t_rq_type, t_srqn, t_min_rnr) =
             (t.rwe, t.pd, t.rq_type, t.srqn, t.min_rnr_nak);
         let len = payload.len() as u64;
@@ -238,7 +242,7 @@ impl State {
     /// `flags_rqpn` bits 25:24 of a RoCE receive: the L3 header type of the
     /// sender's GID entry (0 GRH = v1, 1 IPv6, 2 IPv4; `MLX5_CQE_ROCE_L3_HEADER_TYPE_*`).
     fn roce_l3_bits(&self, sqpn: u32) -> u32 {
-        let Some(s) = self.qps.get(&sqpn) else {
+        let Some(s) = self.objects.qps.get(&sqpn) else {
             return 0;
         };
         if s.path.fl || self.caps.port_type == port::TYPE_IB {
@@ -267,7 +271,7 @@ impl State {
         len: u32,
         l3_bits: u32,
     ) {
-        let Some(t) = self.qps.get(&tq) else {
+        let Some(t) = self.objects.qps.get(&tq) else {
             return;
         };
         let (cqn, v1, uidx) = (t.cqn_rcv, t.cqe_v1(), t.user_index);
@@ -300,7 +304,7 @@ impl State {
     /// RESP_ERR CQE naming the consumed SRQ WQE (the driver returns it to
     /// the free list, Linux `mlx5_poll_one`).
     fn resp_err_cqe(&mut self, tq: u32, srqn: u32, idx: u16, synd: u8) {
-        let Some(t) = self.qps.get(&tq) else {
+        let Some(t) = self.objects.qps.get(&tq) else {
             return;
         };
         let (cqn, v1, uidx) = (t.cqn_rcv, t.cqe_v1(), t.user_index);
