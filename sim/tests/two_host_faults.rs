@@ -189,7 +189,17 @@ fn chosen_faults_are_recovered() {
 
 #[test]
 fn seeded_random_faults_below_the_retry_budget_lose_nothing() {
-    let seeds = [1u64, 2, 0xdead_beef];
+    // Fixed regression seeds, plus this run's fresh seed when CI sets one
+    // (`MLX5_FRESH_SEED`, printed by `.ci/run`); `MLX5_PROP_SEED` replays one.
+    let mut seeds = vec![1u64, 2, 0xdead_beef];
+    for var in ["MLX5_FRESH_SEED", "MLX5_PROP_SEED"] {
+        if let Some(n) = std::env::var(var).ok().and_then(|v| v.parse().ok()) {
+            if var == "MLX5_PROP_SEED" {
+                seeds.clear();
+            }
+            seeds.push(n);
+        }
+    }
     for &seed in &seeds {
         for t in ALL {
             let faults = Faults {
@@ -200,7 +210,10 @@ fn seeded_random_faults_below_the_retry_budget_lose_nothing() {
                 corrupt: 0.02,
                 chosen: Vec::new(),
             };
-            eprintln!("mlx5-seeds: two_host_faults {t:?} seed {seed}");
+            eprintln!(
+                "mlx5-seeds: two_host_faults {t:?} seed {seed} \
+                 (replay: MLX5_PROP_SEED={seed} cargo test -p mlx5-sim --test two_host_faults)"
+            );
             let (a, b) = exchange_over_faults(t, faults, 24);
             assert!(
                 a.retransmissions + b.retransmissions > 0,
