@@ -4,9 +4,7 @@
 //! P_Key: the receiving card drops the frames silently) ends the sender in
 //! RETRY_EXC_ERR after exactly its retry budget, the WQEs behind flushed.
 
-mod common;
-
-use common::hosts::{Addr, Conn, Hosts, Transport, ALL};
+use crate::common::hosts::{Addr, Conn, Hosts, Transport, ALL};
 use mlx5_regs::consts::{cqe_syndrome, CqeOpcode};
 use mlx5_regs::layouts::{cqe64, err_cqe};
 use mlx5_sim::wire::{Fault, Faults};
@@ -212,7 +210,7 @@ fn seeded_random_faults_below_the_retry_budget_lose_nothing() {
             };
             eprintln!(
                 "mlx5-seeds: two_host_faults {t:?} seed {seed} \
-                 (replay: MLX5_PROP_SEED={seed} cargo test -p mlx5-sim --test two_host_faults)"
+                 (replay: MLX5_PROP_SEED={seed} cargo test -p mlx5-sim --test integration two_host_faults::)"
             );
             let (a, b) = exchange_over_faults(t, faults, 24);
             assert!(

@@ -3,10 +3,8 @@
 //! byte for byte with the responder's CQE, acknowledged back to the
 //! requester; both directions.
 
-mod common;
-
-use common::hosts::{Conn, Hosts, ALL, BIG};
-use common::wire::Wr;
+use crate::common::hosts::{Conn, Hosts, ALL, BIG};
+use crate::common::wire::Wr;
 use mlx5_regs::consts::wqe as w;
 use mlx5_regs::consts::CqeOpcode;
 use mlx5_regs::layouts::{cqe64, err_cqe};
