@@ -72,12 +72,27 @@ fn parse_size(s: &str) -> Result<usize, String> {
         Some((i, 'g' | 'G')) => (&t[..i], 30),
         _ => (t, 0),
     };
-    let v = crate::target::parse_u64(num)
-        .map_err(|_| format!("'{s}' is not a byte count (e.g. 65536, 0x10000, 64K, 4M, 1G)"))?;
+    let v = crate::target::parse_u64(num).map_err(|_| {
+        format!(
+            "'{}' is not a byte count (e.g. 65536, 0x10000, 64K, 4M, 1G)",
+            crate::error::quote(s)
+        )
+    })?;
     v.checked_mul(1u64 << shift)
         .and_then(|b| usize::try_from(b).ok())
         .filter(|b| *b > 0)
-        .ok_or_else(|| format!("'{s}' is zero or too large"))
+        .ok_or_else(|| format!("'{}' is zero or too large", crate::error::quote(s)))
+}
+
+/// A 16-bit value: decimal or 0x hex, refused past 0xffff.
+fn parse_u16(s: &str) -> Result<u16, String> {
+    let v = crate::target::parse_u64(s).map_err(|_| {
+        format!(
+            "'{}' is not a number (decimal or 0x hex)",
+            crate::error::quote(s)
+        )
+    })?;
+    u16::try_from(v).map_err(|_| format!("{v:#x} is out of range (at most 0xffff)"))
 }
 
 /// The command line.
@@ -293,8 +308,8 @@ Example:
         /// The opcode of an output (name or number)
         #[arg(long)]
         opcode: Option<String>,
-        /// The op_mod of an output (query-hca-cap's capability type)
-        #[arg(long)]
+        /// The op_mod of an output (query-hca-cap's capability type), decimal or 0x hex
+        #[arg(long, value_parser = parse_u16)]
         op_mod: Option<u16>,
         /// Print zero fields too
         #[arg(long)]

@@ -38,8 +38,14 @@ pub fn distance(a: &str, b: &str) -> usize {
 /// The candidates closest to `word` (at most a third of its length away),
 /// nearest first, at most `n`.
 pub fn suggest<'a>(word: &str, cands: impl Iterator<Item = &'a str>, n: usize) -> Vec<String> {
+    // No name is that long: the edit distance to a huge token (it costs
+    // len × len) is never computed.
+    if word.len() > 128 {
+        return Vec::new();
+    }
     let max = (word.len() / 3).max(2);
     let mut v: Vec<(usize, &str)> = cands
+        .filter(|c| c.len().abs_diff(word.len()) <= max)
         .map(|c| (distance(word, c), c))
         .filter(|(d, _)| *d <= max)
         .collect();
@@ -109,7 +115,7 @@ pub fn op_mod_value(op: Opcode, v: &str) -> Result<String, CliError> {
     match names.iter().find(|(n, _)| n.eq_ignore_ascii_case(v)) {
         Some((_, x)) => Ok(x.to_string()),
         None => Err(CliError::usage(
-            format!("'{v}' is not an op_mod of {op}"),
+            format!("'{}' is not an op_mod of {op}", crate::error::quote(v)),
             if names.is_empty() {
                 "give a number".to_string()
             } else {

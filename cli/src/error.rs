@@ -216,7 +216,9 @@ impl CliError {
             CliError::Usage { what, .. }
             | CliError::NoDevice { what, .. }
             | CliError::Failed { what, .. } => what.clone(),
-            CliError::Driver { step, err, .. } => format!("{step}: {err} (errno {})", err.errno()),
+            CliError::Driver { step, err, .. } => {
+                format!("{step}: {} (errno {})", driver_text(err), err.errno())
+            }
             CliError::Check { what } => format!("check failed: {what}"),
             CliError::FaultNotFired { what } => what.clone(),
             CliError::Expect { what } => format!("expect failed: {what}"),
@@ -330,5 +332,67 @@ impl std::error::Error for CliError {
             CliError::Driver { err, .. } => Some(err),
             _ => None,
         }
+    }
+}
+
+/// The longest piece of the user's input an error message quotes.
+pub const QUOTE_MAX: usize = 64;
+
+/// `s` for quoting in a message: whole when short, else its first
+/// [`QUOTE_MAX`] characters and how long it was (an error must not echo a
+/// multi-megabyte token back).
+pub fn quote(s: &str) -> String {
+    match s.char_indices().nth(QUOTE_MAX) {
+        None => s.to_string(),
+        Some((cut, _)) => format!("{}... ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
+/// A driver error in words. The driver's own text, except where it names a
+/// Rust value (the fatal reason): that part is said in words here.
+pub fn driver_text(err: &mlx5_driver::Error) -> String {
+    use mlx5_driver::FatalReason as R;
+    match err {
+        mlx5_driver::Error::Fatal {
+            health_syndrome,
+            ext_syndrome,
+            reason,
+        } => {
+            let why = match reason {
+                R::PciDead => "the device is gone from PCI (health buffer reads all ones)",
+                R::NicDisabled => "the NIC interface reads DISABLED",
+                R::SwReset => "the NIC interface reads SW_RESET",
+                R::Syndrome => "the health buffer reports a failure",
+                R::HeartbeatStopped => "the firmware heartbeat stopped",
+                _ => "the health check reports the device dead",
+            };
+            let name = mlx5_regs::consts::health_syndrome_name(*health_syndrome)
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default();
+            format!(
+                "device fatal: {why}: health syndrome {health_syndrome:#04x}{name}, ext syndrome {ext_syndrome:#06x}"
+            )
+        }
+        e => e.to_string(),
+    }
+}
+
+/// A protocol violation the model saw, in words (not its Rust form).
+pub fn violation_text(v: &mlx5_sim::Violation) -> String {
+    use mlx5_sim::Violation as V;
+    match v {
+        V::Doorbell(w) => format!("command doorbell ignored: {w}"),
+        V::UarDoorbell(w) => format!("UAR doorbell ignored: {w}"),
+        V::PageScribbled { iova, offset } => {
+            format!("firmware page {iova:#x} modified by the host (byte {offset})")
+        }
+        V::EqOverrun { eqn } => format!("EQ {eqn} overran"),
+        V::CqOverrun { cqn } => format!("CQ {cqn:#x} overran"),
+        V::EventDropped { event_type } => {
+            format!("event type {event_type:#x} dropped: no EQ subscribes to it")
+        }
+        V::FreedWhileInUse(w) => format!("DMA memory freed while in use: {w}"),
+        V::SendQueue(w) => format!("send queue not executable: {w}"),
+        other => format!("{other:?}"),
     }
 }

@@ -6,7 +6,7 @@ use mlx5_driver::cmd::MAX_CMD_LEN;
 use mlx5_regs::field::{read_bits, write_bits};
 use mlx5_regs::{Kind, Layout, Opcode};
 
-use crate::error::CliError;
+use crate::error::{quote, CliError};
 use crate::target::parse_u64;
 
 /// A field resolved inside a layout.
@@ -39,6 +39,8 @@ fn leaf_names(l: &Layout, prefix: &str, out: &mut Vec<String>) {
 }
 
 pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliError> {
+    // The path as messages quote it (bounded: it is the user's input).
+    let qp = quote(path);
     let parts: Vec<&str> = path.split('.').collect();
     let mut cur = layout;
     let mut base = 0u32;
@@ -46,16 +48,27 @@ pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliE
         let last = i + 1 == parts.len();
         let (name, idx) = match part.split_once('[') {
             Some((n, rest)) => {
-                let idx = rest
-                    .strip_suffix(']')
-                    .and_then(|s| parse_u64(s).ok())
-                    .ok_or_else(|| {
-                        CliError::usage(
-                            format!("bad array index in '{path}'"),
-                            "write array elements as name[3]=value",
-                        )
-                    })?;
-                (n, Some(idx as u32))
+                let text = rest.strip_suffix(']').ok_or_else(|| {
+                    CliError::usage(
+                        format!("bad array index in '{}'", quote(path)),
+                        "write array elements as name[3]=value",
+                    )
+                })?;
+                let idx = parse_u64(text).map_err(|_| {
+                    CliError::usage(
+                        format!("bad array index in '{}'", quote(path)),
+                        "write array elements as name[3]=value",
+                    )
+                })?;
+                // An index past u32 can never address a command of
+                // MAX_CMD_LEN bytes: refuse it instead of truncating.
+                let idx = u32::try_from(idx).map_err(|_| {
+                    CliError::usage(
+                        format!("array index {idx} in '{}' is out of range", quote(path)),
+                        format!("a command holds at most {MAX_CMD_LEN} bytes"),
+                    )
+                })?;
+                (n, Some(idx))
             }
             None => (*part, None),
         };
@@ -106,7 +119,7 @@ pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliE
                 format!("did you mean: {}?", close.join(", "))
             };
             return Err(CliError::usage(
-                format!("'{path}' is not a field of {}", layout.name),
+                format!("'{qp}' is not a field of {}", layout.name),
                 hint,
             ));
         };
@@ -118,8 +131,11 @@ pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliE
             }
             (Kind::Sub(_), true, _) => {
                 return Err(CliError::usage(
-                    format!("'{path}' is a structure, not a field"),
-                    format!("set one of its fields, e.g. {path}.<field>"),
+                    format!(
+                        "'{}' is a structure, not a field",
+                        crate::error::quote(path)
+                    ),
+                    format!("set one of its fields, e.g. {qp}.<field>"),
                 ))
             }
             (Kind::Scalar, true, None) => {
@@ -148,17 +164,31 @@ pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliE
             (Kind::Array { count }, true, Some(i)) => {
                 if count > 0 && i >= count {
                     return Err(CliError::usage(
-                        format!("'{path}': {name} has {count} elements"),
+                        format!(
+                            "'{}': {name} has {count} elements",
+                            crate::error::quote(path)
+                        ),
                         format!("use an index below {count}"),
                     ));
                 }
-                let bit = off + i * f.width;
-                if count == 0 && (bit / 8) as usize + (f.width / 8) as usize > MAX_CMD_LEN {
+                // In u64: index times width overflows u32 long before it
+                // reaches the MAX_CMD_LEN check.
+                let bit64 = u64::from(off) + u64::from(i) * u64::from(f.width);
+                if count == 0 && bit64 / 8 + u64::from(f.width / 8) > MAX_CMD_LEN as u64 {
                     return Err(CliError::usage(
-                        format!("'{path}': the command would exceed {MAX_CMD_LEN} bytes"),
+                        format!(
+                            "'{}': the command would exceed {MAX_CMD_LEN} bytes",
+                            crate::error::quote(path)
+                        ),
                         "fewer elements",
                     ));
                 }
+                let bit = u32::try_from(bit64).map_err(|_| {
+                    CliError::usage(
+                        format!("'{}': index out of range", quote(path)),
+                        "use a smaller index",
+                    )
+                })?;
                 return Ok(Place {
                     name: f.name,
                     bit_off: bit,
@@ -169,25 +199,33 @@ pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliE
             }
             (Kind::Array { .. }, _, None) => {
                 return Err(CliError::usage(
-                    format!("'{path}' is an array"),
+                    format!("'{}' is an array", crate::error::quote(path)),
                     format!("set elements one by one: {name}[0]=..."),
                 ))
             }
             _ => {
                 return Err(CliError::usage(
-                    format!("'{path}' does not name a field"),
+                    format!("'{}' does not name a field", crate::error::quote(path)),
                     "use dotted names of the mlx5_ifc.h layout, e.g. cq_context.log_cq_size",
                 ))
             }
         }
     }
-    Err(CliError::usage(format!("empty field name in '{path}'"), ""))
+    Err(CliError::usage(
+        format!("empty field name in '{}'", crate::error::quote(path)),
+        "",
+    ))
 }
 
 pub(crate) fn parse_value(p: &Place, path: &str, v: &str) -> Result<Vec<u8>, CliError> {
     let bad = || {
         CliError::usage(
-            format!("'{v}' is not a value for {path} ({} bits)", p.width),
+            format!(
+                "'{}' is not a value for {} ({} bits)",
+                quote(v),
+                quote(path),
+                p.width
+            ),
             "numbers are decimal or 0x hex; 1-bit flags also take true/false",
         )
     };
@@ -209,7 +247,11 @@ pub(crate) fn parse_value(p: &Place, path: &str, v: &str) -> Result<Vec<u8>, Cli
     };
     if p.width < 64 && n >> p.width != 0 {
         return Err(CliError::usage(
-            format!("{path} = {v} does not fit: the field has {} bits", p.width),
+            format!(
+                "{path} = {} does not fit: the field has {} bits",
+                quote(v),
+                p.width
+            ),
             format!("the largest value is {:#x}", (1u64 << p.width) - 1),
         ));
     }
@@ -271,7 +313,7 @@ impl Input {
         let digits = (first.width / 4) as usize;
         let bad = || {
             CliError::usage(
-                format!("'{value}' is not a value for the array {path}"),
+                format!("'{}' is not a value for the array {path}", crate::error::quote(value)),
                 format!(
                     "give whole elements as one hex number, {digits} hex digits ({} bits) each, e.g. {path}=0x{}; or one element: {path}[0]=...",
                     first.width,

@@ -37,7 +37,7 @@ pub fn man(sub: Option<&str>, json_mode: bool) -> (Value, Result<(), CliError>) 
                 return (
                     Value::Null,
                     Err(CliError::usage(
-                        format!("no subcommand '{name}'"),
+                        format!("no subcommand '{}'", crate::error::quote(name)),
                         if near.is_empty() {
                             format!("the subcommands: {}", names.join(", "))
                         } else {

@@ -7,7 +7,12 @@
 
 use mlx5_regs::decode::Direction;
 
-use crate::error::CliError;
+use crate::error::{quote, CliError};
+
+/// The largest buffer a dump may describe: a command's input or output
+/// with every mailbox block (`MAX_CMD_LEN` is 4112 bytes) fits many times
+/// over; an offset past it is refused before anything is allocated.
+pub const MAX_BUFFER: usize = 1 << 20;
 
 /// One buffer found in a dump.
 #[derive(Debug, Clone, Default)]
@@ -48,7 +53,7 @@ pub fn parse(text: &str) -> Result<Vec<Buffer>, CliError> {
         }
         let Some((off, bytes, format)) = hex_line(line).map_err(|e| {
             CliError::usage(
-                format!("line {}: {e}: {raw}", i + 1),
+                format!("line {}: {e}: {}", i + 1, quote(raw)),
                 "a hexdump line is `cmd[N]: OFF: w0 w1 w2 w3`, `OFF: b0 b1 ...` or plain hex",
             )
         })?
@@ -66,8 +71,23 @@ pub fn parse(text: &str) -> Result<Vec<Buffer>, CliError> {
         let b = cur.get_or_insert_with(Buffer::default);
         b.format = format;
         let at = off.unwrap_or(b.bytes.len());
-        if b.bytes.len() < at + bytes.len() {
-            b.bytes.resize(at + bytes.len(), 0);
+        // The offset is the dump's word, not ours: checked against the
+        // bound before a byte is allocated for it.
+        let end = at
+            .checked_add(bytes.len())
+            .filter(|e| *e <= MAX_BUFFER)
+            .ok_or_else(|| {
+                CliError::usage(
+                    format!(
+                        "line {}: offset {at:#x} puts the data past {MAX_BUFFER:#x} bytes, \
+                         the largest buffer this tool decodes",
+                        i + 1
+                    ),
+                    "the offsets of a hexdump count from 0 within one command, CQE or EQE",
+                )
+            })?;
+        if b.bytes.len() < end {
+            b.bytes.resize(end, 0);
         }
         b.bytes[at..at + bytes.len()].copy_from_slice(&bytes);
         last_off = off.or(last_off);
@@ -188,7 +208,7 @@ fn words(s: &str, dump_buf: bool) -> Result<(Vec<u8>, &'static str), String> {
     };
     for g in s.split_whitespace() {
         if !g.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(format!("`{g}` is not hex"));
+            return Err(format!("`{}` is not hex", quote(g)));
         }
         match g.len() {
             2 | 8 => out.extend(hex_bytes(g)?),
@@ -203,7 +223,7 @@ fn words(s: &str, dump_buf: bool) -> Result<(Vec<u8>, &'static str), String> {
 
 fn hex_bytes(t: &str) -> Result<Vec<u8>, String> {
     if !t.len().is_multiple_of(2) {
-        return Err(format!("`{t}` has an odd number of hex digits"));
+        return Err(format!("`{}` has an odd number of hex digits", quote(t)));
     }
     (0..t.len())
         .step_by(2)

@@ -18,6 +18,7 @@ macro_rules! outp {
     ($($t:tt)*) => { $crate::report::emit(&format!($($t)*)) };
 }
 
+mod align;
 mod args;
 mod caps;
 mod decodecmd;

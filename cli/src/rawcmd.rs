@@ -19,6 +19,15 @@ use crate::report::Report;
 use crate::session::TracedHca;
 use crate::trace::{fmt_ns, outcome_json, outcome_text, Tracer};
 
+/// The commands of the HCA's life cycle, which only the tool's bring-up
+/// and teardown send.
+pub(crate) const LIFECYCLE: [Opcode; 4] = [
+    Opcode::ENABLE_HCA,
+    Opcode::INIT_HCA,
+    Opcode::TEARDOWN_HCA,
+    Opcode::DISABLE_HCA,
+];
+
 fn decode_to(
     op: Opcode,
     op_mod: u16,
@@ -70,13 +79,28 @@ pub(crate) fn parse_input(
             "pages are given at bring-up and taken back at teardown; `mlx5 trace` shows every MANAGE_PAGES",
         ));
     }
+    // The HCA's life cycle is the tool's: it brings the HCA up before the
+    // command and tears it down after. Sent by hand, TEARDOWN_HCA would
+    // leave the tool's own teardown failing on a dead HCA (exit 1), so it
+    // is refused like MANAGE_PAGES (docs/cli.md).
+    if LIFECYCLE.contains(&op) {
+        return Err(CliError::usage(
+            format!("{op} belongs to the tool's bring-up and teardown"),
+            "every run brings the HCA up (ENABLE_HCA, INIT_HCA) and tears it down (TEARDOWN_HCA, DISABLE_HCA); \
+             `mlx5 trace` shows them with their inputs and outputs",
+        ));
+    }
     let Some((in_layout, out_layout)) = op.layouts() else {
         return Err(CliError::usage(
             format!("{op} has no layout in mlx5-regs, so its fields cannot be named"),
             "commands with layouts: ".to_string()
                 + &Opcode::ALL
                     .iter()
-                    .filter(|o| o.layouts().is_some() && **o != Opcode::MANAGE_PAGES)
+                    .filter(|o| {
+                        o.layouts().is_some()
+                            && **o != Opcode::MANAGE_PAGES
+                            && !LIFECYCLE.contains(o)
+                    })
                     .filter_map(|o| o.name())
                     .map(|n| n.to_ascii_lowercase().replace('_', "-"))
                     .collect::<Vec<_>>()
@@ -92,7 +116,7 @@ fn build(op: Opcode, in_layout: &'static Layout, fields: &[String]) -> Result<In
     for f in fields {
         let Some((k, v)) = f.split_once('=') else {
             return Err(CliError::usage(
-                format!("'{f}' is not field=value"),
+                format!("'{}' is not field=value", crate::error::quote(f)),
                 "e.g. op_mod=1 or cq_context.log_cq_size=10",
             ));
         };

@@ -16,7 +16,7 @@ use std::io::Write as _;
 use mlx5_driver::stats::CmdOutcome;
 use serde_json::{json, Value};
 
-use crate::error::CliError;
+use crate::error::{quote, CliError};
 use crate::trace::Recorded;
 
 /// The trace file format version this tool writes and reads.
@@ -155,8 +155,11 @@ pub fn save(path: &str, header: &Value, recs: &[Rec]) -> Result<(), CliError> {
     }
     std::fs::File::create(path)
         .and_then(|mut f| f.write_all(s.as_bytes()))
-        .map_err(|e| CliError::Output {
-            what: format!("cannot write the trace to {path}: {e}"),
+        .map_err(|e| {
+            CliError::failed(
+                format!("cannot write the trace to {}: {e}", quote(path)),
+                "give --save a path in a writable directory (the trace above was still printed)",
+            )
         })
 }
 
@@ -182,9 +185,14 @@ pub fn load(path: &str) -> Result<(Value, Vec<Rec>), CliError> {
     }
     match head["version"].as_u64() {
         Some(v) if v <= VERSION => {}
-        v => {
+        Some(v) => {
             return Err(bad(format!(
-                "trace format version {v:?}; this tool reads up to {VERSION}"
+                "trace format version {v}; this tool reads up to {VERSION}"
+            )))
+        }
+        None => {
+            return Err(bad(format!(
+                "the header has no numeric \"version\" (this tool reads up to {VERSION})"
             )))
         }
     }
@@ -195,6 +203,18 @@ pub fn load(path: &str) -> Result<(Value, Vec<Rec>), CliError> {
         let num = |k: &str| {
             v[k].as_u64()
                 .ok_or_else(|| bad(format!("line {no}: no number \"{k}\"")))
+        };
+        // Each field read into its real width: a value past it is an
+        // error, never taken modulo the width.
+        let narrow = |k: &str, max: u64| {
+            let n = num(k)?;
+            if n > max {
+                return Err(bad(format!(
+                    "line {no}: \"{k}\" is {n:#x}, past its {}-bit width (at most {max:#x})",
+                    64 - max.leading_zeros()
+                )));
+            }
+            Ok(n)
         };
         let bytes = |k: &str| {
             v[k].as_str()
@@ -208,12 +228,12 @@ pub fn load(path: &str) -> Result<(Value, Vec<Rec>), CliError> {
         recs.push(Rec {
             seq: num("seq")?,
             phase: v["phase"].as_str().unwrap_or("run").to_string(),
-            opcode: num("opcode_value")? as u16,
-            op_mod: num("op_mod")? as u16,
+            opcode: narrow("opcode_value", u16::MAX.into())? as u16,
+            op_mod: narrow("op_mod", u16::MAX.into())? as u16,
             input: bytes("input")?,
             output: bytes("output")?,
             result: v["result"].as_str().unwrap_or("ok").to_string(),
-            status: num("status_value")? as u8,
+            status: narrow("status_value", u8::MAX.into())? as u8,
             syndrome,
             latency_ns: v["latency_ns"].as_u64().unwrap_or(0),
         });

@@ -14,6 +14,7 @@ use mlx5_regs::decode::Direction;
 use mlx5_regs::Opcode;
 use serde_json::{json, Value};
 
+use crate::align::{align, Step};
 use crate::error::CliError;
 use crate::fields::Input;
 use crate::record::{self, Rec};
@@ -29,8 +30,8 @@ fn phase<'a>(recs: &'a [Rec], p: &str) -> Vec<&'a Rec> {
 }
 
 /// Compare two lists of the same phase: aligned by the longest common
-/// sequence of opcodes, so one command more or less is one difference and
-/// not a cascade.
+/// sequence of opcodes (in linear memory, [`align`]), so one command more
+/// or less is one difference and not a cascade.
 fn compare_phase(
     a: &[&Rec],
     b: &[&Rec],
@@ -39,18 +40,6 @@ fn compare_phase(
     data_path: bool,
     diffs: &mut Vec<Difference>,
 ) {
-    let (n, m) = (a.len(), b.len());
-    // lcs[i][j]: common length of a[i..] and b[j..].
-    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i][j] = if a[i].opcode == b[j].opcode {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
     let one = |r: &Rec, seq: (u64, u64), mine: bool| Difference {
         seq,
         opcode: Opcode(r.opcode).to_string(),
@@ -59,18 +48,13 @@ fn compare_phase(
         a: if mine { "sent".into() } else { "(none)".into() },
         b: if mine { "(none)".into() } else { "sent".into() },
     };
-    let (mut i, mut j) = (0, 0);
-    while i < n || j < m {
-        if i < n && j < m && a[i].opcode == b[j].opcode {
-            diffs.extend(compare(a[i], b[j], map, inputs, data_path));
-            i += 1;
-            j += 1;
-        } else if j >= m || (i < n && lcs[i + 1][j] >= lcs[i][j + 1]) {
-            diffs.push(one(a[i], (a[i].seq, 0), true));
-            i += 1;
-        } else {
-            diffs.push(one(b[j], (0, b[j].seq), false));
-            j += 1;
+    let ops_a: Vec<u16> = a.iter().map(|r| r.opcode).collect();
+    let ops_b: Vec<u16> = b.iter().map(|r| r.opcode).collect();
+    for step in align(&ops_a, &ops_b) {
+        match step {
+            Step::Both(i, j) => diffs.extend(compare(a[i], b[j], map, inputs, data_path)),
+            Step::OnlyA(i) => diffs.push(one(a[i], (a[i].seq, 0), true)),
+            Step::OnlyB(j) => diffs.push(one(b[j], (0, b[j].seq), false)),
         }
     }
 }

@@ -242,7 +242,11 @@ impl TeardownSummary {
         let Some(dev) = env.model else { return };
         self.model_pages_held = Some(dev.pages_held());
         self.model_objects = Some(dev.objects().total());
-        self.violations = dev.violations().iter().map(|v| format!("{v:?}")).collect();
+        self.violations = dev
+            .violations()
+            .iter()
+            .map(crate::error::violation_text)
+            .collect();
         r.say(format!(
             "the model {}: it holds {} pages and {} objects, HCA state {:?}, {} protocol violations",
             if self.failed.is_none() {
@@ -318,8 +322,16 @@ pub fn teardown<H: Hal>(
             s.pages_given = given;
             s.pages_returned = returned;
             s.pages_left = given.saturating_sub(returned) as usize;
-            s.failed = Some(format!("{e} (errno {})", e.errno()));
-            r.say(format!("teardown failed: {e} (errno {})", e.errno()));
+            s.failed = Some(format!(
+                "{} (errno {})",
+                crate::error::driver_text(&e),
+                e.errno()
+            ));
+            r.say(format!(
+                "teardown failed: {} (errno {})",
+                crate::error::driver_text(&e),
+                e.errno()
+            ));
             let err = CliError::driver("teardown", e);
             r.say(format!(
                 "firmware pages over the run (from the command trace): {given} given, {returned} returned, {} still held by firmware",

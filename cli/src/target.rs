@@ -55,7 +55,7 @@ impl Target {
                 .map(|(_, prof)| Target::Sim(*prof))
                 .ok_or_else(|| {
                     CliError::usage(
-                        format!("unknown model profile '{p}'"),
+                        format!("unknown model profile '{}'", crate::error::quote(&p)),
                         format!("use one of: {profiles} (e.g. --device sim:cx7)"),
                     )
                 });
@@ -70,7 +70,7 @@ impl Target {
             return parse_pci_addr(addr).map(Target::Vfio);
         }
         Err(CliError::usage(
-            format!("unknown device '{s}'"),
+            format!("unknown device '{}'", crate::error::quote(s)),
             format!(
                 "use --device sim (the built-in model), sim:PROFILE ({profiles}) or vfio:DDDD:BB:DD.F (a ConnectX bound to vfio-pci)"
             ),
@@ -101,7 +101,7 @@ impl Target {
 pub fn parse_pci_addr(s: &str) -> Result<String, CliError> {
     let bad = |why: &str| {
         CliError::usage(
-            format!("'{s}' is not a PCI address: {why}"),
+            format!("'{}' is not a PCI address: {why}", crate::error::quote(s)),
             "write it as vfio:DDDD:BB:DD.F in hex (domain, bus, device 00-1f, function 0-7), e.g. vfio:0000:03:00.0; `lspci -D -d 15b3:` lists the ConnectX functions",
         )
     };
@@ -111,7 +111,8 @@ pub fn parse_pci_addr(s: &str) -> Result<String, CliError> {
             || !part.bytes().all(|b| b.is_ascii_hexdigit())
         {
             return Err(bad(&format!(
-                "the {what} '{part}' is not 1 to {max_digits} hex digits"
+                "the {what} '{}' is not 1 to {max_digits} hex digits",
+                crate::error::quote(part)
             )));
         }
         let v = u32::from_str_radix(part, 16).map_err(|_| bad(what))?;
@@ -273,7 +274,7 @@ pub fn parse_opcode(s: &str) -> Result<Opcode, CliError> {
         format!("did you mean: {}?", close.join(", "))
     };
     Err(CliError::usage(
-        format!("unknown command opcode '{s}'"),
+        format!("unknown command opcode '{}'", crate::error::quote(s)),
         hint,
     ))
 }
@@ -294,7 +295,7 @@ pub fn parse_status(s: &str) -> Result<CmdStatus, CliError> {
     }
     let names: Vec<&str> = CmdStatus::all().filter_map(|s| s.name()).collect();
     Err(CliError::usage(
-        format!("unknown command status '{s}'"),
+        format!("unknown command status '{}'", crate::error::quote(s)),
         format!("use a name ({}) or a number", names.join(", ")),
     ))
 }
@@ -323,7 +324,7 @@ pub fn parse_faults(
         let parts: Vec<&str> = s.split(':').collect();
         if !(3..=4).contains(&parts.len()) {
             return Err(CliError::usage(
-                format!("--fail-opcode '{s}' is not NAME:STATUS:SYNDROME[:NTH]"),
+                format!("--fail-opcode '{}' is not NAME:STATUS:SYNDROME[:NTH]", crate::error::quote(s)),
                 "e.g. --fail-opcode create-cq:bad_param_err:0x1234, or create-mkey:bad_param_err:0x1:2 for the second CREATE_MKEY",
             ));
         }
@@ -334,7 +335,7 @@ pub fn parse_faults(
                 .filter(|v| (1..=1_000_000).contains(v))
                 .ok_or_else(|| {
                     CliError::usage(
-                        format!("'{n}' in --fail-opcode '{s}' is not a command count of 1 or more"),
+                        format!("'{}' in --fail-opcode '{}' is not a command count of 1 or more", crate::error::quote(n), crate::error::quote(s)),
                         "NTH counts the commands of that opcode from the start: 1 the first (the default), 2 the second",
                     )
                 })? as u32,

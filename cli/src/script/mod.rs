@@ -434,7 +434,7 @@ fn parse_num(no: usize, v: &str) -> Result<u64, CliError> {
     }
     crate::target::parse_u64(v).map_err(|_| {
         CliError::usage(
-            format!("line {no}: '{v}' is not a number"),
+            format!("line {no}: '{}' is not a number", crate::error::quote(v)),
             "decimal or 0x hex",
         )
     })

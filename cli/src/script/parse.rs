@@ -164,7 +164,7 @@ fn kv(no: usize, t: &str) -> Result<(String, String), CliError> {
         .ok_or_else(|| {
             err(
                 no,
-                format!("'{t}' is not name=value"),
+                format!("'{}' is not name=value", crate::error::quote(t)),
                 "e.g. cq_context.log_cq_size=8",
             )
         })
@@ -245,7 +245,11 @@ pub fn parse_line(no: usize, text: &str) -> Result<Option<Line>, CliError> {
                 }
             };
             if k.is_empty() || v.is_empty() {
-                return Err(err(no, format!("'{t}' is not name!=value"), "e.g. cqn!=0"));
+                return Err(err(
+                    no,
+                    format!("'{}' is not name!=value", crate::error::quote(t)),
+                    "e.g. cqn!=0",
+                ));
             }
             conds.push(Cond {
                 key: k.into(),
@@ -300,7 +304,7 @@ pub fn parse_line(no: usize, text: &str) -> Result<Option<Line>, CliError> {
             if !allowed.contains(&k.as_str()) {
                 return Err(err(
                     no,
-                    format!("{word} takes no argument '{k}'"),
+                    format!("{word} takes no argument '{}'", crate::error::quote(&k)),
                     if allowed.is_empty() {
                         format!("{word} takes no arguments")
                     } else {

@@ -8,22 +8,47 @@ use mlx5_driver::srq::LimitArm;
 use mlx5_hal::Hal;
 
 use super::{Outcome, Session};
-use crate::error::CliError;
+use crate::error::{quote, CliError};
 use crate::report::Report;
 use crate::scenario::demo::{create_qps, create_queues};
 use crate::scenario::flow::{demo_len, poll_eq, Kind};
+use crate::scenario::objects::{BUF, NBUF};
 use crate::target::parse_u64;
 
-fn arg(args: &[(String, String)], name: &str, default: u64, no: usize) -> Result<u64, CliError> {
+/// Argument `name` of a step (default when absent), refused with a range
+/// error when it is not a number within `max` (every count is parsed into
+/// its real width: nothing is truncated).
+fn arg(
+    args: &[(String, String)],
+    name: &str,
+    default: u64,
+    max: u64,
+    no: usize,
+) -> Result<u64, CliError> {
     match args.iter().find(|(k, _)| k == name) {
         None => Ok(default),
-        Some((_, v)) => parse_u64(v).map_err(|_| {
-            CliError::usage(
-                format!("line {no}: {name}={v} is not a number"),
-                "decimal or 0x hex",
-            )
-        }),
+        Some((_, v)) => {
+            let n = parse_u64(v).map_err(|_| {
+                CliError::usage(
+                    format!("line {no}: {name}={} is not a number", quote(v)),
+                    "decimal or 0x hex",
+                )
+            })?;
+            if n > max {
+                return Err(CliError::usage(
+                    format!("line {no}: {name}={n} is out of range (at most {max})"),
+                    format!("give {name} from 0 to {max}"),
+                ));
+            }
+            Ok(n)
+        }
     }
+}
+
+/// [`arg`] for a 32-bit quantity (CQ and SRQ sizes, inline size, limit).
+fn arg32(args: &[(String, String)], name: &str, default: u32, no: usize) -> Result<u32, CliError> {
+    // `arg` refused anything above u32::MAX.
+    Ok(arg(args, name, default.into(), u32::MAX.into(), no)? as u32)
 }
 
 fn kind(args: &[(String, String)], no: usize) -> Result<Kind, CliError> {
@@ -111,8 +136,8 @@ impl<H: Hal> Session<'_, '_, H> {
                         "one set of queues a session; `destroy` first",
                     ));
                 }
-                let cq = arg(args, "cq", 63, no)? as u32;
-                let wr = arg(args, "wr", 63, no)? as u32;
+                let cq = arg32(args, "cq", 63, no)?;
+                let wr = arg32(args, "wr", 63, no)?;
                 create_queues(hca, &mut self.objs, cq, wr, &mut quiet)?;
                 let (s, r, q) = (
                     self.objs.scq.as_ref().map_or(0, |c| c.cqn()),
@@ -134,7 +159,15 @@ impl<H: Hal> Session<'_, '_, H> {
                 if self.objs.srq.is_none() {
                     return Err(need("queues"));
                 }
-                let inline = arg(args, "inline", 0, no)? as u32;
+                // A second pair would replace the first's handles and
+                // leave its QPs holding the SRQ and CQs.
+                if self.objs.sender.is_some() {
+                    return Err(CliError::usage(
+                        format!("line {no}: the QP pair exists already"),
+                        "one QP pair a session; `destroy` first",
+                    ));
+                }
+                let inline = arg32(args, "inline", 0, no)?;
                 create_qps(hca, &mut self.objs, inline, &mut quiet)?;
                 let p = self.objs.parts()?;
                 let (s, r) = (p.sender.qpn(), p.receiver.qpn());
@@ -144,26 +177,54 @@ impl<H: Hal> Session<'_, '_, H> {
                 o.fields.insert("receiver".into(), r as u64);
             }
             S::PostRecv => {
-                let n = arg(args, "n", 16, no)?;
+                // Bounded by the SRQ's free entries before anything is
+                // built for the requests.
+                let n = arg(args, "n", 16, u64::from(u32::MAX), no)?;
                 let (Some(srq), Some(rb)) = (self.objs.srq.as_mut(), self.objs.rbufs.as_ref())
                 else {
                     return Err(need("SRQ"));
                 };
+                let free = srq.max_wr().saturating_sub(srq.outstanding()) as u64;
+                if n > free {
+                    return Err(CliError::usage(
+                        format!(
+                            "line {no}: post-recv n={n}: the SRQ has room for {free} more \
+                             receives ({} of {} posted)",
+                            srq.outstanding(),
+                            srq.max_wr()
+                        ),
+                        "poll first, or create the queues with a larger wr=",
+                    ));
+                }
                 self.flow.post_recvs(hca, srq, rb, n)?;
                 o.fields.insert("posted".into(), n);
                 o.fields
                     .insert("outstanding".into(), srq.outstanding() as u64);
             }
             S::Post | S::Send => {
-                let n = arg(args, "n", 1, no)?;
+                // Bounded by the send buffer's free slots before anything
+                // is built for the messages.
+                let n = arg(args, "n", 1, u64::from(u32::MAX), no)?;
                 let kd = kind(args, no)?;
                 let len = args
                     .iter()
                     .any(|(k, _)| k == "len")
-                    .then(|| arg(args, "len", 0, no))
+                    .then(|| arg(args, "len", 0, BUF as u64, no))
                     .transpose()?;
                 if self.objs.sender.is_none() {
                     return Err(need("QP pair"));
+                }
+                let free = NBUF.saturating_sub(self.flow.in_flight()) as u64;
+                if n > free {
+                    return Err(CliError::usage(
+                        format!(
+                            "line {no}: {} n={n}: {} sends are in flight and the send \
+                             buffer has {NBUF} slots, so at most {free} more",
+                            if k == S::Send { "send" } else { "post" },
+                            self.flow.in_flight()
+                        ),
+                        "`poll` to complete the sends in flight first",
+                    ));
                 }
                 let seq0 = self.flow.next_seq();
                 let msgs: Vec<(Kind, usize)> = (seq0..seq0 + n)
@@ -194,7 +255,7 @@ impl<H: Hal> Session<'_, '_, H> {
                     .iter()
                     .find(|(k, _)| k == "cq")
                     .map_or("rcq", |(_, v)| v.as_str());
-                let entries = arg(args, "entries", 255, no)? as u32;
+                let entries = arg32(args, "entries", 255, no)?;
                 let cq = match which {
                     "scq" | "$scq" => self.objs.scq.as_mut(),
                     "rcq" | "$rcq" => self.objs.rcq.as_mut(),
@@ -214,7 +275,7 @@ impl<H: Hal> Session<'_, '_, H> {
                 o.primary = Some(cq.cqn() as u64);
             }
             S::Arm => {
-                let limit = arg(args, "limit", 1, no)? as u32;
+                let limit = arg32(args, "limit", 1, no)?;
                 let srq = self.objs.srq.as_mut().ok_or_else(|| need("SRQ"))?;
                 let a = hca
                     .arm_srq_limit(srq, limit)

@@ -145,6 +145,7 @@ pub fn shell<H: Hal>(hal: H, env: &Env<'_>, t: &Tracer, progress: bool) -> Outco
     let stdin = std::io::stdin();
     let mut no = 0;
     let mut failures = 0u64;
+    let mut input_err: Option<CliError> = None;
     if tty {
         eprintln!(
             "mlx5 shell on {}: commands, steps, raw, expect, let; `history`, `quit`",
@@ -155,12 +156,28 @@ pub fn shell<H: Hal>(hal: H, env: &Env<'_>, t: &Tracer, progress: bool) -> Outco
         if tty {
             eprint!("mlx5> ");
         }
-        let mut text = String::new();
-        match stdin.lock().read_line(&mut text) {
-            Ok(0) | Err(_) => break,
+        let mut raw = Vec::new();
+        match stdin.lock().read_until(b'\n', &mut raw) {
+            Ok(0) => break,
             Ok(_) => {}
+            Err(e) => {
+                input_err = Some(CliError::failed(
+                    format!("cannot read line {} of the input: {e}", no + 1),
+                    "the statements before it ran; the session was torn down",
+                ));
+                break;
+            }
         }
         no += 1;
+        // Bytes that are not text end the session, loudly: they are not a
+        // statement and what follows them cannot be trusted to be either.
+        let Ok(text) = String::from_utf8(raw) else {
+            input_err = Some(CliError::usage(
+                format!("line {no} of the input is not UTF-8 text"),
+                "the shell reads statements as text, one a line (docs/cli.md)",
+            ));
+            break;
+        };
         match text.trim() {
             "quit" | "exit" => break,
             "history" => {
@@ -207,6 +224,9 @@ pub fn shell<H: Hal>(hal: H, env: &Env<'_>, t: &Tracer, progress: bool) -> Outco
     );
     (
         json!({"statements": no, "failures": failures, "history": history}),
-        cres.and(tres),
+        match input_err {
+            Some(e) => Err(e),
+            None => cres.and(tres),
+        },
     )
 }

@@ -56,7 +56,7 @@ pub fn health<H: Hal>(hal: &H) -> Value {
         "raw_words": raw.chunks(4).map(|w| format!("{:08x}", u32::from_be_bytes([w[0], w[1], w[2], w[3]]))).collect::<Vec<_>>(),
         "health_counter": snap.counter,
         "nic_interface": snap.nic_interface,
-        "fatal": snap.fatal().map(|e| e.to_string()),
+        "fatal": snap.fatal().map(|e| crate::error::driver_text(&e)),
     })
 }
 

@@ -281,7 +281,9 @@ pub fn run<H: Hal>(
     let written = bundle::write(&path, &doc);
     match &written {
         Ok(()) if !opts.json => outln!("report: {} (attach it to a bug report)", path.display()),
-        Err(w) => eprintln!("mlx5: error: cannot write the report: {w}"),
+        // When the run passed, the report's error is the run's error and
+        // is printed once, at the end; after a failure it is said here.
+        Err(w) if res.is_err() => eprintln!("mlx5: error: cannot write the report: {w}"),
         _ => {}
     }
     if let (Ok(()), Err(w)) = (&res, written.clone()) {
@@ -393,7 +395,7 @@ fn model_json(dev: &mlx5_sim::Device) -> Value {
     json!({
         "objects_left": dev.objects().total(),
         "pages_held": dev.pages_held(),
-        "violations": dev.violations().iter().map(|v| format!("{v:?}")).collect::<Vec<_>>(),
+        "violations": dev.violations().iter().map(crate::error::violation_text).collect::<Vec<_>>(),
         "traffic": {
             "doorbells": st.doorbells, "messages": st.messages, "rnr_naks": st.rnr_naks,
             "ack_timeouts": st.ack_timeouts, "flushed": st.flushed,
