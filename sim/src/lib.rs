@@ -11,7 +11,8 @@
 //! domains, the vport/RoCE commands and a traffic engine: send doorbells,
 //! WQE parsing, loopback delivery (force loopback, RoCE, IB), SRQ
 //! consumption, requester/responder/error/flush CQEs, RNR and retry timers
-//! (`docs/fidelity.md` §14).
+//! (`docs/fidelity.md` §14), and a frame codec for RoCE v2, RoCE v1 and
+//! InfiniBand ([`wire`]).
 //!
 //! It is **strict**: whatever firmware refuses, the model refuses with the
 //! firmware's status and a syndrome naming the check ([`syndrome`]). Test
@@ -45,6 +46,7 @@ pub mod syndrome;
 mod trace;
 mod traffic;
 mod umem;
+pub mod wire;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
