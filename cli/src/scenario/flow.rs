@@ -15,8 +15,8 @@ use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::CqeOpcode;
 
 use super::objects::{Parts, BUF, NBUF};
-use crate::error::CliError;
-use crate::session::TracedHca;
+use crate::common::error::CliError;
+use crate::common::session::TracedHca;
 
 /// `wr_id` of the send of message `seq` is `SEND_WR_BASE + seq`, so send
 /// and receive ids never look alike in the narration.
