@@ -63,6 +63,7 @@ mod modify;
 mod mr;
 mod numap;
 mod poll;
+mod poll_ex;
 mod qp;
 #[cfg(test)]
 mod qp_tests;
@@ -75,6 +76,7 @@ pub use channel::{ChannelHandle, CqEvent, CqInitAttrEx, MAX_COMP_CHANNELS};
 pub use cq_moderation::{CqModerationCaps, ModerateCq, ModifyCqAttr};
 pub use errno::Errno;
 pub use mr::Mr;
+pub use poll_ex::{CqPoll, WC_GRH, WC_WITH_IMM, WC_WITH_INV};
 pub use qp_types::{
     AccessFlags, AhAttr, GlobalRoute, Mtu, PostSendError, QpAttr, QpAttrMask, QpCap, QpHandle,
     QpInitAttr, QpState, SendFlags, SendWr, WrOpcode,
