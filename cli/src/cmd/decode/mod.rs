@@ -81,10 +81,7 @@ pub type FieldLines = Vec<(String, String)>;
 
 /// Decode the hexdump `text` as `o` says (`o.file` and `o.json` are not
 /// used): one value per buffer of the wanted kind, with its field lines.
-pub fn decode_text(
-    text: &str,
-    o: &Opts<'_>,
-) -> Result<(Vec<Value>, Vec<FieldLines>), CliError> {
+pub fn decode_text(text: &str, o: &Opts<'_>) -> Result<(Vec<Value>, Vec<FieldLines>), CliError> {
     let bufs = hexparse::parse(text)?;
     let cli_op = o
         .opcode
