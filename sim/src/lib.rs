@@ -59,6 +59,7 @@ pub use dma::IommuFault;
 pub use hal::SimHal;
 pub use hostile::HostileKind;
 pub use inject::{Corruption, Injector};
+pub use objects::ObjectCounts;
 pub use port::GidEntry;
 pub use qp::QpState;
 pub use reset::ResetReport;
@@ -130,50 +131,6 @@ impl SimConfig {
             mode: ExecMode::Threaded,
             ..self
         }
-    }
-}
-
-/// Live firmware objects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ObjectCounts {
-    /// Event queues.
-    pub eqs: usize,
-    /// Completion queues.
-    pub cqs: usize,
-    /// SRQs created with CREATE_SRQ (ISSI 0).
-    pub srqs: usize,
-    /// RMPs created with CREATE_RMP (ISSI 1).
-    pub rmps: usize,
-    /// Allocated UARs.
-    pub uars: usize,
-    /// Allocated protection domains.
-    pub pds: usize,
-    /// Queue pairs.
-    pub qps: usize,
-    /// Memory keys.
-    pub mkeys: usize,
-    /// XRC domains.
-    pub xrcds: usize,
-    /// Programmed RoCE GID table entries.
-    pub gids: usize,
-    /// UMEM objects (DevX user memory).
-    pub umems: usize,
-}
-
-impl ObjectCounts {
-    /// Sum of all objects.
-    pub fn total(&self) -> usize {
-        self.eqs
-            + self.cqs
-            + self.srqs
-            + self.rmps
-            + self.uars
-            + self.pds
-            + self.qps
-            + self.mkeys
-            + self.xrcds
-            + self.gids
-            + self.umems
     }
 }
 

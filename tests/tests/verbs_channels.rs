@@ -399,9 +399,9 @@ fn create_cq_ex_checks_mask_flags_and_wc_flags_as_rdma_core_mlx5() {
             "unknown flag",
         ),
         (
-            with(|a| a.wc_flags = 1 << 7),
+            with(|a| a.wc_flags = 1 << 8),
             Errno::EOPNOTSUPP,
-            "completion timestamp",
+            "customer VLAN",
         ),
         (
             with(|a| a.wc_flags = A::WC_STANDARD_FLAGS | 1 << 11),

@@ -6,7 +6,7 @@ use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
 use super::moderation::{self, CqModeration, CqPeriodMode};
-use super::ring::{CqReader, CqRing, Cqe, CqeSize, CqeView, DoorbellRecord, WaitingCqe};
+use super::ring::{CqReader, CqRing, Cqe, CqeSize, DoorbellRecord, WaitingCqe};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
@@ -142,20 +142,6 @@ impl<H: Hal> Cq<H> {
     #[inline(always)]
     pub fn has_second(&self) -> bool {
         self.ring.has_second()
-    }
-
-    /// Poll up to `max` completions, handing each to `f` as it is read (no
-    /// staging buffer); the consumer index is published once for the batch.
-    #[inline(always)]
-    pub fn poll_each(&mut self, max: usize, f: impl FnMut(&Cqe)) -> usize {
-        self.ring.poll_each(&self.dbr, max, f)
-    }
-
-    /// [`Cq::poll_each`] with each CQE handed over in place, for a consumer
-    /// that reads only the fields it needs ([`CqeView`]).
-    #[inline(always)]
-    pub fn poll_each_view(&mut self, max: usize, f: impl FnMut(CqeView<'_>)) -> usize {
-        self.ring.poll_each_view(&self.dbr, max, f)
     }
 
     /// Read CQEs through a [`CqReader`] handed to `f` (the ring's geometry
