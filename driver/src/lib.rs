@@ -22,16 +22,47 @@
 //!   reach each other (force loopback, RoCE, IB), chosen at bring-up;
 //!   [`pagelist`]: page lists for firmware contexts.
 //!
-//! ```no_run
-//! # fn demo<H: mlx5_hal::Hal>(hal: H) -> Result<(), mlx5_driver::Error> {
+//! ```
+//! use mlx5_driver::cq::{CqOptions, Cqe};
 //! use mlx5_driver::{Hca, HcaConfig};
-//! let hca = Hca::bring_up(hal, HcaConfig::default())?;
+//! use mlx5_sim::{Device, SimConfig};
+//!
+//! // Any platform: the device model here, `mlx5-vfio` on Linux,
+//! // `mlx5-bare-metal` without an operating system.
+//! let dev = Device::new(SimConfig::default());
+//! let hca = Hca::bring_up(dev.hal(), HcaConfig::default())?;
 //! assert!(hca.pages_held_by_firmware() > 0);
+//! let mut cq = hca.create_cq(63, CqOptions::default())?;
+//! let mut done = [Cqe::EMPTY; 16];
+//! assert_eq!(cq.poll(&mut done), 0, "nothing completed yet");
+//! hca.destroy_cq(cq)?;
 //! hca.teardown()?;
-//! # Ok(()) }
+//! assert_eq!(dev.pages_held(), 0, "firmware gave every page back");
+//! # Ok::<(), mlx5_driver::Error>(())
 //! ```
 //!
 //! Build for bare metal: `cargo build -p mlx5-driver --target x86_64-unknown-none`.
+//!
+//! ## Which API
+//!
+//! Two supported levels; pick one per program.
+//!
+//! * [`verbs::Verbs`]: libibverbs on mlx5, without a kernel. Handles into
+//!   fixed-capacity tables (no heap), [`verbs::Errno`] values with the
+//!   errno rdma-core's mlx5 provider returns, async events and completion
+//!   channels; [`verbs::Verbs::poll_cq`] and the lazy extended-CQ loop
+//!   ([`verbs::Verbs::start_poll`]) consume completions through one step.
+//!   A refusal by firmware keeps its cause ([`verbs::Verbs::last_error`]).
+//!   For applications written against verbs.
+//! * [`Hca`] with owned [`cq::Cq`], [`srq::Srq`] and [`qp::Qp`]: objects
+//!   the caller holds and lends (`&mut`), caller-owned storage (the QP's
+//!   send table), typed errors ([`Error`] names opcode, status and
+//!   syndrome), [`Hca::exec`] for any raw command. For heap-free embedders
+//!   that want no table lookups: unikernels, appliances, dataplanes.
+//!
+//! The rings (CQ, SRQ, send) and the per-object command encoders under both
+//! are internals: they change without notice, and the benchmarks use them
+//! only to time each layer against a raw baseline (`docs/perf.md`).
 //!
 //! ## Features
 //!

@@ -16,9 +16,7 @@ use mlx5_regs::Opcode;
 use mlx5_sim::{Device, ExecMode, Profile, SimConfig};
 use mlx5_tests::{assert_clean, config, Rng, MODES};
 
-mod verbs_common;
-
-use verbs_common::{close, drain, Ctx};
+use mlx5_tests::verbs_common::{close, drain, Ctx};
 
 const QPN: u32 = 0x4d;
 const SECOND: u64 = 1_000_000_000;

@@ -2,13 +2,11 @@
 //! command firmware refused, the opcode, status and syndrome through
 //! `Verbs::last_error`. The two post paths agree on a dead device.
 
-mod verbs_common;
-
 use mlx5_driver::verbs::{AccessFlags, Errno, QpAttr, QpAttrMask, QpState, RecvWr};
 use mlx5_driver::Error;
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::Profile;
-use verbs_common::{cap, close, open, send, Pair};
+use mlx5_tests::verbs_common::{cap, close, open, send, Pair};
 
 #[test]
 fn a_refused_modify_qp_exposes_opcode_status_and_syndrome() {

@@ -6,15 +6,13 @@
 //! fields a work completion has no place for (source QP, SL, SLID, path
 //! bits, GRH, timestamp) are checked on CQEs the test writes itself.
 
-mod verbs_common;
-
 use mlx5_driver::verbs::{
     CqHandle, CqInitAttrEx, Errno, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode, WC_GRH,
     WC_WITH_IMM, WC_WITH_INV,
 };
 use mlx5_regs::CqeOpcode;
 use mlx5_sim::{Device, Profile};
-use verbs_common::{cap, close, drain, open, poll_n, send, Ctx, Pair};
+use mlx5_tests::verbs_common::{cap, close, drain, open, poll_n, send, Ctx, Pair};
 
 /// What the lazy loop read of one completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

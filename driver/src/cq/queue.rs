@@ -424,6 +424,27 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         self.exec(&input, &mut out)
     }
 
+    /// Moderation values and period mode in one MODIFY_CQ op_mod 0 with
+    /// `modify_field_select` PERIOD | COUNT | PERIOD_MODE (Linux
+    /// `mlx5e_modify_cq_moderation`). Refused before any command:
+    /// no `cq_moderation` or no `cq_period_mode_modify` (mlx5e's
+    /// `set_coalesce` asks for both), or CQE-based timing without
+    /// `cq_period_start_from_cqe`: [`Error::Unsupported`] (`EOPNOTSUPP`); a
+    /// period above 4 095: [`Error::InvalidArgument`] (`EINVAL`).
+    /// [`Hca::modify_cq_moderation`] changes period and count only.
+    pub fn modify_cq_moderation_mode(&self, cq: &Cq<H>, m: &CqModeration) -> Result<(), Error> {
+        moderation::check(self.caps(), m)?;
+        if !self.caps().cq_period_mode_modify {
+            return Err(Error::Unsupported {
+                what: "CQ period mode change (cq_period_mode_modify capability)",
+                errno: errno::EOPNOTSUPP,
+            });
+        }
+        let input = cmd::modify_cq_moderation_mode(cq.cqn(), m)?;
+        let mut out = [0u8; cmd::MODIFY_CQ_OUT];
+        self.exec(&input, &mut out)
+    }
+
     /// Resize a CQ to at least `entries` entries with MODIFY_CQ op_mod 1,
     /// keeping every unpolled completion, in order (docs/firmware.md §8):
     ///
