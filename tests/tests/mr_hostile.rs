@@ -16,8 +16,7 @@
 //! outside the region and those blocks, and leave no new copy of its
 //! payload inside the blocks.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use std::collections::BTreeSet;
 

@@ -3,8 +3,7 @@
 //! rdma-core `tests/test_mr.py`; Linux `reg_create`,
 //! `drivers/infiniband/hw/mlx5/mr.c`).
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::mkey::MkeyAccess;
 use mlx5_driver::verbs::{
