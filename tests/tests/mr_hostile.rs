@@ -295,7 +295,7 @@ fn hostile_run(seed: u64) -> (usize, usize, usize) {
 #[test]
 fn a_hostile_peer_with_one_rkey_reaches_only_that_region() {
     let runs = Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "a_hostile_peer_with_one_rkey_reaches_only_that_region",
         &[0x6d72_7072],
     )
