@@ -334,7 +334,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// first request with [`PostError::NoReceiveQueue`]. Every state is
     /// accepted, as libmlx5 does: WQEs posted before RTR wait; in ERR the
     /// device flushes them.
-    #[inline]
+    #[inline(always)]
     pub fn post_recv(&mut self, reqs: &[RecvRequest<'_>]) -> Result<(), PostFailure> {
         let Some(rq) = self.rq.as_mut() else {
             return Err(PostFailure {
@@ -343,6 +343,13 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
             });
         };
         let buf = self.sq.as_ref().map(|s| s.region());
+        if let [r] = reqs {
+            // One request: no loop, no list bookkeeping.
+            rq.write(buf, r.wr_id, r.sges)
+                .map_err(|error| PostFailure { index: 0, error })?;
+            rq.ring_doorbell(&self.dbr);
+            return Ok(());
+        }
         let mut result = Ok(());
         let mut posted = 0;
         for (index, r) in reqs.iter().enumerate() {

@@ -252,15 +252,24 @@ impl<H: Hal> RecvRing<H> {
         }
         let idx = self.head & (self.geo.max_recv_wr - 1);
         let at = self.base + ((idx as usize) << self.geo.log_stride);
-        // Non-empty entries only (rdma-core skips zero-length ones: to the
-        // device a zero byte count means 2 GiB), then the terminator.
-        let used = sges.iter().filter(|s| s.length != 0).count();
-        let mut segs = buf.windows::<SEG>(at, (used + 1).min(max));
-        for sge in sges.iter().filter(|s| s.length != 0) {
+        // One bounds check for the whole WQE; non-empty entries only
+        // (rdma-core skips zero-length ones: to the device a zero byte
+        // count means 2 GiB), then the terminator if there is room. The
+        // scatter capacity is summed on the way.
+        let mut segs = buf.windows::<SEG>(at, max);
+        let mut capacity = 0u64;
+        for sge in sges {
+            if sge.length == 0 {
+                continue;
+            }
             let Some(d) = segs.next() else {
-                unreachable!("one window per non-empty entry")
+                unreachable!("no more entries than the WQE holds")
             };
             write_seg(&d, sge.length, sge.lkey, sge.addr);
+            capacity += match sge.length & 0x7fff_ffff {
+                0 => 1u64 << 31,
+                n => n as u64,
+            };
         }
         if let Some(d) = segs.next() {
             write_seg(&d, 0, self.term_lkey, 0);
@@ -268,7 +277,7 @@ impl<H: Hal> RecvRing<H> {
         // The book is CPU-only: native byte order (the two swaps cancel).
         let rec = self.book.entry(idx);
         rec.write_be64::<0>(wr_id.swap_bytes());
-        rec.write_be64::<8>(capacity(sges).swap_bytes());
+        rec.write_be64::<8>(capacity.swap_bytes());
         self.head = self.head.wrapping_add(1);
         Ok(())
     }
@@ -310,19 +319,6 @@ impl<H: Hal> RecvRing<H> {
         self.head = 0;
         self.tail = 0;
     }
-}
-
-/// Bytes the written entries hold as the device reads them: each
-/// non-empty length's low 31 bits, 0 meaning 2 GiB.
-#[inline(always)]
-fn capacity(sges: &[Sge]) -> u64 {
-    sges.iter()
-        .filter(|s| s.length != 0)
-        .map(|s| match s.length & 0x7fff_ffff {
-            0 => 1u64 << 31,
-            n => n as u64,
-        })
-        .sum()
 }
 
 #[inline(always)]
