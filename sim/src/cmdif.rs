@@ -11,7 +11,7 @@ use mlx5_regs::layouts::{
 use mlx5_regs::{DeliveryStatus, EventType};
 
 use crate::inject::Corruption;
-use crate::state::{Slot, State, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
+use crate::state::State;
 use crate::trace::TraceEntry;
 use crate::Violation;
 
@@ -32,6 +32,59 @@ pub(crate) fn signature(b: &[u8], sig: usize) -> u8 {
     !xor(&v)
 }
 
+/// Command queue geometry reported in BAR0 0x14 (docs/firmware.md §2.1).
+pub(crate) const LOG_CMDQ_SIZE: u8 = 5;
+/// log2 of the command queue entry stride.
+pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
+
+/// Per-slot state of the command queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// Nothing pending.
+    Idle,
+    /// Will execute at this device time.
+    Due(u64),
+    /// Never completes (injected).
+    Stalled,
+    /// Waits until the firmware received the pages it asked for.
+    WaitingPages,
+}
+
+/// The command interface as BAR0 shows it: the queue's address, the NIC
+/// interface mode, and the state of each slot.
+#[derive(Debug)]
+pub(crate) struct CmdQueue {
+    /// `cmdq_phy_addr` high word (BAR0 0x10).
+    pub addr_h: u32,
+    /// `cmdq_phy_addr` low word with `nic_interface` and the size bits
+    /// (BAR0 0x14).
+    pub addr_l: u32,
+    /// `nic_interface` (BAR0 0x14 bits 9:8).
+    pub nic_interface: u8,
+    /// Per-slot state.
+    pub slots: Vec<Slot>,
+    /// Device time each slot's doorbell was rung.
+    pub rung_at: Vec<u64>,
+}
+
+impl CmdQueue {
+    /// A queue the driver has not programmed yet.
+    pub fn new() -> CmdQueue {
+        CmdQueue {
+            addr_h: 0,
+            addr_l: 0,
+            nic_interface: 0,
+            slots: vec![Slot::Idle; 1 << LOG_CMDQ_SIZE],
+            rung_at: vec![0; 1 << LOG_CMDQ_SIZE],
+        }
+    }
+
+    /// Forget the queue (function reset): the driver programs it again.
+    pub fn reset(&mut self) {
+        *self = CmdQueue::new();
+    }
+}
+
 struct Delivered {
     input: Vec<u8>,
     out_blocks: Vec<u64>,
@@ -39,7 +92,7 @@ struct Delivered {
 
 impl State {
     fn cmdq_base(&self) -> u64 {
-        ((self.cmdq_h as u64) << 32) | self.cmdq_l as u64
+        ((self.cmdq.addr_h as u64) << 32) | self.cmdq.addr_l as u64
     }
 
     fn checksums(&self) -> bool {
@@ -48,27 +101,27 @@ impl State {
 
     /// A write to the command doorbell (BAR0 0x18).
     pub(crate) fn cmd_doorbell(&mut self, vector: u32) {
-        if self.fatal.is_some() {
-            self.violations.push(Violation::Doorbell(format!(
+        if self.health.fatal.is_some() {
+            self.records.violations.push(Violation::Doorbell(format!(
                 "command doorbell {vector:#x} while the device is in a fatal state (ignored)"
             )));
             return;
         }
         if self.initializing() {
-            self.violations.push(Violation::Doorbell(format!(
+            self.records.violations.push(Violation::Doorbell(format!(
                 "command doorbell {vector:#x} while firmware is initializing (ignored)"
             )));
             return;
         }
         if self.cmdq_base() == 0 {
-            self.violations.push(Violation::Doorbell(
+            self.records.violations.push(Violation::Doorbell(
                 "command doorbell before the command queue address was written".into(),
             ));
             return;
         }
         let nslots = 1u32 << LOG_CMDQ_SIZE;
         if nslots < 32 && vector >> nslots != 0 {
-            self.violations.push(Violation::Doorbell(format!(
+            self.records.violations.push(Violation::Doorbell(format!(
                 "doorbell vector {vector:#x} names slots beyond {nslots}"
             )));
         }
@@ -76,8 +129,8 @@ impl State {
             if vector & (1 << slot) == 0 {
                 continue;
             }
-            if self.slots[slot] != Slot::Idle {
-                self.violations.push(Violation::Doorbell(format!(
+            if self.cmdq.slots[slot] != Slot::Idle {
+                self.records.violations.push(Violation::Doorbell(format!(
                     "doorbell for slot {slot} whose previous command has not completed"
                 )));
                 continue;
@@ -86,7 +139,7 @@ impl State {
                 continue;
             };
             if !qe::ownership.get(&ent) {
-                self.violations.push(Violation::Doorbell(format!(
+                self.records.violations.push(Violation::Doorbell(format!(
                     "doorbell for slot {slot} whose entry is owned by software (ownership bit 0)"
                 )));
                 continue;
@@ -94,10 +147,10 @@ impl State {
             let inline = qe::command_input_inline_data.get(&ent);
             let opcode = cmd_in::opcode.get(inline);
             let now = self.now_ns();
-            self.slot_rung_at[slot] = now;
+            self.cmdq.rung_at[slot] = now;
             if self.inj.take_stall(opcode) {
-                self.slots[slot] = Slot::Stalled;
-                self.trace.push(TraceEntry::stalled(
+                self.cmdq.slots[slot] = Slot::Stalled;
+                self.records.trace.push(TraceEntry::stalled(
                     slot,
                     opcode,
                     cmd_in::op_mod.get(inline),
@@ -106,12 +159,12 @@ impl State {
                 continue;
             }
             if let Some(n) = self.inj.take_page_request_on(opcode) {
-                self.slots[slot] = Slot::WaitingPages;
+                self.cmdq.slots[slot] = Slot::WaitingPages;
                 self.page_request(n);
                 continue;
             }
             if self.inj.delay_ns > 0 {
-                self.slots[slot] = Slot::Due(now + self.inj.delay_ns);
+                self.cmdq.slots[slot] = Slot::Due(now + self.inj.delay_ns);
                 continue;
             }
             self.exec_slot(slot);
@@ -123,9 +176,9 @@ impl State {
         if self.pages.regular_needed > 0 {
             return;
         }
-        for s in 0..self.slots.len() {
-            if self.slots[s] == Slot::WaitingPages {
-                self.slots[s] = Slot::Idle;
+        for s in 0..self.cmdq.slots.len() {
+            if self.cmdq.slots[s] == Slot::WaitingPages {
+                self.cmdq.slots[s] = Slot::Idle;
                 self.exec_slot(s);
             }
         }
@@ -150,16 +203,16 @@ impl State {
 
     /// Execute the command in `slot` and complete it.
     pub(crate) fn exec_slot(&mut self, slot: usize) {
-        if self.fatal.is_some() {
+        if self.health.fatal.is_some() {
             // The command interface stopped answering.
-            self.slots[slot] = Slot::Stalled;
+            self.cmdq.slots[slot] = Slot::Stalled;
             return;
         }
         let eiova = self.entry_iova(slot);
         let Some(mut ent) = self.read_entry(slot) else {
             return;
         };
-        let t0 = self.slot_rung_at[slot];
+        let t0 = self.cmdq.rung_at[slot];
         let inline = qe::command_input_inline_data.get(&ent);
         let opcode = cmd_in::opcode.get(inline);
         let op_mod = cmd_in::op_mod.get(inline);
@@ -202,7 +255,7 @@ impl State {
             format!("command entry write slot {slot}")
         });
         let now = self.now_ns();
-        self.trace.push(TraceEntry {
+        self.records.trace.push(TraceEntry {
             slot,
             opcode,
             op_mod,
@@ -216,7 +269,7 @@ impl State {
             stalled: false,
         });
         // Command-completion EQE (type 0x0a) if an EQ subscribes to it.
-        if let Some(eqn) = cmd_eq.filter(|e| self.eqs.contains_key(e)) {
+        if let Some(eqn) = cmd_eq.filter(|e| self.objects.eqs.contains_key(e)) {
             let mut e = State::make_eqe(EventType::CMD, 0);
             cmd_inter_comp_event::command_completion_vector
                 .set(eqe::event_data.get_mut(&mut e), 1u32 << slot)

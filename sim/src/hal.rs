@@ -77,11 +77,11 @@ impl IdleClock {
 
     /// Virtual time a `delay_us` of `want_ns` lets pass.
     pub(crate) fn step(&self, st: &crate::state::State, want_ns: u64) -> u64 {
-        let now = st.vclock_ns;
+        let now = st.clock.vclock_ns;
         let idle = now.saturating_sub(self.last_write_ns.load(Ordering::Relaxed));
         // The next thing the model has scheduled: a delayed completion or
         // queued write, or the end of firmware initialisation.
-        let fw_ready = st.created_ns + st.cfg.fw_init_delay_us * 1000;
+        let fw_ready = st.clock.created_ns + st.cfg.fw_init_delay_us * 1000;
         let init = (!st.inj.fw_init_never && now < fw_ready).then(|| fw_ready - now);
         let next = match (st.next_due_in_ns(), init) {
             (Some(a), Some(b)) => a.min(b),
@@ -197,44 +197,19 @@ unsafe impl Hal for SimHal {
         let mut users = Vec::new();
         // A device in a fatal state performs no more DMA: software frees
         // everything after a fatal error (Linux, `mlx5_internal_err_ret_value`).
-        let dead = st.fatal.is_some();
+        let dead = st.health.fatal.is_some();
         if st.pages.held.iter().any(|&p| inside(p)) {
             users.push("firmware pages".to_string());
         }
-        for (n, e) in &st.eqs {
-            if e.buf.pas.iter().any(|&p| inside(p)) {
-                users.push(format!("EQ {n} buffer"));
-            }
-        }
-        for (n, c) in &st.cqs {
-            if c.buf.pas.iter().any(|&p| inside(p)) || inside(c.dbr) {
-                users.push(format!("CQ {n:#x} buffer/doorbell record"));
-            }
-        }
-        for (n, q) in &st.qps {
-            let ring =
-                q.sq.as_ref()
-                    .is_some_and(|b| b.pas.iter().any(|&p| inside(p)));
-            if ring || inside(q.dbr) {
-                users.push(format!("QP {n:#x} send ring/doorbell record"));
-            }
-        }
-        for (n, s) in &st.srqs {
-            if s.buf.pas.iter().any(|&p| inside(p)) || inside(s.dbr) {
-                users.push(format!("SRQ {n:#x} buffer/doorbell record"));
-            }
-        }
-        for (n, u) in &st.umems {
-            if u.overlaps(lo, hi) {
-                users.push(format!("UMEM {n:#x}"));
-            }
-        }
+        users.extend(st.objects.dma_users(lo, hi));
         if !users.is_empty() && !dead {
-            st.violations.push(Violation::FreedWhileInUse(format!(
-                "DMA region {lo:#x}+{:#x} freed while in use by {}",
-                region.len,
-                users.join(", ")
-            )));
+            st.records
+                .violations
+                .push(Violation::FreedWhileInUse(format!(
+                    "DMA region {lo:#x}+{:#x} freed while in use by {}",
+                    region.len,
+                    users.join(", ")
+                )));
         }
         let ok = st
             .dma
@@ -247,8 +222,8 @@ unsafe impl Hal for SimHal {
 
     fn now_ns(&self) -> u64 {
         let mut st = self.dev.lock();
-        if !st.threaded {
-            st.vclock_ns += NOW_TICK_NS;
+        if !st.clock.threaded {
+            st.clock.vclock_ns += NOW_TICK_NS;
             st.run_due();
         }
         st.now_ns()
@@ -257,12 +232,12 @@ unsafe impl Hal for SimHal {
     fn delay_us(&self, us: u32) {
         let threaded = {
             let mut st = self.dev.lock();
-            if !st.threaded {
+            if !st.clock.threaded {
                 let step = self.dev.shared.idle.step(&st, us as u64 * 1000);
-                st.vclock_ns += step;
+                st.clock.vclock_ns += step;
                 st.run_due();
             }
-            st.threaded
+            st.clock.threaded
         };
         if threaded {
             std::thread::sleep(Duration::from_micros(us as u64));

@@ -177,14 +177,14 @@ impl State {
     }
 
     fn never_issued_srqn(&self) -> u32 {
-        State::never_issued(self.srqn_base.wrapping_add(0x7_7777), |n| {
-            self.srqs.contains_key(&n)
+        State::never_issued(self.objects.srqn_base().wrapping_add(0x7_7777), |n| {
+            self.objects.srqs.contains_key(&n)
         })
     }
 
     fn never_issued_cqn(&self) -> u32 {
-        State::never_issued(self.cqn_base.wrapping_add(0x3_3333), |n| {
-            self.cqs.contains_key(&n)
+        State::never_issued(self.objects.cqn_base().wrapping_add(0x3_3333), |n| {
+            self.objects.cqs.contains_key(&n)
         })
     }
 
@@ -325,14 +325,15 @@ impl State {
                         alloc_uar_out::uar.set(out, (1u32 << self.caps.uar_sz) + 3)
                     }
                     Opcode::ALLOC_PD => {
-                        let pd =
-                            State::never_issued(self.next_pd ^ 0x1234, |n| self.pds.contains(&n));
+                        let pd = State::never_issued(self.objects.pd_cursor() ^ 0x1234, |n| {
+                            self.objects.pds.contains(&n)
+                        });
                         alloc_pd_out::pd.set(out, pd)
                     }
                     Opcode::CREATE_EQ => {
                         let eqn = (0..=u8::MAX)
                             .rev()
-                            .find(|n| !self.eqs.contains_key(n))
+                            .find(|n| !self.objects.eqs.contains_key(n))
                             .unwrap_or(0);
                         create_eq_out::eq_number.set(out, eqn)
                     }

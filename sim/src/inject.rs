@@ -110,7 +110,7 @@ impl Injector<'_> {
     /// (Linux `poll_health` reports such a syndrome; it is fatal only with
     /// the RFR bit, `mlx5_health_check_fatal_sensors`). `None` clears it.
     pub fn health_syndrome(&self, syndrome: Option<(u8, u16)>) {
-        self.dev.lock().health_warning = syndrome;
+        self.dev.lock().health.warning = syndrome;
     }
 
     /// The next SRQ limit event that an arm above the current count would

@@ -116,7 +116,7 @@ impl Device {
     pub(crate) fn wait_irq(&self, mask: u64, timeout_ns: u64) -> u64 {
         let (irq, threaded) = {
             let st = self.lock();
-            (st.irq.clone(), st.threaded)
+            (st.irq.clone(), st.clock.threaded)
         };
         if threaded {
             // The device thread writes EQEs on its own: block on the line.
@@ -143,7 +143,7 @@ impl Device {
         // 1 ms; each step also blocks as long in real time, so another
         // thread (the traffic side door) can write an EQE and wake the
         // wait at once.
-        let start = self.lock().vclock_ns;
+        let start = self.lock().clock.vclock_ns;
         let deadline = start.saturating_add(timeout_ns);
         let mut step = 1_000u64;
         loop {
@@ -156,13 +156,13 @@ impl Device {
             }
             let left = {
                 let mut st = self.lock();
-                let left = deadline.saturating_sub(st.vclock_ns);
+                let left = deadline.saturating_sub(st.clock.vclock_ns);
                 if left == 0 {
                     return 0;
                 }
                 let want = step.min(left);
                 let by = self.shared.idle.step(&st, want).min(left);
-                st.vclock_ns += by;
+                st.clock.vclock_ns += by;
                 st.run_due();
                 left
             };

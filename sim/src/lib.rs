@@ -11,7 +11,8 @@
 //! domains, the vport/RoCE commands and a traffic engine: send doorbells,
 //! WQE parsing, loopback delivery (force loopback, RoCE, IB), SRQ
 //! consumption, requester/responder/error/flush CQEs, RNR and retry timers
-//! (`docs/fidelity.md` §14).
+//! (`docs/fidelity.md` §14), and a frame codec for RoCE v2, RoCE v1 and
+//! InfiniBand ([`wire`]).
 //!
 //! It is **strict**: whatever firmware refuses, the model refuses with the
 //! firmware's status and a syndrome naming the check ([`syndrome`]). Test
@@ -25,6 +26,7 @@
 //! doorbells on its own; real clock).
 
 mod caps;
+mod clock;
 mod cmdif;
 mod cmds;
 mod dma;
@@ -39,12 +41,14 @@ mod moderation;
 mod objects;
 mod port;
 mod qp;
+mod records;
 mod reset;
 mod state;
 pub mod syndrome;
 mod trace;
 mod traffic;
 mod umem;
+pub mod wire;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -441,7 +445,7 @@ impl Device {
 
     /// True once a fatal health syndrome is set.
     pub fn is_fatal(&self) -> bool {
-        self.lock().fatal.is_some()
+        self.lock().health.fatal.is_some()
     }
 
     /// Bytes of DMA memory the platform handed out and not yet freed (a
@@ -453,17 +457,18 @@ impl Device {
 
     /// Every IOMMU fault so far.
     pub fn iommu_faults(&self) -> Vec<IommuFault> {
-        self.lock().faults.clone()
+        self.lock().records.faults.clone()
     }
 
     /// Every protocol violation so far.
     pub fn violations(&self) -> Vec<Violation> {
-        self.lock().violations.clone()
+        self.lock().records.violations.clone()
     }
 
     /// Pages found modified on reclaim (`Violation::PageScribbled`).
     pub fn page_scribbles(&self) -> Vec<(u64, usize)> {
         self.lock()
+            .records
             .violations
             .iter()
             .filter_map(|v| match v {
@@ -475,12 +480,12 @@ impl Device {
 
     /// Every command so far (and stalled ones).
     pub fn trace(&self) -> Vec<TraceEntry> {
-        self.lock().trace.clone()
+        self.lock().records.trace.clone()
     }
 
     /// Forget the trace.
     pub fn clear_trace(&self) {
-        self.lock().trace.clear();
+        self.lock().records.trace.clear();
     }
 
     /// The IOVA base of the DMA space (for tests).
@@ -495,13 +500,13 @@ impl Device {
 
     /// State of QP `qpn`, if it exists.
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
-        self.lock().qps.get(&qpn).map(|q| q.state)
+        self.lock().objects.qps.get(&qpn).map(|q| q.state)
     }
 
     /// A snapshot of QP `qpn` (state, connection, send-queue position).
     pub fn qp(&self, qpn: u32) -> Option<QpInfo> {
         let st = self.lock();
-        let q = st.qps.get(&qpn)?;
+        let q = st.objects.qps.get(&qpn)?;
         Some(QpInfo {
             state: q.state,
             remote_qpn: q.remote_qpn,
@@ -518,17 +523,17 @@ impl Device {
     /// What the last arm doorbell of CQ `cqn` asked for: `Some(true)` for
     /// solicited completions only, `Some(false)` for the next completion.
     pub fn cq_last_arm(&self, cqn: u32) -> Option<bool> {
-        self.lock().cqs.get(&cqn)?.last_arm_solicited
+        self.lock().objects.cqs.get(&cqn)?.last_arm_solicited
     }
 
     /// Numbers of the live QPs, ascending.
     pub fn qpns(&self) -> Vec<u32> {
-        self.lock().qps.keys().copied().collect()
+        self.lock().objects.qps.keys().copied().collect()
     }
 
     /// Keys (index << 8 | variant) of the live memory keys, by index.
     pub fn mkey_keys(&self) -> Vec<u32> {
-        self.lock().mkeys.values().map(|k| k.key).collect()
+        self.lock().objects.mkeys.values().map(|k| k.key).collect()
     }
 
     /// The vport's `roce_en` (power-on 0; persists across ENABLE/DISABLE_HCA
@@ -575,12 +580,12 @@ impl Device {
     /// Synchronous mode: advance the virtual clock and run due work.
     /// Threaded mode: sleep.
     pub fn advance_us(&self, us: u64) {
-        let threaded = self.lock().threaded;
+        let threaded = self.lock().clock.threaded;
         if threaded {
             std::thread::sleep(Duration::from_micros(us));
         } else {
             let mut st = self.lock();
-            st.vclock_ns += us * 1000;
+            st.clock.vclock_ns += us * 1000;
             st.run_due();
         }
     }

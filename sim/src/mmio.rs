@@ -7,9 +7,9 @@ use mlx5_regs::consts::ctx;
 use mlx5_regs::doorbell as db;
 use mlx5_regs::layouts::{health_buffer, initial_seg};
 
-use crate::state::{
-    MmioWrite, State, FIRST_UAR, LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE, THREADED_LATENCY_NS,
-};
+use crate::cmdif::{LOG_CMDQ_SIZE, LOG_CMDQ_STRIDE};
+use crate::objects::FIRST_UAR;
+use crate::state::{MmioWrite, State, THREADED_LATENCY_NS};
 use crate::Violation;
 
 impl State {
@@ -29,13 +29,13 @@ impl State {
             .set(s, ctx::CMD_IF_REV)
             .expect("16-bit");
         initial_seg::cmdq_phy_addr_63_32
-            .set(s, self.cmdq_h)
+            .set(s, self.cmdq.addr_h)
             .expect("32-bit");
         initial_seg::cmdq_phy_addr_31_12
-            .set(s, self.cmdq_l >> 12)
+            .set(s, self.cmdq.addr_l >> 12)
             .expect("20-bit");
         initial_seg::nic_interface
-            .set(s, self.nic_interface & 3)
+            .set(s, self.cmdq.nic_interface & 3)
             .expect("2-bit");
         initial_seg::log_cmdq_size
             .set(s, LOG_CMDQ_SIZE)
@@ -59,14 +59,14 @@ impl State {
         health_buffer::fw_version
             .set(hb, ((maj as u32) << 24) | ((min as u32) << 16) | sub as u32)
             .expect("32-bit");
-        if let Some(synd) = self.fatal {
+        if let Some(synd) = self.health.fatal {
             // A fatal error: firmware asks for a reset (RFR, Linux
             // `sensor_fw_synd_rfr`), severity CRIT.
             health_buffer::synd.set(hb, synd).expect("8-bit");
             health_buffer::rfr.set(hb, true).expect("flag");
             health_buffer::valid.set(hb, true).expect("flag");
             health_buffer::severity.set(hb, 2).expect("3-bit");
-        } else if let Some((synd, ext)) = self.health_warning {
+        } else if let Some((synd, ext)) = self.health.warning {
             // A reported, non-fatal condition: syndrome without RFR, the
             // device keeps working (Linux reports it and carries on).
             health_buffer::synd.set(hb, synd).expect("8-bit");
@@ -74,19 +74,19 @@ impl State {
             health_buffer::valid.set(hb, true).expect("flag");
             health_buffer::severity.set(hb, 4).expect("3-bit"); // WARNING
         }
-        let counter = match self.fatal {
-            Some(_) => self.fatal_counter,
+        let counter = match self.health.fatal {
+            Some(_) => self.health.fatal_counter,
             None => self.health_counter_now(),
         };
         initial_seg::health_counter.set(s, counter).expect("24-bit");
         initial_seg::health_syndrome
-            .set(s, self.fatal.unwrap_or(0))
+            .set(s, self.health.fatal.unwrap_or(0))
             .expect("8-bit");
         b
     }
 
     pub fn mmio_read32(&mut self, offset: usize) -> u32 {
-        if !self.threaded {
+        if !self.clock.threaded {
             self.run_due();
         }
         if offset + 4 <= initial_seg::SIZE {
@@ -106,7 +106,7 @@ impl State {
     /// register) or queued for the device thread.
     pub fn mmio_write(&mut self, offset: usize, value: u64, wide: bool) {
         let is_cmdq_reg = !wide && (offset == 0x10 || offset == 0x14);
-        if self.threaded && !is_cmdq_reg {
+        if self.clock.threaded && !is_cmdq_reg {
             let at = self.now_ns() + THREADED_LATENCY_NS;
             self.mmio_queue.push_back(MmioWrite {
                 at,
@@ -127,22 +127,22 @@ impl State {
             return;
         }
         match (offset, wide) {
-            (0x10, false) => self.cmdq_h = value as u32,
+            (0x10, false) => self.cmdq.addr_h = value as u32,
             (0x14, false) => {
                 // Bits 31:12 address, 10:8 nic_interface; 7:0 read-only.
-                self.cmdq_l = value as u32 & 0xffff_f000;
-                self.nic_interface = ((value >> 8) & 7) as u8;
+                self.cmdq.addr_l = value as u32 & 0xffff_f000;
+                self.cmdq.nic_interface = ((value >> 8) & 7) as u8;
             }
             (0x18, false) => self.cmd_doorbell(value as u32),
-            _ => self.violations.push(Violation::Doorbell(format!(
+            _ => self.records.violations.push(Violation::Doorbell(format!(
                 "write of {value:#x} to read-only/reserved BAR0 offset {offset:#x}"
             ))),
         }
     }
 
     fn uar_write(&mut self, page: u32, off: usize, value: u64, wide: bool) {
-        if !self.uars.contains(&page) {
-            self.violations.push(Violation::UarDoorbell(format!(
+        if !self.objects.uars.contains(&page) {
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "write to unallocated UAR page {page} offset {off:#x}"
             )));
             return;
@@ -154,7 +154,7 @@ impl State {
             // Any 8-byte store into the BlueFlame registers is a send
             // doorbell (the model does not take BlueFlame WQE copies).
             (o, true) if self.bf_area().contains(&o) => self.send_doorbell(page, o, value),
-            _ => self.violations.push(Violation::UarDoorbell(format!(
+            _ => self.records.violations.push(Violation::UarDoorbell(format!(
                 "write of {value:#x} to UAR {page} offset {off:#x} ({} bits): not a doorbell the model knows",
                 if wide { 64 } else { 32 }
             ))),
@@ -170,15 +170,15 @@ impl State {
 
     fn eq_doorbell(&mut self, uar: u32, value: u32, arm: bool) {
         let (eqn, ci) = db::eq_doorbell_parts(value);
-        let Some(eq) = self.eqs.get_mut(&eqn) else {
-            self.violations.push(Violation::UarDoorbell(format!(
+        let Some(eq) = self.objects.eqs.get_mut(&eqn) else {
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "EQ doorbell for unknown eqn {eqn}"
             )));
             return;
         };
         if eq.uar != uar {
             let u = eq.uar;
-            self.violations.push(Violation::UarDoorbell(format!(
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "EQ doorbell for eqn {eqn} on UAR {uar}, EQ uses UAR {u}"
             )));
             return;
@@ -187,7 +187,7 @@ impl State {
         let new_gap = eq.pc.wrapping_sub(ci) & m;
         let old_gap = eq.pc.wrapping_sub(eq.ci) & m;
         if new_gap > old_gap {
-            self.violations.push(Violation::UarDoorbell(format!(
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "EQ {eqn} consumer index {ci:#x} moves backwards or ahead of producer {:#x}",
                 eq.pc & m
             )));
@@ -210,21 +210,21 @@ impl State {
     fn cq_arm_doorbell(&mut self, uar: u32, value: u64) {
         let a = db::cq_arm_parts(value);
         let cqn = a.cqn;
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
-            self.violations.push(Violation::UarDoorbell(format!(
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "CQ arm for unknown cqn {cqn:#x}"
             )));
             return;
         };
         if cq.uar != uar {
             let u = cq.uar;
-            self.violations.push(Violation::UarDoorbell(format!(
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "CQ arm for cqn {cqn:#x} on UAR {uar}, CQ uses UAR {u}"
             )));
             return;
         }
         if cq.status != ctx::CQ_STATUS_OK {
-            self.violations.push(Violation::UarDoorbell(format!(
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "CQ arm for cqn {cqn:#x} in error state"
             )));
             return;
@@ -233,7 +233,7 @@ impl State {
         if cq.arm.is_none() && cq.last_fired_sn == Some(sn) {
             // A completion event was generated for this sequence number; the
             // driver must bump arm_sn after consuming it (docs/firmware.md §5).
-            self.violations.push(Violation::UarDoorbell(format!(
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "stale CQ arm for cqn {cqn:#x}: arm_sn {sn} already fired"
             )));
             return;

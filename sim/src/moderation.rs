@@ -55,7 +55,7 @@ impl State {
     /// A CQE was just written to `cqn` (its producer counter advanced).
     pub(crate) fn cq_moderation_cqe(&mut self, cqn: u32, cqe: &[u8; 64], solicited: bool) {
         let now = self.now_ns();
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
             return;
         };
         let opcode = cqe64::opcode.get(cqe);
@@ -82,7 +82,7 @@ impl State {
     /// The arm doorbell found CQEs beyond its consumer index that satisfy
     /// it: an event is owed, as soon as moderation lets it.
     pub(crate) fn cq_moderation_armed_ready(&mut self, cqn: u32) {
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.moder.triggered = true;
         }
         self.cq_moderate(cqn, false);
@@ -92,6 +92,7 @@ impl State {
     /// the new ones (a lower count may let it out at once).
     pub(crate) fn cq_moderation_changed(&mut self, cqn: u32) {
         if self
+            .objects
             .cqs
             .get(&cqn)
             .is_some_and(|c| c.arm.is_some() && c.moder.triggered)
@@ -104,7 +105,7 @@ impl State {
     /// "upon event" mode the timer too.
     pub(crate) fn cq_moderation_fired(&mut self, cqn: u32) {
         let now = self.now_ns();
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.moder.since_event = 0;
             cq.moder.triggered = false;
             if cq.period_mode == 0 {
@@ -116,7 +117,7 @@ impl State {
     /// Write the owed event now if moderation lets it (or `force`).
     fn cq_moderate(&mut self, cqn: u32, force: bool) {
         let now = self.now_ns();
-        let Some(cq) = self.cqs.get(&cqn) else {
+        let Some(cq) = self.objects.cqs.get(&cqn) else {
             return;
         };
         let (count, period) = (cq.max_count as u32, cq.period as u64);
@@ -130,7 +131,8 @@ impl State {
     /// Device time of the CQ whose moderation timer expires first, among
     /// the CQs that owe an event.
     pub(crate) fn cq_moderation_next_due(&self) -> Option<u64> {
-        self.cqs
+        self.objects
+            .cqs
             .values()
             .filter(|c| c.arm.is_some() && c.moder.triggered && c.period > 0)
             .map(|c| c.moder.timer_start_ns + c.period as u64 * 1000)
@@ -141,6 +143,7 @@ impl State {
     pub(crate) fn cq_moderation_run_due(&mut self) {
         let now = self.now_ns();
         let due: Vec<u32> = self
+            .objects
             .cqs
             .iter()
             .filter(|(_, c)| {

@@ -6,7 +6,7 @@
 //! DISABLE_HCA (`providers/mlx5/mlx5_vfio.c` `mlx5_vfio_free_context`).
 
 use crate::port::Port;
-use crate::state::{Slot, State};
+use crate::state::{Health, State};
 use crate::{HcaState, ObjectCounts};
 
 /// What a function reset dropped (`Device::function_reset`).
@@ -23,23 +23,23 @@ pub struct ResetReport {
 }
 
 impl State {
+    /// Forget every firmware object of the function and the GIDs of its
+    /// port: the one path TEARDOWN_HCA and a function reset share (the
+    /// table's rules are in `objects/`).
+    pub fn forget_objects(&mut self) {
+        self.objects.clear();
+        self.port.gids.clear();
+    }
+
     /// Drop all firmware state of the function (see the module docs).
     pub fn function_reset(&mut self) -> ResetReport {
         let report = ResetReport {
             hca_state: Some(self.hca),
             objects: self.object_counts(),
             pages: self.pages.held.len(),
-            was_fatal: self.fatal.is_some(),
+            was_fatal: self.health.fatal.is_some(),
         };
-        self.eqs.clear();
-        self.cqs.clear();
-        self.srqs.clear();
-        self.uars.clear();
-        self.pds.clear();
-        self.qps.clear();
-        self.mkeys.clear();
-        self.xrcds.clear();
-        self.umems.clear();
+        self.forget_objects();
         // The vport context is the function's: power-on values again.
         self.port = Port::new(self.cfg.seed);
         self.pages.held.clear();
@@ -48,19 +48,13 @@ impl State {
         self.reset_function();
         self.host_be = false;
         // The command queue is forgotten: the driver programs it again.
-        self.cmdq_h = 0;
-        self.cmdq_l = 0;
-        self.nic_interface = 0;
-        self.slots.iter_mut().for_each(|s| *s = Slot::Idle);
-        self.slot_rung_at.iter_mut().for_each(|t| *t = 0);
+        self.cmdq.reset();
         self.mmio_queue.clear();
-        self.fatal = None;
-        self.fatal_counter = 0;
-        self.health_warning = None;
+        self.health = Health::default();
         self.late_limits.clear();
         self.leaked_at_teardown = None;
         // Firmware initialises again after the reset.
-        self.created_ns = self.now_ns();
+        self.clock.created_ns = self.now_ns();
         self.resets += 1;
         report
     }

@@ -3,44 +3,25 @@
 //! with IOMMU fault recording, EQE and CQE writing). MMIO and UAR doorbells
 //! are in `mmio.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{fence, Ordering};
-use std::time::Instant;
 
 use mlx5_regs::consts::{cq_error_syndrome, ctx};
 use mlx5_regs::layouts::{comp_event, cq_error, eqe, qp_events};
 use mlx5_regs::EventType;
 
 use crate::caps::{Caps, CurCaps};
+use crate::clock::Clock;
+use crate::cmdif::{CmdQueue, Slot};
 use crate::dma::{mix, DmaSpace, IommuFault};
 use crate::inject::Injections;
-use crate::mkey::Mkey;
-use crate::objects::{Cq, Eq, Srq};
+use crate::objects::Objects;
 use crate::port::Port;
-use crate::qp::Qp;
-use crate::trace::TraceEntry;
-use crate::umem::Umem;
+use crate::records::Records;
 use crate::{HcaState, ObjectCounts, SimConfig, Violation};
 
-/// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
-pub(crate) const FIRST_UAR: u32 = 16;
-/// Command queue geometry reported in BAR0 0x14 (docs/firmware.md §2.1).
-pub(crate) const LOG_CMDQ_SIZE: u8 = 5;
-pub(crate) const LOG_CMDQ_STRIDE: u8 = 6;
 /// Device-side processing latency of a doorbell in threaded mode.
 pub(crate) const THREADED_LATENCY_NS: u64 = 20_000;
-
-/// Per-slot state of the command queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Slot {
-    Idle,
-    /// Will execute at this device time.
-    Due(u64),
-    /// Never completes (injected).
-    Stalled,
-    /// Waits until the firmware received the pages it asked for.
-    WaitingPages,
-}
 
 /// Page accounting (docs/firmware.md §4.2).
 #[derive(Debug, Default)]
@@ -55,6 +36,19 @@ pub(crate) struct Pages {
     pub queued_requests: VecDeque<i32>,
 }
 
+/// The function's health as the health buffer reports it (PRM "Health
+/// Buffer"; Linux `drivers/net/ethernet/mellanox/mlx5/core/health.c`).
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// The fatal syndrome once the device went fatal; it stays until a
+    /// function reset.
+    pub fatal: Option<u8>,
+    /// The health counter frozen at the moment the device went fatal.
+    pub fatal_counter: u32,
+    /// A non-fatal health syndrome and its extended syndrome (no RFR).
+    pub warning: Option<(u8, u16)>,
+}
+
 /// A queued MMIO write (threaded mode).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MmioWrite {
@@ -65,26 +59,26 @@ pub(crate) struct MmioWrite {
 }
 
 pub(crate) struct State {
+    /// How the device was created (profile, seed, mode, limits).
     pub cfg: SimConfig,
+    /// The capabilities the profile supports (QUERY_HCA_CAP max).
     pub caps: Caps,
+    /// The current capabilities (SET_HCA_CAP, QUERY_HCA_CAP cur).
     pub cur: CurCaps,
-    pub threaded: bool,
+    /// The threaded worker should exit.
     pub shutdown: bool,
-    origin: Instant,
-    pub vclock_ns: u64,
-    pub created_ns: u64,
+    /// Device time (`clock.rs`).
+    pub clock: Clock,
+    /// The memory the device reaches through the IOMMU.
     pub dma: DmaSpace,
-    pub faults: Vec<IommuFault>,
-    pub violations: Vec<Violation>,
-    pub trace: Vec<TraceEntry>,
+    /// Faults, violations, the command trace (`records.rs`).
+    pub records: Records,
+    /// Faults the test harness asked for (`inject.rs`).
     pub inj: Injections,
-    // BAR0
-    pub cmdq_h: u32,
-    pub cmdq_l: u32,
-    pub nic_interface: u8,
-    pub fatal: Option<u8>,
-    /// A non-fatal health syndrome shown in the health buffer (no RFR).
-    pub health_warning: Option<(u8, u16)>,
+    /// The command interface: queue address, slots (`cmdif.rs`).
+    pub cmdq: CmdQueue,
+    /// What the health buffer shows.
+    pub health: Health,
     /// Limit events of arms above the count are deferred until this many
     /// more commands completed (`Injector::srq_limit_late`).
     pub limit_late: Option<u32>,
@@ -92,53 +86,37 @@ pub(crate) struct State {
     pub late_limits: Vec<(u32, u32)>,
     /// Function resets so far.
     pub resets: u64,
-    pub fatal_counter: u32,
-    pub slots: Vec<Slot>,
-    pub slot_rung_at: Vec<u64>,
+    /// MMIO writes not yet applied (threaded mode).
     pub mmio_queue: VecDeque<MmioWrite>,
-    // firmware
+    /// Firmware state of the function (ENABLE/INIT/TEARDOWN_HCA).
     pub hca: HcaState,
+    /// The interface version SET_ISSI chose.
     pub issi: u16,
+    /// Host endianness the driver set through the HOST_ENDIANNESS register.
     pub host_be: bool,
+    /// Firmware page accounting.
     pub pages: Pages,
-    pub uars: BTreeSet<u32>,
-    pub pds: BTreeSet<u32>,
-    pub next_pd: u32,
-    pub eqs: BTreeMap<u8, Eq>,
-    pub cqs: BTreeMap<u32, Cq>,
-    /// Lowest CQ number handed out (seed-derived).
-    pub cqn_base: u32,
-    pub srqs: BTreeMap<u32, Srq>,
-    /// Lowest SRQ/RMP number handed out (seed-derived).
-    pub srqn_base: u32,
+    /// Every firmware object and the rules between them (`objects/`).
+    pub objects: Objects,
+    /// QUERY_SPECIAL_CONTEXTS `resd_lkey` (seed-derived).
     pub resd_lkey: u32,
     /// QUERY_SPECIAL_CONTEXTS `terminate_scatter_list_mkey` (seed-derived,
     /// reported with the capability of the same name).
     pub term_mkey: u32,
-    pub qps: BTreeMap<u32, Qp>,
-    /// Lowest QP number handed out (seed-derived).
-    pub qpn_base: u32,
-    /// Memory keys by index (key >> 8).
-    pub mkeys: BTreeMap<u32, Mkey>,
-    pub next_mkey: u32,
-    pub xrcds: BTreeSet<u32>,
-    /// UMEM objects (DevX user memory) by id.
-    pub umems: BTreeMap<u32, Umem>,
-    /// Lowest UMEM id handed out (seed-derived).
-    pub umem_base: u32,
-    pub next_xrcd: u32,
+    /// The port and its vport context, GID table and wire.
     pub port: Port,
+    /// Objects still alive when TEARDOWN_HCA ran (`Device::leaked_at_teardown`).
     pub leaked_at_teardown: Option<ObjectCounts>,
+    /// Messages dropped for lack of receive WQEs (`Traffic::dropped`).
     pub dropped: u64,
     /// Traffic-engine counters (`Traffic::stats`).
     pub stats: crate::traffic::TrafficStats,
-    /// Why send WQEs failed locally (malformed, key errors), for diagnosis.
-    pub send_errors: Vec<String>,
     /// Interrupt lines (`irq.rs`).
     pub irq: std::sync::Arc<crate::irq::IrqLines>,
 }
 
 impl State {
+    /// A powered-on device: Disabled, firmware initialising.
     pub fn new(cfg: SimConfig) -> State {
         let caps = Caps::for_profile(cfg.profile);
         let h = mix(cfg.seed ^ 0x1111);
@@ -146,59 +124,32 @@ impl State {
         let mut st = State {
             cur: CurCaps::initial(&caps),
             caps,
-            threaded,
             shutdown: false,
-            origin: Instant::now(),
-            vclock_ns: 0,
-            created_ns: 0,
+            clock: Clock::new(threaded),
             dma: DmaSpace::new(cfg.seed, cfg.dma_limit),
-            faults: Vec::new(),
-            violations: Vec::new(),
-            trace: Vec::new(),
+            records: Records::default(),
             inj: Injections::default(),
-            cmdq_h: 0,
-            cmdq_l: 0,
-            nic_interface: 0,
-            fatal: None,
-            health_warning: None,
+            cmdq: CmdQueue::new(),
+            health: Health::default(),
             limit_late: None,
             late_limits: Vec::new(),
             resets: 0,
-            fatal_counter: 0,
-            slots: vec![Slot::Idle; 1 << LOG_CMDQ_SIZE],
-            slot_rung_at: vec![0; 1 << LOG_CMDQ_SIZE],
             mmio_queue: VecDeque::new(),
             hca: HcaState::Disabled,
             issi: 0,
             host_be: false,
             pages: Pages::default(),
-            uars: BTreeSet::new(),
-            pds: BTreeSet::new(),
-            next_pd: 1 + (h & 0xff) as u32,
-            eqs: BTreeMap::new(),
-            cqs: BTreeMap::new(),
-            cqn_base: 0x400 + ((h >> 8) & 0x3ff) as u32,
-            srqs: BTreeMap::new(),
-            srqn_base: 0x100 + ((h >> 20) & 0x3ff) as u32,
+            objects: Objects::new(h),
             resd_lkey: 0x2000 | (((h >> 32) & 0xff) as u32) << 8,
             term_mkey: 0x4000 | (((h >> 36) & 0xff) as u32) << 8,
-            qps: BTreeMap::new(),
-            qpn_base: 0x200 + ((h >> 40) & 0x3ff) as u32,
-            mkeys: BTreeMap::new(),
-            next_mkey: 0x1000 + ((h >> 50) & 0xfff) as u32,
-            xrcds: BTreeSet::new(),
-            umems: BTreeMap::new(),
-            umem_base: 0x10 + ((h >> 28) & 0xff) as u32,
-            next_xrcd: 0x10 + ((h >> 12) & 0xff) as u32,
             port: Port::new(cfg.seed),
             leaked_at_teardown: None,
             dropped: 0,
             stats: Default::default(),
-            send_errors: Vec::new(),
             irq: Default::default(),
             cfg,
         };
-        st.created_ns = st.now_ns();
+        st.clock.created_ns = st.now_ns();
         st.reset_function();
         st
     }
@@ -212,22 +163,7 @@ impl State {
         self.pages.regular_needed = 0;
     }
 
-    /// The lowest object number at or above `base` that `used` says is
-    /// free (never 0). Firmware reuses the numbers of destroyed CQs,
-    /// SRQs/RMPs, QPs and EQs; the model hands out the lowest free one so a
-    /// destroy followed by a create gets the same number back
-    /// (docs/fidelity.md §15).
-    pub fn alloc_number(&self, used: impl Fn(&State, u32) -> bool, base: u32) -> u32 {
-        let mut n = base.max(1);
-        while used(self, n) {
-            n = (n + 1) & 0x00ff_ffff;
-            if n == 0 {
-                n = 1;
-            }
-        }
-        n
-    }
-
+    /// SET_HCA_CAP changed `cur`: a disabled function starts from it again.
     pub fn caps_changed(&mut self) {
         if self.hca == HcaState::Disabled {
             self.reset_function();
@@ -236,16 +172,15 @@ impl State {
 
     // ------------------------------------------------------------------ time
 
+    /// Device time in nanoseconds.
     pub fn now_ns(&self) -> u64 {
-        if self.threaded {
-            self.origin.elapsed().as_nanos() as u64
-        } else {
-            self.vclock_ns
-        }
+        self.clock.now_ns()
     }
 
+    /// The initializing bit: firmware is not ready for commands yet.
     pub fn initializing(&self) -> bool {
-        self.inj.fw_init_never || self.now_ns() < self.created_ns + self.cfg.fw_init_delay_us * 1000
+        self.inj.fw_init_never
+            || self.now_ns() < self.clock.created_ns + self.cfg.fw_init_delay_us * 1000
     }
 
     /// Run everything whose time has come: queued MMIO writes (threaded
@@ -260,11 +195,11 @@ impl State {
                     continue;
                 }
             }
-            let due =
-                (0..self.slots.len()).find(|&s| matches!(self.slots[s], Slot::Due(t) if t <= now));
+            let due = (0..self.cmdq.slots.len())
+                .find(|&s| matches!(self.cmdq.slots[s], Slot::Due(t) if t <= now));
             match due {
                 Some(s) => {
-                    self.slots[s] = Slot::Idle;
+                    self.cmdq.slots[s] = Slot::Idle;
                     self.exec_slot(s);
                 }
                 None => break,
@@ -276,10 +211,12 @@ impl State {
         self.cq_moderation_run_due();
     }
 
+    /// Time until the next timed work (MMIO write, command completion,
+    /// traffic or moderation timer), if any.
     pub fn next_due_in_ns(&self) -> Option<u64> {
         let now = self.now_ns();
         let mut next: Option<u64> = self.mmio_queue.front().map(|w| w.at);
-        for s in &self.slots {
+        for s in &self.cmdq.slots {
             if let Slot::Due(t) = *s {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
@@ -295,8 +232,9 @@ impl State {
 
     // ------------------------------------------------------------------ DMA
 
+    /// Record an IOMMU fault.
     pub fn fault(&mut self, iova: u64, len: usize, write: bool, context: String) {
-        self.faults.push(IommuFault {
+        self.records.faults.push(IommuFault {
             iova,
             len,
             write,
@@ -328,6 +266,7 @@ impl State {
         }
     }
 
+    /// Device read of a big-endian 32-bit word.
     pub fn rd_be32(&mut self, iova: u64, what: &dyn Fn() -> String) -> Result<u32, ()> {
         let mut b = [0u8; 4];
         self.rd(iova, &mut b, what)?;
@@ -371,29 +310,21 @@ impl State {
 
     // ------------------------------------------------------------------ objects
 
+    /// How many objects of each family are alive.
     pub fn object_counts(&self) -> ObjectCounts {
-        ObjectCounts {
-            eqs: self.eqs.len(),
-            cqs: self.cqs.len(),
-            srqs: self.srqs.values().filter(|s| !s.rmp).count(),
-            rmps: self.srqs.values().filter(|s| s.rmp).count(),
-            uars: self.uars.len(),
-            pds: self.pds.len(),
-            qps: self.qps.len(),
-            mkeys: self.mkeys.len(),
-            xrcds: self.xrcds.len(),
-            gids: self.port.gids.len(),
-            umems: self.umems.len(),
-        }
+        self.objects.counts(self.port.gids.len())
     }
 
+    /// Enter the fatal state with health syndrome `synd` (the first one
+    /// stays).
     pub fn go_fatal(&mut self, synd: u8) {
-        if self.fatal.is_none() {
-            self.fatal = Some(synd);
-            self.fatal_counter = self.health_counter_now();
+        if self.health.fatal.is_none() {
+            self.health.fatal = Some(synd);
+            self.health.fatal_counter = self.health_counter_now();
         }
     }
 
+    /// The health counter: milliseconds of device time, 24 bits.
     pub(crate) fn health_counter_now(&self) -> u32 {
         ((self.now_ns() / 1_000_000) as u32) & 0x00ff_ffff
     }
@@ -402,7 +333,8 @@ impl State {
 
     /// The EQ an event of this type goes to (lowest EQ number subscribed).
     pub fn eq_for(&self, event_type: u8) -> Option<u8> {
-        self.eqs
+        self.objects
+            .eqs
             .iter()
             .find(|(_, e)| e.subscribes(event_type))
             .map(|(n, _)| *n)
@@ -417,13 +349,15 @@ impl State {
                 true
             }
             None => {
-                self.violations
+                self.records
+                    .violations
                     .push(Violation::EventDropped { event_type: t });
                 false
             }
         }
     }
 
+    /// An EQE image with the type and subtype set.
     pub fn make_eqe(event_type: EventType, sub_type: u8) -> [u8; 64] {
         let mut e = [0u8; 64];
         eqe::event_type.set(&mut e, event_type.0).expect("8-bit");
@@ -434,10 +368,10 @@ impl State {
     /// Write an EQE at the EQ's producer index with the ownership rule
     /// (docs/firmware.md §6.2). More than `nent` unreported EQEs is an overrun.
     pub fn eq_write(&mut self, eqn: u8, mut img: [u8; 64]) {
-        if self.fatal.is_some() {
+        if self.health.fatal.is_some() {
             return;
         }
-        let Some(eq) = self.eqs.get(&eqn) else {
+        let Some(eq) = self.objects.eqs.get(&eqn) else {
             return;
         };
         if eq.status != 0 {
@@ -449,8 +383,8 @@ impl State {
             // Linux reports an overrun of the async EQ as health syndrome
             // 0xc (ASYNC_EQ_BUF_OVERRUN); other EQs as 0xd (EQ_IN_ERR).
             let is_async = eq.is_async();
-            self.violations.push(Violation::EqOverrun { eqn });
-            if let Some(e) = self.eqs.get_mut(&eqn) {
+            self.records.violations.push(Violation::EqOverrun { eqn });
+            if let Some(e) = self.objects.eqs.get_mut(&eqn) {
                 e.status = 0xa;
             }
             self.go_fatal(if is_async { 0x0c } else { 0x0d });
@@ -465,7 +399,7 @@ impl State {
         let r = self.write_entry(&buf, slot as u64 * 64, &img, &|| {
             format!("EQE write eqn {eqn}")
         });
-        let eq = self.eqs.get_mut(&eqn).expect("checked");
+        let eq = self.objects.eqs.get_mut(&eqn).expect("checked");
         if r.is_err() {
             eq.status = 0xa; // EQ write failure (eqc.status)
             self.go_fatal(0x0d);
@@ -486,7 +420,7 @@ impl State {
 
     /// A completion event for `cqn` on its EQ.
     pub(crate) fn fire_cq(&mut self, cqn: u32) {
-        let Some(cq) = self.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
             return;
         };
         let sn = cq.arm.map(|a| a.sn);
@@ -526,10 +460,10 @@ impl State {
     /// opcode in `op_own`; the owner bit is set here. Returns false if the
     /// CQE was lost (CQ in error, overrun, write failure).
     pub fn cq_push(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
-        let Some(cq) = self.cqs.get(&cqn) else {
+        let Some(cq) = self.objects.cqs.get(&cqn) else {
             return false;
         };
-        if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
+        if cq.status != ctx::CQ_STATUS_OK || self.health.fatal.is_some() {
             return false;
         }
         self.hostile_cqe(&mut cqe);
@@ -542,10 +476,10 @@ impl State {
     }
 
     fn cq_write(&mut self, cqn: u32, mut cqe: [u8; 64], solicited: bool) -> bool {
-        let Some(cq) = self.cqs.get(&cqn) else {
+        let Some(cq) = self.objects.cqs.get(&cqn) else {
             return false;
         };
-        if cq.status != ctx::CQ_STATUS_OK || self.fatal.is_some() {
+        if cq.status != ctx::CQ_STATUS_OK || self.health.fatal.is_some() {
             return false;
         }
         let n = 1u32 << cq.log_size;
@@ -558,10 +492,10 @@ impl State {
             );
             return false;
         };
-        let cq = self.cqs.get(&cqn).expect("checked");
+        let cq = self.objects.cqs.get(&cqn).expect("checked");
         let outstanding = cq.pc.wrapping_sub(ci & 0x00ff_ffff) & 0x00ff_ffff;
         if outstanding >= n && !cq.oi {
-            self.violations.push(Violation::CqOverrun { cqn });
+            self.records.violations.push(Violation::CqOverrun { cqn });
             self.cq_fail(cqn, ctx::CQ_STATUS_OVERFLOW, cq_error_syndrome::CQ_OVERRUN);
             return false;
         }
@@ -592,7 +526,7 @@ impl State {
             );
             return false;
         }
-        let cq = self.cqs.get_mut(&cqn).expect("checked");
+        let cq = self.objects.cqs.get_mut(&cqn).expect("checked");
         let idx = cq.pc;
         cq.pc = cq.pc.wrapping_add(1);
         if solicited {
@@ -604,7 +538,7 @@ impl State {
     }
 
     fn cq_fail(&mut self, cqn: u32, status: u8, synd: u8) {
-        if let Some(cq) = self.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             cq.status = status;
             cq.arm = None;
         }

@@ -172,7 +172,7 @@ impl Traffic<'_> {
     /// Why send WQEs failed locally (malformed WQE, refused gather), one
     /// line each, in order: diagnosis for a local error CQE.
     pub fn send_errors(&self) -> Vec<String> {
-        self.dev.lock().send_errors.clone()
+        self.dev.lock().records.send_errors.clone()
     }
 
     /// The traffic engine's counters.
@@ -184,7 +184,7 @@ impl Traffic<'_> {
     pub fn raise_event(&self, eqe: [u8; 64]) -> Result<(), SimError> {
         let mut st = self.dev.lock();
         st.stats.side_door_uses += 1;
-        if st.fatal.is_some() {
+        if st.health.fatal.is_some() {
             return Err(SimError::Fatal);
         }
         let t = eqe[1];
@@ -205,10 +205,10 @@ impl Traffic<'_> {
 
 impl State {
     fn check_cq(&self, cqn: u32) -> Result<(), SimError> {
-        if self.fatal.is_some() {
+        if self.health.fatal.is_some() {
             return Err(SimError::Fatal);
         }
-        if !self.cqs.contains_key(&cqn) {
+        if !self.objects.cqs.contains_key(&cqn) {
             return Err(SimError::NoSuchObject {
                 kind: "cq",
                 id: cqn,
@@ -227,6 +227,7 @@ impl State {
     ) -> Result<Delivery, SimError> {
         self.check_cq(cqn)?;
         let pd = self
+            .objects
             .srqs
             .get(&srqn)
             .ok_or(SimError::NoSuchObject {
@@ -296,7 +297,7 @@ impl State {
     /// The SRQ/RMP enters its error state and SRQ_CATAS_ERROR (0x12) is
     /// raised (a corrupt free list or an unreadable WQE).
     pub(crate) fn srq_catastrophe_event(&mut self, srqn: u32, _why: &'static str) {
-        if let Some(s) = self.srqs.get_mut(&srqn) {
+        if let Some(s) = self.objects.srqs.get_mut(&srqn) {
             s.state = if s.rmp {
                 ctx::RMP_STATE_ERR
             } else {

@@ -41,61 +41,29 @@ impl State {
     }
 
     pub(super) fn alloc_uar(&mut self, out: &mut [u8]) -> R {
-        let max = 1u32 << self.caps.uar_sz;
-        let idx = (FIRST_UAR..max)
-            .find(|i| !self.uars.contains(i))
+        let idx = self
+            .objects
+            .alloc_uar(1u32 << self.caps.uar_sz)
             .ok_or(lim(sy::UAR_EXHAUSTED))?;
-        self.uars.insert(idx);
         alloc_uar_out::uar.set(out, idx).expect("24-bit");
         Ok(())
     }
 
     pub(super) fn dealloc_uar(&mut self, inp: &[u8]) -> R {
-        let idx = dealloc_uar_in::uar.get(inp);
-        ensure(self.uars.contains(&idx), bad_res(sy::UAR_NOT_FOUND))?;
-        let used =
-            self.eqs.values().any(|e| e.uar == idx) || self.cqs.values().any(|c| c.uar == idx);
-        ensure(!used, bad_state(sy::UAR_IN_USE))?;
-        ensure(
-            !self.qps.values().any(|q| q.uar == idx),
-            fail(CmdStatus::RES_BUSY, sy::UAR_USED_BY_QP),
-        )?;
-        self.uars.remove(&idx);
-        Ok(())
+        self.objects.dealloc_uar(dealloc_uar_in::uar.get(inp))
     }
 
     pub(super) fn alloc_pd(&mut self, out: &mut [u8]) -> R {
-        ensure(
-            (self.pds.len() as u64) < (1u64 << self.caps.log_max_pd),
-            lim(sy::PD_EXHAUSTED),
-        )?;
-        while self.pds.contains(&self.next_pd) || self.next_pd == 0 {
-            self.next_pd = (self.next_pd + 1) & M24;
-        }
-        let pd = self.next_pd;
-        self.next_pd = (self.next_pd + 1) & M24;
-        self.pds.insert(pd);
+        let pd = self
+            .objects
+            .alloc_pd(1u64 << self.caps.log_max_pd)
+            .ok_or(lim(sy::PD_EXHAUSTED))?;
         alloc_pd_out::pd.set(out, pd).expect("24-bit");
         Ok(())
     }
 
     pub(super) fn dealloc_pd(&mut self, inp: &[u8]) -> R {
-        let pd = dealloc_pd_in::pd.get(inp);
-        ensure(self.pds.contains(&pd), bad_res(sy::PD_NOT_FOUND))?;
-        ensure(
-            !self.qps.values().any(|q| q.pd == pd),
-            fail(CmdStatus::RES_BUSY, sy::PD_USED_BY_QP),
-        )?;
-        ensure(
-            !self.mkeys.values().any(|k| k.pd == pd),
-            fail(CmdStatus::RES_BUSY, sy::PD_USED_BY_MKEY),
-        )?;
-        ensure(
-            !self.srqs.values().any(|s| s.pd == pd),
-            bad_state(sy::PD_IN_USE),
-        )?;
-        self.pds.remove(&pd);
-        Ok(())
+        self.objects.dealloc_pd(dealloc_pd_in::pd.get(inp))
     }
 
     pub(super) fn enable_hca(&mut self, inp: &[u8]) -> R {
@@ -148,16 +116,7 @@ impl State {
         };
         ensure(ok, bad_param(sy::TEARDOWN_PROFILE))?;
         self.leaked_at_teardown = Some(self.object_counts());
-        self.eqs.clear();
-        self.cqs.clear();
-        self.srqs.clear();
-        self.uars.clear();
-        self.pds.clear();
-        self.qps.clear();
-        self.mkeys.clear();
-        self.xrcds.clear();
-        self.umems.clear();
-        self.port.gids.clear();
+        self.forget_objects();
         self.hca = HcaState::TornDown;
         self.pages.regular_needed = -(self.pages.held.len() as i32);
         self.pages.queued_requests.clear();
@@ -269,9 +228,11 @@ impl State {
                 for (i, &a) in pages.iter().enumerate() {
                     let mut got = vec![0u8; PAGE_SIZE];
                     if self.dma.read(a, &mut got).is_none() {
-                        self.violations.push(Violation::FreedWhileInUse(format!(
-                            "firmware page {a:#x} was freed by the host while firmware held it"
-                        )));
+                        self.records
+                            .violations
+                            .push(Violation::FreedWhileInUse(format!(
+                                "firmware page {a:#x} was freed by the host while firmware held it"
+                            )));
                         self.fault(
                             a,
                             PAGE_SIZE,
@@ -281,7 +242,7 @@ impl State {
                     } else if let Some(off) =
                         got.iter().zip(page_pattern(a)).position(|(x, y)| *x != y)
                     {
-                        self.violations.push(Violation::PageScribbled {
+                        self.records.violations.push(Violation::PageScribbled {
                             iova: a,
                             offset: off,
                         });

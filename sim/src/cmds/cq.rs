@@ -7,17 +7,7 @@ use super::*;
 impl State {
     pub(super) fn destroy_cq(&mut self, inp: &[u8]) -> R {
         let cqn = destroy_cq_in::cqn.get(inp);
-        let cq = self.cqs.get(&cqn).ok_or(bad_res(sy::CQ_NOT_FOUND))?;
-        ensure(cq.users == 0, bad_state(sy::CQ_IN_USE))?;
-        ensure(
-            !self
-                .qps
-                .values()
-                .any(|q| q.cqn_snd == Some(cqn) || q.cqn_rcv == Some(cqn)),
-            fail(CmdStatus::RES_BUSY, sy::CQ_USED_BY_QP),
-        )?;
-        self.cqs.remove(&cqn);
-        Ok(())
+        self.objects.destroy_cq(cqn).map(drop)
     }
 
     pub(super) fn create_cq(&mut self, inp: &[u8], out: &mut [u8]) -> R {
@@ -60,7 +50,7 @@ impl State {
             bad_param(sy::CQ_LOG_SIZE),
         )?;
         ensure(
-            (self.cqs.len() as u64) < (1u64 << self.caps.log_max_cq),
+            (self.objects.cqs.len() as u64) < (1u64 << self.caps.log_max_cq),
             lim(sy::CQ_TOO_MANY),
         )?;
         ensure(!cqc::oi.get(c) || self.caps.cq_oi, bad_param(sy::CQ_OI_CAP))?;
@@ -73,10 +63,10 @@ impl State {
         // the mode at creation from that capability alone).
         self.check_period_mode(cqc::cq_period_mode.get(c))?;
         let uar = cqc::uar_page.get(c);
-        ensure(self.uars.contains(&uar), bad_res(sy::CQ_UAR))?;
+        ensure(self.objects.uars.contains(&uar), bad_res(sy::CQ_UAR))?;
         let eqn = cqc::c_eqn_or_apu_element.get(c);
         ensure(
-            eqn <= 255 && self.eqs.contains_key(&(eqn as u8)),
+            eqn <= 255 && self.objects.eqs.contains_key(&(eqn as u8)),
             bad_res(sy::CQ_EQN),
         )?;
         let dbr = cqc::dbr_addr.get(c);
@@ -128,8 +118,8 @@ impl State {
                 offset: pofs,
             }
         };
-        let cqn = self.alloc_number(|st, n| st.cqs.contains_key(&n), self.cqn_base);
-        self.cqs.insert(
+        let cqn = self.objects.free_cqn();
+        self.objects.cqs.insert(
             cqn,
             Cq {
                 log_size,
@@ -154,7 +144,6 @@ impl State {
                 ),
                 last_notified: 0,
                 last_solicit: None,
-                users: 0,
                 umems,
                 last_arm_solicited: None,
             },
@@ -165,7 +154,12 @@ impl State {
 
     pub(super) fn query_cq(&mut self, inp: &[u8], out: &mut [u8]) -> R {
         let cqn = query_cq_in::cqn.get(inp);
-        let cq = self.cqs.get(&cqn).ok_or(bad_res(sy::CQ_NOT_FOUND))?.clone();
+        let cq = self
+            .objects
+            .cqs
+            .get(&cqn)
+            .ok_or(bad_res(sy::CQ_NOT_FOUND))?
+            .clone();
         let ci = self.dma.read(cq.dbr, &mut [0u8; 4]).map(|_| {
             let mut b = [0u8; 4];
             let _ = self.dma.read(cq.dbr, &mut b);
@@ -204,7 +198,10 @@ impl State {
     pub(super) fn moderate_cq(&mut self, inp: &[u8]) -> R {
         ensure(self.caps.cq_moderation, bad_op(sy::CQ_MODERATION_CAP))?;
         let cqn = modify_cq_in::cqn.get(inp);
-        ensure(self.cqs.contains_key(&cqn), bad_res(sy::CQ_NOT_FOUND))?;
+        ensure(
+            self.objects.cqs.contains_key(&cqn),
+            bad_res(sy::CQ_NOT_FOUND),
+        )?;
         let sel_raw = modify_field_select::modify_field_select
             .get(modify_cq_in::modify_field_select_resize_field_select.get(inp));
         let sel = ModifyCqFields::from_bits(sel_raw).ok_or(bad_param(sy::CQ_MODIFY_SELECT))?;
@@ -221,7 +218,7 @@ impl State {
         if sel.contains(ModifyCqFields::PERIOD_MODE) {
             self.check_period_mode(cqc::cq_period_mode.get(c))?;
         }
-        let cq = self.cqs.get_mut(&cqn).expect("checked");
+        let cq = self.objects.cqs.get_mut(&cqn).expect("checked");
         if sel.contains(ModifyCqFields::PERIOD) {
             cq.period = cqc::cq_period.get(c);
         }
@@ -251,7 +248,12 @@ impl State {
     pub(super) fn resize_cq(&mut self, inp: &[u8]) -> R {
         ensure(self.caps.cq_resize, bad_op(sy::CQ_RESIZE_CAP))?;
         let cqn = modify_cq_in::cqn.get(inp);
-        let cq = self.cqs.get(&cqn).ok_or(bad_res(sy::CQ_NOT_FOUND))?.clone();
+        let cq = self
+            .objects
+            .cqs
+            .get(&cqn)
+            .ok_or(bad_res(sy::CQ_NOT_FOUND))?
+            .clone();
         let sel_raw = resize_field_select::resize_field_select
             .get(modify_cq_in::modify_field_select_resize_field_select.get(inp));
         let sel = ResizeCqFields::from_bits(sel_raw).ok_or(bad_param(sy::CQ_RESIZE_SELECT))?;
@@ -319,11 +321,11 @@ impl State {
             .set(&mut cqe, CqeOpcode::RESIZE_CQ.0)
             .expect("4-bit");
         let saved_arm = cq.arm;
-        if let Some(x) = self.cqs.get_mut(&cqn) {
+        if let Some(x) = self.objects.cqs.get_mut(&cqn) {
             x.arm = None;
         }
         let written = self.cq_push_raw(cqn, cqe);
-        let x = self.cqs.get_mut(&cqn).expect("exists");
+        let x = self.objects.cqs.get_mut(&cqn).expect("exists");
         x.arm = saved_arm;
         if !written {
             return Err(bad_state(sy::CQ_IN_ERROR));
@@ -341,7 +343,7 @@ impl State {
 
     /// Write a CQE without overrun check or notification (resize CQE).
     pub(super) fn cq_push_raw(&mut self, cqn: u32, mut cqe: [u8; 64]) -> bool {
-        let cq = self.cqs.get(&cqn).expect("exists").clone();
+        let cq = self.objects.cqs.get(&cqn).expect("exists").clone();
         let n = 1u32 << cq.log_size;
         let slot = cq.pc & (n - 1);
         let owner = (cq.pc >> cq.log_size) & 1 == 1;
@@ -377,7 +379,7 @@ impl State {
             }
         }
         if ok {
-            self.cqs.get_mut(&cqn).expect("exists").pc = cq.pc.wrapping_add(1);
+            self.objects.cqs.get_mut(&cqn).expect("exists").pc = cq.pc.wrapping_add(1);
         }
         ok
     }

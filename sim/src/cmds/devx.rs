@@ -47,8 +47,8 @@ impl State {
             pages.push(addr);
             perms.push(e & (MTT_READ | MTT_WRITE));
         }
-        let id = self.alloc_number(|st, n| st.umems.contains_key(&n), self.umem_base);
-        self.umems.insert(
+        let id = self.objects.free_umem_id();
+        self.objects.umems.insert(
             id,
             Umem {
                 pages,
@@ -63,18 +63,16 @@ impl State {
 
     pub(super) fn destroy_umem(&mut self, inp: &[u8]) -> R {
         let id = destroy_umem_in::umem_id.get(inp);
-        ensure(self.umems.contains_key(&id), bad_res(sy::UMEM_NOT_FOUND))?;
-        let used = self.cqs.values().any(|c| c.umems.contains(&id))
-            || self.srqs.values().any(|s| s.umems.contains(&id))
-            || self.qps.values().any(|q| q.umems.contains(&id));
-        ensure(!used, fail(CmdStatus::RES_BUSY, sy::UMEM_IN_USE))?;
-        self.umems.remove(&id);
-        Ok(())
+        self.objects.destroy_umem(id).map(drop)
     }
 
     /// The queue buffer a context places in a UMEM.
     pub(super) fn umem_buf(&self, u: UmemUse) -> Result<QBuf, Fail> {
-        let m = self.umems.get(&u.id).ok_or(bad_res(sy::UMEM_NOT_FOUND))?;
+        let m = self
+            .objects
+            .umems
+            .get(&u.id)
+            .ok_or(bad_res(sy::UMEM_NOT_FOUND))?;
         m.buf(u.off, u.len, u.write)
             .ok_or(bad_param(sy::UMEM_RANGE))
     }
@@ -82,7 +80,11 @@ impl State {
     /// The device address of a doorbell record a context places in a UMEM
     /// (`dbr_addr` is then the offset into it).
     pub(super) fn umem_dbr(&self, u: UmemUse) -> Result<u64, Fail> {
-        let m = self.umems.get(&u.id).ok_or(bad_res(sy::UMEM_NOT_FOUND))?;
+        let m = self
+            .objects
+            .umems
+            .get(&u.id)
+            .ok_or(bad_res(sy::UMEM_NOT_FOUND))?;
         m.addr(u.off, u.len, u.write)
             .ok_or(bad_param(sy::UMEM_RANGE))
     }

@@ -5,18 +5,15 @@ use super::*;
 impl State {
     pub(super) fn destroy_eq(&mut self, inp: &[u8]) -> R {
         let eqn = destroy_eq_in::eq_number.get(inp);
-        ensure(self.eqs.contains_key(&eqn), bad_res(sy::EQ_NOT_FOUND))?;
-        ensure(
-            !self.cqs.values().any(|c| c.eqn == eqn),
-            bad_state(sy::EQ_IN_USE),
-        )?;
-        self.eqs.remove(&eqn);
-        Ok(())
+        self.objects.destroy_eq(eqn).map(drop)
     }
 
     pub(super) fn gen_eqe(&mut self, inp: &[u8]) -> R {
         let eqn = gen_eqe_in::eq_number.get(inp);
-        ensure(self.eqs.contains_key(&eqn), bad_res(sy::EQ_NOT_FOUND))?;
+        ensure(
+            self.objects.eqs.contains_key(&eqn),
+            bad_res(sy::EQ_NOT_FOUND),
+        )?;
         let mut img = [0u8; 64];
         img.copy_from_slice(gen_eqe_in::eqe.get(inp));
         self.eq_write(eqn, img);
@@ -68,9 +65,9 @@ impl State {
             0 => 1usize << self.caps.log_max_eq,
             n => n as usize,
         };
-        ensure(self.eqs.len() < max_eqs, lim(sy::EQ_TOO_MANY))?;
+        ensure(self.objects.eqs.len() < max_eqs, lim(sy::EQ_TOO_MANY))?;
         let uar = eqc::uar_page.get(e);
-        ensure(self.uars.contains(&uar), bad_res(sy::EQ_UAR))?;
+        ensure(self.objects.uars.contains(&uar), bad_res(sy::EQ_UAR))?;
         let intr = eqc::intr.get(e);
         ensure(intr < self.caps.msix_vectors, bad_param(sy::EQ_INTR))?;
         let lps = eqc::log_page_size.get(e);
@@ -97,10 +94,10 @@ impl State {
             bad_param(sy::EQ_PAS_ALIGN),
         )?;
         let eqn = (FIRST_EQN..=255)
-            .find(|n| !self.eqs.contains_key(n))
+            .find(|n| !self.objects.eqs.contains_key(n))
             .ok_or(lim(sy::EQ_TOO_MANY))?;
         let st = eqc::st.get(e);
-        self.eqs.insert(
+        self.objects.eqs.insert(
             eqn,
             Eq {
                 log_size,
@@ -122,7 +119,7 @@ impl State {
             },
         );
         create_eq_out::eq_number.set(out, eqn).expect("8-bit");
-        if self.eqs[&eqn].subscribes(EventType::PAGE_REQUEST.0) {
+        if self.objects.eqs[&eqn].subscribes(EventType::PAGE_REQUEST.0) {
             while let Some(n) = self.pages.queued_requests.pop_front() {
                 self.send_page_request(n);
             }
@@ -132,7 +129,11 @@ impl State {
 
     pub(super) fn query_eq(&mut self, inp: &[u8], out: &mut [u8]) -> R {
         let eqn = query_eq_in::eq_number.get(inp);
-        let eq = self.eqs.get(&eqn).ok_or(bad_res(sy::EQ_NOT_FOUND))?;
+        let eq = self
+            .objects
+            .eqs
+            .get(&eqn)
+            .ok_or(bad_res(sy::EQ_NOT_FOUND))?;
         let c = query_eq_out::eq_context_entry.get_mut(out);
         eqc::status.set(c, eq.status).expect("4-bit");
         eqc::oi.set(c, eq.oi).expect("flag");

@@ -36,10 +36,10 @@ impl State {
             || mkc::relaxed_ordering_read.get(m);
         ensure(!unsupported, bad_param(sy::MKEY_UNSUPPORTED))?;
         let pd = mkc::pd.get(m);
-        ensure(self.pds.contains(&pd), bad_res(sy::MKEY_PD))?;
+        ensure(self.objects.pds.contains(&pd), bad_res(sy::MKEY_PD))?;
         ensure(mkc::qpn.get(m) == mk::QPN_ANY, bad_param(sy::MKEY_QPN))?;
         ensure(
-            (self.mkeys.len() as u64) < (1u64 << self.caps.log_max_mkey),
+            (self.objects.mkeys.len() as u64) < (1u64 << self.caps.log_max_mkey),
             lim(sy::MKEY_TOO_MANY),
         )?;
         let pg_access = create_mkey_in::pg_access.get(inp);
@@ -89,12 +89,8 @@ impl State {
                 mtt.push(e);
             }
         }
-        while self.mkeys.contains_key(&self.next_mkey) || self.next_mkey == 0 {
-            self.next_mkey = (self.next_mkey + 1) & M24;
-        }
-        let index = self.next_mkey;
-        self.next_mkey = (self.next_mkey + 1) & M24;
-        self.mkeys.insert(
+        let index = self.objects.next_mkey_index();
+        self.objects.mkeys.insert(
             index,
             Mkey {
                 key: mk::key(index, mkc::mkey_7_0.get(m)),
@@ -121,7 +117,11 @@ impl State {
 
     pub(super) fn query_mkey(&mut self, inp: &[u8], out: &mut [u8]) -> R {
         let index = query_mkey_in::mkey_index.get(inp);
-        let k = self.mkeys.get(&index).ok_or(bad_res(sy::MKEY_NOT_FOUND))?;
+        let k = self
+            .objects
+            .mkeys
+            .get(&index)
+            .ok_or(bad_res(sy::MKEY_NOT_FOUND))?;
         let m = query_mkey_out::memory_key_mkey_entry.get_mut(out);
         let (hi, lo) = mk::split_access_mode(k.access_mode);
         mkc::access_mode_4_2.set(m, hi).expect("3-bit");
@@ -152,35 +152,20 @@ impl State {
 
     pub(super) fn destroy_mkey(&mut self, inp: &[u8]) -> R {
         let index = destroy_mkey_in::mkey_index.get(inp);
-        ensure(
-            self.mkeys.remove(&index).is_some(),
-            bad_res(sy::MKEY_NOT_FOUND),
-        )
+        self.objects.destroy_mkey(index).map(drop)
     }
 
     pub(super) fn alloc_xrcd(&mut self, out: &mut [u8]) -> R {
         ensure(self.caps.xrc, bad_op(sy::XRCD_CAP))?;
-        ensure(
-            (self.xrcds.len() as u64) < (1u64 << self.caps.log_max_xrcd),
-            lim(sy::XRCD_TOO_MANY),
-        )?;
-        while self.xrcds.contains(&self.next_xrcd) || self.next_xrcd == 0 {
-            self.next_xrcd = (self.next_xrcd + 1) & M24;
-        }
-        let x = self.next_xrcd;
-        self.next_xrcd = (self.next_xrcd + 1) & M24;
-        self.xrcds.insert(x);
+        let x = self
+            .objects
+            .alloc_xrcd(1u64 << self.caps.log_max_xrcd)
+            .ok_or(lim(sy::XRCD_TOO_MANY))?;
         alloc_xrcd_out::xrcd.set(out, x).expect("24-bit");
         Ok(())
     }
 
     pub(super) fn dealloc_xrcd(&mut self, inp: &[u8]) -> R {
-        let x = dealloc_xrcd_in::xrcd.get(inp);
-        ensure(self.xrcds.contains(&x), bad_res(sy::XRCD_NOT_FOUND))?;
-        let used =
-            self.qps.values().any(|q| q.xrcd == x) || self.srqs.values().any(|s| s.xrcd == x);
-        ensure(!used, fail(CmdStatus::RES_BUSY, sy::XRCD_IN_USE))?;
-        self.xrcds.remove(&x);
-        Ok(())
+        self.objects.dealloc_xrcd(dealloc_xrcd_in::xrcd.get(inp))
     }
 }

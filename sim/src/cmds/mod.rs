@@ -12,7 +12,7 @@ use mlx5_regs::layouts::*;
 use mlx5_regs::{CmdStatus, EventType, Opcode};
 
 use crate::objects::{Cq, Eq, QBuf, Srq};
-use crate::state::{State, FIRST_UAR};
+use crate::state::State;
 use crate::syndrome::{self as sy, per_opcode};
 use crate::{HcaState, Violation};
 

@@ -74,17 +74,17 @@ impl State {
         ensure(!ctx_set, bad_param(sy::QP_CTX_FIELD))?;
         ensure(qpc::st.get(c) == qp_st::RC, bad_param(sy::QP_ST))?;
         let pd = qpc::pd.get(c);
-        ensure(self.pds.contains(&pd), bad_res(sy::QP_PD))?;
+        ensure(self.objects.pds.contains(&pd), bad_res(sy::QP_PD))?;
         ensure(
             qpc::pm_state.get(c) == pm_state::MIGRATED,
             bad_param(sy::QP_PM_STATE),
         )?;
         ensure(
-            (self.qps.len() as u64) < (1u64 << self.cur.log_max_qp),
+            (self.objects.qps.len() as u64) < (1u64 << self.cur.log_max_qp),
             lim(sy::QP_TOO_MANY),
         )?;
         let uar = qpc::uar_page.get(c);
-        ensure(self.uars.contains(&uar), bad_res(sy::QP_UAR))?;
+        ensure(self.objects.uars.contains(&uar), bad_res(sy::QP_UAR))?;
         ensure(qpc::counter_set_id.get(c) == 0, bad_res(sy::QP_COUNTER_SET))?;
         let rq = qpc::rq_type.get(c);
         let no_sq = qpc::no_sq.get(c);
@@ -117,7 +117,7 @@ impl State {
         }
         let cq = |n: u32| if n == 0 { None } else { Some(n) };
         let (cqn_snd, cqn_rcv) = (cq(qpc::cqn_snd.get(c)), cq(qpc::cqn_rcv.get(c)));
-        let known = |n: Option<u32>| n.is_none_or(|n| self.cqs.contains_key(&n));
+        let known = |n: Option<u32>| n.is_none_or(|n| self.objects.cqs.contains_key(&n));
         ensure(
             known(cqn_snd) && (no_sq || cqn_snd.is_some()),
             bad_res(sy::QP_CQN_SND),
@@ -128,12 +128,12 @@ impl State {
         )?;
         if rq == rqt::SRQ {
             let rmp = self.issi >= 1;
-            let ok = self.srqs.get(&srqn).is_some_and(|s| s.rmp == rmp) && self.srq_good(srqn);
+            let ok = self.objects.srq(srqn, rmp).is_ok() && self.srq_good(srqn);
             ensure(ok, bad_res(sy::QP_SRQN))?;
         }
         let xrcd = qpc::xrcd.get(c);
         ensure(
-            xrcd == 0 || self.xrcds.contains(&xrcd),
+            xrcd == 0 || self.objects.xrcds.contains(&xrcd),
             bad_res(sy::QP_XRCD),
         )?;
         ensure(
@@ -214,11 +214,8 @@ impl State {
             log_stride: log_rq_stride + 4,
             ci: 0,
         });
-        let qpn = self.alloc_number(
-            |st, n| n < MIN_QPN || st.qps.contains_key(&n),
-            self.qpn_base,
-        );
-        self.qps.insert(
+        let qpn = self.objects.free_qpn(MIN_QPN);
+        self.objects.qps.insert(
             qpn,
             Qp {
                 state: QpState::Reset,
@@ -269,7 +266,7 @@ impl State {
 
     pub(super) fn destroy_qp(&mut self, inp: &[u8]) -> R {
         let qpn = destroy_qp_in::qpn.get(inp);
-        ensure(self.qps.remove(&qpn).is_some(), bad_res(sy::QP_NOT_FOUND))
+        self.objects.destroy_qp(qpn).map(drop)
     }
 
     pub(super) fn query_qp(&mut self, inp: &[u8], out: &mut [u8]) -> R {
@@ -278,7 +275,12 @@ impl State {
             !query_qp_in::qpc_ext.get(inp),
             bad_param(sy::QP_UNSUPPORTED),
         )?;
-        let q = self.qps.get(&qpn).ok_or(bad_res(sy::QP_NOT_FOUND))?.clone();
+        let q = self
+            .objects
+            .qps
+            .get(&qpn)
+            .ok_or(bad_res(sy::QP_NOT_FOUND))?
+            .clone();
         let pc = self
             .rd_be32(q.dbr + 4, &|| {
                 format!("QUERY_QP doorbell record qpn {qpn:#x}")

@@ -60,7 +60,11 @@ impl State {
     /// RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, SQERR2RTS.
     pub(super) fn modify_qp(&mut self, op: Opcode, inp: &[u8]) -> R {
         let qpn = m::qpn.get(inp);
-        let q = self.qps.get(&qpn).ok_or(bad_res(sy::QP_NOT_FOUND))?;
+        let q = self
+            .objects
+            .qps
+            .get(&qpn)
+            .ok_or(bad_res(sy::QP_NOT_FOUND))?;
         let (from, allowed) = rule(op);
         ensure(
             q.state == from,
@@ -140,7 +144,7 @@ impl State {
             }
             _ => unreachable!("dispatch sends only modify-QP opcodes here"),
         }
-        self.qps.insert(qpn, q);
+        self.objects.qps.insert(qpn, q);
         // WQEs posted before the QP could send run now.
         self.qp_kick(qpn);
         Ok(())
@@ -226,7 +230,10 @@ impl State {
     /// 2ERR_QP (from any state).
     pub(super) fn qp_2err(&mut self, inp: &[u8]) -> R {
         let qpn = qp_2err_in::qpn.get(inp);
-        ensure(self.qps.contains_key(&qpn), bad_res(sy::QP_NOT_FOUND))?;
+        ensure(
+            self.objects.qps.contains_key(&qpn),
+            bad_res(sy::QP_NOT_FOUND),
+        )?;
         self.qp_enter_error(qpn);
         Ok(())
     }
@@ -234,7 +241,10 @@ impl State {
     /// 2RST_QP (from any state).
     pub(super) fn qp_2rst(&mut self, inp: &[u8]) -> R {
         let qpn = qp_2rst_in::qpn.get(inp);
-        ensure(self.qps.contains_key(&qpn), bad_res(sy::QP_NOT_FOUND))?;
+        ensure(
+            self.objects.qps.contains_key(&qpn),
+            bad_res(sy::QP_NOT_FOUND),
+        )?;
         self.qp_reset(qpn);
         Ok(())
     }

@@ -29,14 +29,10 @@ impl State {
             !sig || self.caps.wq_signature,
             bad_param(sy::SRQ_SIGNATURE_CAP),
         )?;
-        ensure(self.pds.contains(&pd), bad_res(sy::SRQ_PD))?;
+        ensure(self.objects.pds.contains(&pd), bad_res(sy::SRQ_PD))?;
         ensure(dbr.is_multiple_of(4), bad_param(sy::SRQ_DBR_ALIGN))?;
         ensure((lwm as u32) < (1u32 << log_size), bad_param(sy::SRQ_LWM))?;
         Ok(())
-    }
-
-    pub(super) fn alloc_srqn(&mut self) -> u32 {
-        self.alloc_number(|st, n| st.srqs.contains_key(&n), self.srqn_base)
     }
 
     pub(super) fn create_srq(&mut self, inp: &[u8], out: &mut [u8]) -> R {
@@ -53,7 +49,7 @@ impl State {
         let pd = srqc::pd.get(s);
         let dbr = srqc::dbr_addr.get(s);
         let lwm = srqc::lwm.get(s);
-        let nsrq = self.srqs.values().filter(|x| !x.rmp).count() as u64;
+        let nsrq = self.objects.srq_count(false) as u64;
         ensure(
             nsrq < (1u64 << self.caps.log_max_srq),
             lim(sy::SRQ_TOO_MANY),
@@ -69,11 +65,11 @@ impl State {
         )?;
         let xrcd = srqc::xrcd.get(s);
         ensure(
-            xrcd == 0 || self.xrcds.contains(&xrcd),
+            xrcd == 0 || self.objects.xrcds.contains(&xrcd),
             bad_res(sy::SRQ_XRCD),
         )?;
         let cqn = srqc::cqn.get(s);
-        ensure(self.cqs.contains_key(&cqn), bad_res(sy::SRQ_CQN))?;
+        ensure(self.objects.cqs.contains_key(&cqn), bad_res(sy::SRQ_CQN))?;
         let shift = 12 + lps as u32;
         let pofs = srqc::page_offset.get(s) as u64 * ((1u64 << shift) / 64);
         let npas = QBuf::pages_needed(1u64 << (log_size + log_stride), pofs, shift);
@@ -85,9 +81,8 @@ impl State {
             fail(CmdStatus::BAD_INP_LEN_ERR, sy::SRQ_PAS_SHORT),
             bad_param(sy::SRQ_PAS_ALIGN),
         )?;
-        let n = self.alloc_srqn();
-        self.cqs.get_mut(&cqn).expect("checked").users += 1;
-        self.srqs.insert(
+        let n = self.objects.free_srqn();
+        self.objects.srqs.insert(
             n,
             Srq {
                 rmp: false,
@@ -152,7 +147,7 @@ impl State {
                 && (dbr_umem || wq::dbr_umem_id.get(w) == 0),
             bad_param(sy::UMEM_FIELDS),
         )?;
-        let nrmp = self.srqs.values().filter(|x| x.rmp).count() as u64;
+        let nrmp = self.objects.srq_count(true) as u64;
         ensure(
             nrmp < (1u64 << self.caps.log_max_rmp),
             lim(sy::SRQ_TOO_MANY),
@@ -222,8 +217,8 @@ impl State {
                 offset: pofs,
             }
         };
-        let n = self.alloc_srqn();
-        self.srqs.insert(
+        let n = self.objects.free_srqn();
+        self.objects.srqs.insert(
             n,
             Srq {
                 rmp: true,
@@ -251,26 +246,11 @@ impl State {
     }
 
     pub(super) fn destroy_srq(&mut self, n: u32, rmp: bool) -> R {
-        let s = self
-            .srqs
-            .get(&n)
-            .filter(|s| s.rmp == rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?;
-        ensure(
-            !self.qps.values().any(|q| q.srqn == Some(n)),
-            fail(CmdStatus::RES_BUSY, sy::SRQ_USED_BY_QP),
-        )?;
-        if let Some(cqn) = s.cqn {
-            if let Some(cq) = self.cqs.get_mut(&cqn) {
-                cq.users -= 1;
-            }
-        }
-        self.srqs.remove(&n);
-        Ok(())
+        self.objects.destroy_srq(n, rmp).map(drop)
     }
 
     pub(super) fn posted(&mut self, n: u32) -> Option<u16> {
-        let dbr = self.srqs.get(&n)?.dbr;
+        let dbr = self.objects.srqs.get(&n)?.dbr;
         self.rd_be32(dbr, &|| format!("SRQ doorbell record read srqn {n:#x}"))
             .ok()
             .map(|v| v as u16)
@@ -278,12 +258,7 @@ impl State {
 
     pub(super) fn query_srq(&mut self, inp: &[u8], out: &mut [u8]) -> R {
         let n = query_srq_in::srqn.get(inp);
-        let s = self
-            .srqs
-            .get(&n)
-            .filter(|s| !s.rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?
-            .clone();
+        let s = self.objects.srq(n, false)?.clone();
         let c = query_srq_out::srq_context_entry.get_mut(out);
         srqc::state.set(c, s.state).expect("4-bit");
         srqc::log_srq_size.set(c, s.log_size).expect("4-bit");
@@ -304,12 +279,7 @@ impl State {
 
     pub(super) fn query_rmp(&mut self, inp: &[u8], out: &mut [u8]) -> R {
         let n = query_rmp_in::rmpn.get(inp);
-        let s = self
-            .srqs
-            .get(&n)
-            .filter(|s| s.rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?
-            .clone();
+        let s = self.objects.srq(n, true)?.clone();
         let posted = self.posted(n).unwrap_or(0);
         let r = query_rmp_out::rmp_context.tail_mut(out);
         rmpc::state.set(r, s.state).expect("4-bit");
@@ -330,11 +300,7 @@ impl State {
 
     pub(super) fn modify_rmp(&mut self, inp: &[u8]) -> R {
         let n = modify_rmp_in::rmpn.get(inp);
-        let s = self
-            .srqs
-            .get(&n)
-            .filter(|s| s.rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?;
+        let s = self.objects.srq(n, true)?;
         ensure(
             modify_rmp_in::rmp_state.get(inp) == s.state,
             bad_state(sy::RMP_STATE),
@@ -352,11 +318,7 @@ impl State {
 
     /// Arm (or disarm with 0) the SRQ limit (docs/firmware.md §9.3, §9.6).
     pub(super) fn set_limit(&mut self, n: u32, rmp: bool, lwm: u16) -> R {
-        let s = self
-            .srqs
-            .get_mut(&n)
-            .filter(|s| s.rmp == rmp)
-            .ok_or(bad_res(sy::SRQ_NOT_FOUND))?;
+        let s = self.objects.srq_mut(n, rmp)?;
         ensure((lwm as u32) < (1u32 << s.log_size), bad_param(sy::SRQ_LWM))?;
         s.lwm = lwm;
         if self.caps.limit_event_on_arm {
@@ -392,7 +354,7 @@ impl State {
     /// Raise the limit event once the posted-but-unconsumed count is below
     /// the armed limit, and disarm (one-shot).
     pub(crate) fn srq_check_limit(&mut self, n: u32) {
-        let Some(s) = self.srqs.get(&n) else {
+        let Some(s) = self.objects.srqs.get(&n) else {
             return;
         };
         if s.lwm == 0 {
@@ -405,7 +367,7 @@ impl State {
         };
         let count = posted.wrapping_sub(consumed);
         if count < lwm {
-            self.srqs.get_mut(&n).expect("exists").lwm = 0;
+            self.objects.srqs.get_mut(&n).expect("exists").lwm = 0;
             self.srq_limit_event(n);
         }
     }

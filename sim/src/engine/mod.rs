@@ -37,7 +37,7 @@ impl State {
     pub(crate) fn send_doorbell(&mut self, uar: u32, off: usize, value: u64) {
         self.stats.doorbells += 1;
         let qpn = ((value as u32) >> 8) & M24;
-        let why = match self.qps.get(&qpn) {
+        let why = match self.objects.qps.get(&qpn) {
             None => Some(format!("unknown QP {qpn:#x}")),
             Some(q) if q.uar != uar => Some(format!(
                 "QP {qpn:#x} whose qpc.uar_page is {} (dropped)",
@@ -49,7 +49,7 @@ impl State {
         };
         if let Some(why) = why {
             self.stats.dropped_doorbells += 1;
-            self.violations.push(Violation::UarDoorbell(format!(
+            self.records.violations.push(Violation::UarDoorbell(format!(
                 "send doorbell {value:#018x} at UAR {uar} offset {off:#x} for {why}"
             )));
             return;
@@ -62,7 +62,7 @@ impl State {
     /// flow control allow. In ERR every posted WQE is flushed.
     pub(crate) fn qp_kick(&mut self, qpn: u32) {
         loop {
-            let Some(q) = self.qps.get(&qpn) else {
+            let Some(q) = self.objects.qps.get(&qpn) else {
                 return;
             };
             if q.no_sq {
@@ -99,7 +99,8 @@ impl State {
                     wqebbs,
                     why,
                 }) => {
-                    self.send_errors
+                    self.records
+                        .send_errors
                         .push(format!("QP {qpn:#x} WQE {ci:#x}: malformed: {why}"));
                     self.req_error(qpn, ci, wqebbs, opcode, cqe_syndrome::LOCAL_QP_OP_ERR);
                     false
@@ -116,7 +117,7 @@ impl State {
     /// is unreadable or names more than the ring; with `strict` that is a
     /// catastrophic error of the QP.
     fn sq_posted(&mut self, qpn: u32, strict: bool) -> Option<u16> {
-        let q = self.qps.get(&qpn)?;
+        let q = self.objects.qps.get(&qpn)?;
         let (dbr, ci, n) = (q.dbr, q.sq_ci, q.sq_size());
         let Ok(pc) = self.rd_be32(dbr + 4, &|| format!("QP doorbell record read qpn {qpn:#x}"))
         else {
@@ -128,7 +129,7 @@ impl State {
         let avail = (pc as u16).wrapping_sub(ci);
         if avail as u32 > n {
             if strict {
-                self.violations.push(Violation::SendQueue(format!(
+                self.records.violations.push(Violation::SendQueue(format!(
                     "QP {qpn:#x}: send counter {:#x} is {avail} WQEBBs ahead of the consumer {ci:#x} on a ring of {n}",
                     pc as u16
                 )));
@@ -148,7 +149,7 @@ impl State {
         let payload = match self.gather(qpn, &w) {
             Ok(p) => p,
             Err(synd) => {
-                self.send_errors.push(format!(
+                self.records.send_errors.push(format!(
                     "QP {qpn:#x} WQE {:#x}: gather refused, syndrome {synd:#x}",
                     w.index
                 ));
@@ -170,6 +171,7 @@ impl State {
             Outcome::NoAck => {
                 self.stats.ack_timeouts += 1;
                 let t = self
+                    .objects
                     .qps
                     .get(&qpn)
                     .and_then(|q| ack_timeout_ns(q.path.ack_timeout));
@@ -193,7 +195,11 @@ impl State {
     /// through the SGEs' keys (reserved lkey only with `qpc.rlky`; memory
     /// keys of the QP's PD with `lr`). Error = CQE syndrome.
     fn gather(&mut self, qpn: u32, w: &Wqe) -> Result<Vec<u8>, u8> {
-        let q = self.qps.get(&qpn).ok_or(cqe_syndrome::LOCAL_QP_OP_ERR)?;
+        let q = self
+            .objects
+            .qps
+            .get(&qpn)
+            .ok_or(cqe_syndrome::LOCAL_QP_OP_ERR)?;
         let (pd, rlky, log_msg_max) = (q.pd, q.rlky, q.log_msg_max);
         if w.len() > 1u64 << log_msg_max {
             return Err(cqe_syndrome::LOCAL_LENGTH_ERR);
@@ -228,7 +234,7 @@ impl State {
 
     /// The WQE completed: advance, and a requester CQE if it was signaled.
     fn req_done(&mut self, qpn: u32, w: &Wqe, len: u32) {
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
         q.sq_ci = q.sq_ci.wrapping_add(w.wqebbs);
@@ -254,7 +260,7 @@ impl State {
     /// An error CQE for the WQE at `index` (opcode `opcode`, `wqebbs` long),
     /// then the QP enters ERR (which flushes what follows).
     fn req_error(&mut self, qpn: u32, index: u16, wqebbs: u16, opcode: u8, synd: u8) {
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.sq_ci = index.wrapping_add(wqebbs);
             q.wait = None;
         }
@@ -263,7 +269,7 @@ impl State {
     }
 
     fn push_req_err(&mut self, qpn: u32, index: u16, opcode: u8, synd: u8) {
-        let Some(q) = self.qps.get(&qpn) else {
+        let Some(q) = self.objects.qps.get(&qpn) else {
             return;
         };
         let (cqn, v1, uidx) = (q.cqn_snd, q.cqe_v1(), q.user_index);
@@ -290,7 +296,7 @@ impl State {
     /// once the retries are used up (`rnr_retry` 7 = forever).
     fn requester_wait(&mut self, qpn: u32, w: &Wqe, kind: WaitKind, timer: Option<u64>) {
         let now = self.now_ns();
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
         let initial = match kind {
@@ -322,7 +328,7 @@ impl State {
     /// WQE, signaled or not) and, for an SRQ-attached QP newly in error,
     /// raise the last-WQE-reached event.
     pub(crate) fn qp_enter_error(&mut self, qpn: u32) {
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
         let was = q.state;
@@ -342,10 +348,16 @@ impl State {
     fn flush_rq(&mut self, qpn: u32) {
         let mut avail = self.rq_available(qpn);
         while avail > 0 {
-            let Some(ci) = self.qps.get_mut(&qpn).and_then(|q| q.rq.as_mut()).map(|r| {
-                r.ci = r.ci.wrapping_add(1);
-                r.ci.wrapping_sub(1)
-            }) else {
+            let Some(ci) = self
+                .objects
+                .qps
+                .get_mut(&qpn)
+                .and_then(|q| q.rq.as_mut())
+                .map(|r| {
+                    r.ci = r.ci.wrapping_add(1);
+                    r.ci.wrapping_sub(1)
+                })
+            else {
                 return;
             };
             self.stats.flushed += 1;
@@ -359,6 +371,7 @@ impl State {
     /// `ib_drain_rq` relies on the flush of a receive posted in ERR).
     pub(crate) fn rq_flush_due(&mut self) {
         let due: Vec<u32> = self
+            .objects
             .qps
             .iter()
             .filter(|(_, q)| q.state == QpState::Err && q.rq.is_some())
@@ -371,14 +384,14 @@ impl State {
 
     /// One REQ_ERR / WR_FLUSH CQE per WQE posted beyond the consumer.
     fn flush_sq(&mut self, qpn: u32) {
-        if self.qps.get(&qpn).is_none_or(|q| q.no_sq) {
+        if self.objects.qps.get(&qpn).is_none_or(|q| q.no_sq) {
             return;
         }
         let Some(mut avail) = self.sq_posted(qpn, false) else {
             return;
         };
         while avail > 0 {
-            let Some(ci) = self.qps.get(&qpn).map(|q| q.sq_ci) else {
+            let Some(ci) = self.objects.qps.get(&qpn).map(|q| q.sq_ci) else {
                 return;
             };
             let Ok(first) = self.read_wqebb(qpn, ci) else {
@@ -390,7 +403,7 @@ impl State {
                 n = 1;
             }
             let opcode = wqe_ctrl_seg::opcode.get(&first);
-            if let Some(q) = self.qps.get_mut(&qpn) {
+            if let Some(q) = self.objects.qps.get_mut(&qpn) {
                 q.sq_ci = ci.wrapping_add(n);
             }
             self.push_req_err(qpn, ci, opcode, cqe_syndrome::WR_FLUSH_ERR);
@@ -401,7 +414,7 @@ impl State {
     /// A catastrophic send-queue error (ring or doorbell record unreadable,
     /// producer beyond the ring): WQ_CATAS_ERROR and ERR.
     fn qp_catastrophe(&mut self, qpn: u32, why: &str) {
-        self.violations.push(Violation::SendQueue(format!(
+        self.records.violations.push(Violation::SendQueue(format!(
             "QP {qpn:#x}: {why}: catastrophic error"
         )));
         self.qp_event(qpn, EventType::WQ_CATAS_ERROR);
@@ -424,6 +437,7 @@ impl State {
     pub(crate) fn qp_run_due(&mut self) {
         let now = self.now_ns();
         let due: Vec<u32> = self
+            .objects
             .qps
             .iter()
             .filter(|(_, q)| q.wait.is_some_and(|w| w.at_ns <= now))
@@ -436,7 +450,8 @@ impl State {
 
     /// Device time of the next QP timer.
     pub(crate) fn qp_next_due(&self) -> Option<u64> {
-        self.qps
+        self.objects
+            .qps
             .values()
             .filter_map(|q| q.wait.map(|w| w.at_ns))
             .filter(|&t| t != u64::MAX)
@@ -445,7 +460,7 @@ impl State {
 
     /// 2RST: the QP forgets its connection and send-queue position.
     pub(crate) fn qp_reset(&mut self, qpn: u32) {
-        if let Some(q) = self.qps.get_mut(&qpn) {
+        if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.state = QpState::Reset;
             q.wait = None;
             q.sq_ci = 0;

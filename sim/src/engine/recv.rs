@@ -23,7 +23,7 @@ pub(crate) enum ScatterError {
 impl State {
     /// The SRQ/RMP is usable (not in error).
     pub(crate) fn srq_good(&self, srqn: u32) -> bool {
-        self.srqs.get(&srqn).is_some_and(|s| {
+        self.objects.srqs.get(&srqn).is_some_and(|s| {
             if s.rmp {
                 s.state == ctx::RMP_STATE_RDY
             } else {
@@ -35,7 +35,7 @@ impl State {
     /// WQEs posted and not consumed (doorbell-record counter minus the
     /// consumed count); an unreadable doorbell record counts as none.
     pub(crate) fn srq_available(&mut self, srqn: u32) -> u16 {
-        let Some(s) = self.srqs.get(&srqn) else {
+        let Some(s) = self.objects.srqs.get(&srqn) else {
             return 0;
         };
         let (dbr, consumed) = (s.dbr, s.consumed);
@@ -50,7 +50,7 @@ impl State {
     /// free-list tail and rewrite that pointer). `Err` = SRQ catastrophe
     /// (the caller raises it). The caller checked availability.
     pub(crate) fn srq_take(&mut self, srqn: u32) -> Result<(u16, Vec<u8>), &'static str> {
-        let s = self.srqs.get(&srqn).ok_or("no such SRQ")?.clone();
+        let s = self.objects.srqs.get(&srqn).ok_or("no such SRQ")?.clone();
         let stride = 1u64 << s.log_stride;
         let idx = s.next;
         if idx as u32 >= 1u32 << s.log_size {
@@ -64,7 +64,7 @@ impl State {
             format!("SRQ WQE read srqn {srqn:#x} index {idx}")
         })
         .map_err(|_| "WQE unreadable")?;
-        let sm = self.srqs.get_mut(&srqn).expect("exists");
+        let sm = self.objects.srqs.get_mut(&srqn).expect("exists");
         sm.consumed = sm.consumed.wrapping_add(1);
         sm.next = srq_next_seg::next_wqe_index.get(&wqe[..16]);
         Ok((idx, wqe))
@@ -132,6 +132,7 @@ impl State {
     /// unreadable record, or one naming more than the ring, counts as none.
     pub(crate) fn rq_available(&mut self, qpn: u32) -> u16 {
         let Some((dbr, ci, size)) = self
+            .objects
             .qps
             .get(&qpn)
             .and_then(|q| q.rq.as_ref().map(|r| (q.dbr, r.ci, 1u32 << r.log_size)))
@@ -154,7 +155,7 @@ impl State {
     /// its counter and its bytes. `Err` = the WQE is unreadable. The caller
     /// checked availability.
     pub(crate) fn rq_take(&mut self, qpn: u32) -> Result<(u16, Vec<u8>), &'static str> {
-        let q = self.qps.get(&qpn).ok_or("no such QP")?;
+        let q = self.objects.qps.get(&qpn).ok_or("no such QP")?;
         let r = q.rq.as_ref().ok_or("no receive ring")?;
         let ci = r.ci;
         let slot = ci as u64 & ((1u64 << r.log_size) - 1);
@@ -178,7 +179,7 @@ impl State {
             })
             .map_err(|_| "WQE unreadable")?;
         }
-        if let Some(r) = self.qps.get_mut(&qpn).and_then(|q| q.rq.as_mut()) {
+        if let Some(r) = self.objects.qps.get_mut(&qpn).and_then(|q| q.rq.as_mut()) {
             r.ci = r.ci.wrapping_add(1);
         }
         Ok((ci, wqe))
@@ -194,6 +195,7 @@ impl State {
         access: Access,
     ) -> Result<Vec<(u64, u64)>, KeyError> {
         let k = self
+            .objects
             .mkeys
             .get(&mlx5_regs::consts::mkey::index(key))
             .filter(|k| k.key == key)

@@ -57,7 +57,7 @@ impl Recv {
 impl State {
     /// The responder QP of `sqpn`'s connection, if a packet reaches it.
     fn route(&self, sqpn: u32) -> Option<u32> {
-        let s = self.qps.get(&sqpn)?;
+        let s = self.objects.qps.get(&sqpn)?;
         let p = &s.path;
         let reachable = if p.fl {
             // Force loopback never leaves the function.
@@ -79,7 +79,7 @@ impl State {
         if !reachable {
             return None;
         }
-        let t = self.qps.get(&s.remote_qpn)?;
+        let t = self.objects.qps.get(&s.remote_qpn)?;
         let receiving = matches!(t.state, QpState::Rtr | QpState::Rts | QpState::Sqer);
         (t.st == qp_st::RC
             && receiving
@@ -93,7 +93,7 @@ impl State {
         let Some(tq) = self.route(sqpn) else {
             return Outcome::NoAck;
         };
-        let t = self.qps.get(&tq).expect("routed").clone();
+        let t = self.objects.qps.get(&tq).expect("routed").clone();
         let len = payload.len() as u64;
         let rdma = matches!(wq.opcode, w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM);
         let needs_recv = wq.opcode != w::OPCODE_RDMA_WRITE;
@@ -203,12 +203,12 @@ impl State {
             self.write_plan(&wplan, payload, &what);
         }
         // Packets of this message: both PSNs advance by the same count.
-        let mtu = mlx5_regs::consts::mtu::bytes(self.qps[&sqpn].mtu).unwrap_or(256) as u64;
+        let mtu = mlx5_regs::consts::mtu::bytes(self.objects.qps[&sqpn].mtu).unwrap_or(256) as u64;
         let npkts = len.div_ceil(mtu).max(1) as u32;
-        if let Some(s) = self.qps.get_mut(&sqpn) {
+        if let Some(s) = self.objects.qps.get_mut(&sqpn) {
             s.next_send_psn = (s.next_send_psn + npkts) & M24;
         }
-        if let Some(r) = self.qps.get_mut(&tq) {
+        if let Some(r) = self.objects.qps.get_mut(&tq) {
             r.next_rcv_psn = (r.next_rcv_psn + npkts) & M24;
         }
         if let Some((from, idx, _)) = recv {
@@ -223,7 +223,7 @@ impl State {
     /// `flags_rqpn` bits 25:24 of a RoCE receive: the L3 header type of the
     /// sender's GID entry (0 GRH = v1, 1 IPv6, 2 IPv4; `MLX5_CQE_ROCE_L3_HEADER_TYPE_*`).
     fn roce_l3_bits(&self, sqpn: u32) -> u32 {
-        let Some(s) = self.qps.get(&sqpn) else {
+        let Some(s) = self.objects.qps.get(&sqpn) else {
             return 0;
         };
         if s.path.fl || self.caps.port_type == port::TYPE_IB {
@@ -242,7 +242,7 @@ impl State {
     }
 
     fn resp_cqe(&mut self, tq: u32, sqpn: u32, srqn: u32, idx: u16, wq: &Wqe, len: u32) {
-        let Some(t) = self.qps.get(&tq) else {
+        let Some(t) = self.objects.qps.get(&tq) else {
             return;
         };
         let (cqn, v1, uidx) = (t.cqn_rcv, t.cqe_v1(), t.user_index);
@@ -276,7 +276,7 @@ impl State {
     /// its free list, Linux `mlx5_poll_one`; an own ring's completes in
     /// order).
     pub(super) fn resp_err_cqe(&mut self, tq: u32, srqn: u32, idx: u16, synd: u8) {
-        let Some(t) = self.qps.get(&tq) else {
+        let Some(t) = self.objects.qps.get(&tq) else {
             return;
         };
         let (cqn, v1, uidx) = (t.cqn_rcv, t.cqe_v1(), t.user_index);

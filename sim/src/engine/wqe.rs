@@ -69,7 +69,7 @@ pub(crate) enum Bad {
 impl State {
     /// Read WQEBB `index` (masked to the ring) of QP `qpn`'s send ring.
     pub(crate) fn read_wqebb(&mut self, qpn: u32, index: u16) -> Result<[u8; 64], ()> {
-        let q = self.qps.get(&qpn).ok_or(())?;
+        let q = self.objects.qps.get(&qpn).ok_or(())?;
         let n = q.sq_size();
         let buf = q.sq.clone().ok_or(())?;
         let slot = (index as u32) & (n - 1);
@@ -92,7 +92,7 @@ impl State {
             wqebbs,
             why,
         };
-        let ring = self.qps.get(&qpn).map(|q| q.sq_size()).unwrap_or(0);
+        let ring = self.objects.qps.get(&qpn).map(|q| q.sq_size()).unwrap_or(0);
         let max_ds = (self.caps.max_wqe_sz_sq as usize / w::SEND_WQE_DS).min(0x3f);
         let wqebbs = w::wqebbs(ds) as u16;
         if ds == 0 || ds as usize > max_ds || wqebbs as usize > w::SEND_WQE_MAX_WQEBBS {

@@ -1,4 +1,5 @@
-//! Firmware objects: EQ, CQ, SRQ/RMP, and the queue-buffer address helper.
+//! The queue objects of the table: EQ, CQ, SRQ/RMP, and the queue-buffer
+//! address helper.
 
 /// A queue buffer described by a page list (`pas[]`), a page size and a page
 /// offset (docs/firmware.md §6.1, §7.1, §9.2).
@@ -91,8 +92,6 @@ pub(crate) struct Cq {
     pub last_notified: u32,
     /// Index of the last solicited CQE.
     pub last_solicit: Option<u32>,
-    /// SRQs (ISSI 0 srqc.cqn) referencing this CQ.
-    pub users: u32,
     /// UMEMs holding the buffer or doorbell record (DevX).
     pub umems: Vec<u32>,
     /// What the last arm doorbell asked for: `Some(true)` solicited only
