@@ -221,10 +221,7 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
     )?);
     hca.connect_loopback_self(own)?;
     let wrs: Vec<RecvRequest> = (20..23)
-        .map(|wr_id| RecvRequest {
-            wr_id,
-            sges: &sge,
-        })
+        .map(|wr_id| RecvRequest { wr_id, sges: &sge })
         .collect();
     hca.post_recv(own, &wrs).unwrap();
     own.post_send(&[mlx5_driver::qp::SendRequest {
