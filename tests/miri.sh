@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Miri (issue 10): run the unsafe-bearing crates' tests and a subset of the
+# Miri: run the unsafe-bearing crates' tests and a subset of the
 # driver-against-model tests under Miri to catch undefined behaviour in the
 # volatile DMA accesses, MMIO and barriers.
 #
@@ -45,7 +45,8 @@ step() { printf '\n==== miri: %s (%ss so far)\n' "$*" "$(( $(date +%s) - start )
 step "mlx5-hal (host platform, DMA regions, windows)"
 cargo +nightly miri test -p mlx5-hal --features host
 step "mlx5-regs (field accessors; the crate forbids unsafe: the exhaustive sweeps are left out)"
-cargo +nightly miri test -p mlx5-regs --lib --test accessors -- --skip every_width_at_every_position
+cargo +nightly miri test -p mlx5-regs --lib
+cargo +nightly miri test -p mlx5-regs --test integration accessors:: -- --skip every_width_at_every_position
 step "mlx5-bare-metal (identity-mapped Hal; time_advances reads the TSC, which Miri cannot run)"
 # Its tests leak their fake BARs on purpose ('static, as a real mapping).
 MIRIFLAGS="$MIRIFLAGS -Zmiri-ignore-leaks" cargo +nightly miri test -p mlx5-bare-metal -- --skip time_advances
@@ -54,18 +55,18 @@ cargo +nightly miri test -p mlx5-driver --lib
 
 if [ "$quick" = 0 ]; then
     step "fuzz seed corpora on HostHal and the model (tests/tests/fuzz_props.rs)"
-    cargo +nightly miri test -p mlx5-tests --test fuzz_props -- --exact seed_corpora_replay_cleanly
+    cargo +nightly miri test -p mlx5-tests --test integration -- --exact fuzz_props::seed_corpora_replay_cleanly
     # Driver against the synchronous model: one CQ and one SRQ scenario
     # (a bring-up under Miri costs minutes; threaded-mode tests are left out).
     step "driver against the model: CQ arm/events, SRQ out-of-order free list"
-    cargo +nightly miri test -p mlx5-tests --test cq -- --exact each_arm_gives_exactly_one_completion_event &
+    cargo +nightly miri test -p mlx5-tests --test integration -- --exact cq::each_arm_gives_exactly_one_completion_event &
     cq=$!
-    cargo +nightly miri test -p mlx5-tests --test srq -- --exact completed_wqes_return_to_the_free_list_even_out_of_order &
+    cargo +nightly miri test -p mlx5-tests --test integration -- --exact srq::completed_wqes_return_to_the_free_list_even_out_of_order &
     srq=$!
     wait "$cq"
     wait "$srq"
     step "driver against a hostile model: byte count beyond the buffer"
-    cargo +nightly miri test -p mlx5-tests --test hostile -- --exact cqe_with_byte_count_beyond_the_posted_buffer_fails_that_request
+    cargo +nightly miri test -p mlx5-tests --test integration -- --exact hostile::cqe_with_byte_count_beyond_the_posted_buffer_fails_that_request
 fi
 
 printf '\n==== miri: all passed in %ss\n' "$(( $(date +%s) - start ))"

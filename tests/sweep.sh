@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Seed sweep (issue 21): runs every seeded random test of mlx5-tests over N seeds, in release
-# mode, and reports each failing seed with the command that replays it.
+# Seed sweep: runs every seeded random test of mlx5-tests over N seeds, in release mode, and
+# reports each failing seed with the command that replays it.
 #
 #   tests/sweep.sh N [FILTER]
 #
 # N       seeds per test: FROM .. FROM+N-1, FROM = $MLX5_SWEEP_FROM (default 1000).
-# FILTER  only tests whose "binary::test" name contains it (e.g. cq_prop, verbs_random,
+# FILTER  only tests whose "module::test" name contains it (e.g. cq_prop, verbs_random,
 #         qp_random, fuzz_props::sim_cmd).
 #
-# Each test runs once over the whole range (MLX5_PROP_SEED=FROM..END, see tests/src/seeds.rs):
-# a failing seed is reported and the next one still runs. A seed running longer than
-# $MLX5_SEED_TIMEOUT seconds (default 60) stops the process; the sweep reports it and goes on
-# from the next seed. Logs: target/sweep/<binary>__<test>.log. Exit status 1 if any seed
-# failed, 2 on a usage error. docs/reliability.md §7 has timings.
+# Each test (a "module::test" of the `integration` binary) runs once over the whole range
+# (MLX5_PROP_SEED=FROM..END, see tests/src/seeds.rs): a failing seed is reported and the next
+# one still runs. A seed running longer than $MLX5_SEED_TIMEOUT seconds (default 60) stops the
+# process; the sweep reports it and goes on from the next seed. Logs:
+# target/sweep/<module>__<test>.log. Exit status 1 if any seed failed, 2 on a usage error.
+# docs/reliability.md §7 has timings; tests/README.md says when to sweep.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +29,7 @@ case $n in '' | *[!0-9]*) usage ;; esac
 from=${MLX5_SWEEP_FROM:-1000}
 export MLX5_SEED_TIMEOUT=${MLX5_SEED_TIMEOUT:-60}
 
-# binary::test of every seeded test. The opt-in million-operation runs of verbs_random and
+# module::test of every seeded test. The opt-in million-operation runs of verbs_random and
 # qp_random are left out (a million operations per seed); sweep them by hand with
 # MLX5_PROP_SEED if needed.
 tests=(
@@ -57,23 +58,21 @@ if [ ${#selected[@]} -eq 0 ]; then
 fi
 
 echo "sweep: seeds $from..$((from + n - 1)) for ${#selected[@]} test(s), release build"
-cargo test --release -p mlx5-tests --no-run --quiet
+cargo test --release -p mlx5-tests --test integration --no-run --quiet
 mkdir -p target/sweep
 
 fails=()
 start_all=$SECONDS
 for t in "${selected[@]}"; do
-    bin=${t%%::*}
-    name=${t#*::}
-    log=target/sweep/${bin}__${name}.log
+    log=target/sweep/${t%%::*}__${t#*::}.log
     : >"$log"
     first=$from
     end=$((from + n))
     t0=$SECONDS
     while [ "$first" -lt "$end" ]; do
         set +e
-        MLX5_PROP_SEED="$first..$end" cargo test --release --quiet -p mlx5-tests --test "$bin" \
-            -- --exact "$name" >>"$log" 2>&1
+        MLX5_PROP_SEED="$first..$end" cargo test --release --quiet -p mlx5-tests --test integration \
+            -- --exact "$t" >>"$log" 2>&1
         rc=$?
         set -e
         if [ $rc -eq 124 ]; then

@@ -21,6 +21,36 @@
 //! # let _ = hal;
 //! ```
 //!
+//! The same platform runs on a host array standing in for BAR0, as this
+//! crate's tests run it (no device answers the registers):
+//!
+//! ```
+//! use mlx5_bare_metal::{DmaPool, IdentityHal};
+//! use mlx5_hal::{Hal, HalError, PAGE_SIZE};
+//!
+//! static POOL: DmaPool<16> = DmaPool::new();
+//! let bar0: &'static mut [u64] = Box::leak(vec![0u64; 512].into_boxed_slice());
+//! // SAFETY: the "BAR" is a host array nothing else uses, alive for the
+//! // rest of the program; the pool is static and identity-mapped; no device
+//! // is there to write anywhere.
+//! let hal = unsafe { IdentityHal::new(bar0.as_mut_ptr().cast(), 4096, &POOL, 1_000_000_000, 0) };
+//!
+//! // Registers are big-endian, and an access outside BAR0 panics.
+//! hal.mmio_write32(0x18, 1);
+//! assert_eq!(hal.mmio_read32(0x18), 1);
+//!
+//! // DMA memory comes from the pool; its device address is its physical
+//! // address, here its virtual one.
+//! let before = POOL.free_pages();
+//! let region = hal.alloc_dma(3 * PAGE_SIZE)?;
+//! assert_eq!(region.iova(), region.as_ptr() as u64);
+//! assert_eq!(POOL.free_pages(), before - 3);
+//! drop(region);
+//! assert_eq!(POOL.free_pages(), before);
+//! assert!(hal.alloc_dma(17 * PAGE_SIZE).is_err(), "more than the pool holds");
+//! # Ok::<(), HalError>(())
+//! ```
+//!
 //! The pool is a first-fit page allocator guarded by a spin lock; it needs
 //! no heap. Interrupts are optional: with an [`IrqHook`]
 //! ([`IdentityHal::with_irq`]) the driver's blocking waits sleep in the

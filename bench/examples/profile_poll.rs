@@ -8,7 +8,8 @@
 //! passing 16 slots while the CQEs arrive one at a time, one waiting per
 //! call (`facade_arriving`, `ring_arriving`), and the facade's empty poll
 //! with 16 slots (`facade_empty16`), for machines whose timers are too
-//! noisy:
+//! noisy, and the extended-CQ loop (`lazy_one`: one completion per pass;
+//! `lazy_b16`: up to 16 per pass, per CQE):
 //!
 //! ```sh
 //! cargo build --release -p mlx5-bench --example profile_poll
@@ -29,7 +30,7 @@ use mlx5_bench::facade::{
 };
 use mlx5_driver::cq::Cqe;
 use mlx5_driver::srq::{Sge, SrqGeometry};
-use mlx5_driver::verbs::{RecvWr, WorkCompletion};
+use mlx5_driver::verbs::{RecvWr, WcStatus, WorkCompletion};
 use mlx5_sim::SimHal;
 
 const ROUNDS: usize = 40;
@@ -74,6 +75,36 @@ fn facade_b16(rig: &mut Rig, wc: &mut [WorkCompletion; 16]) -> usize {
 #[inline(never)]
 fn facade_arriving(rig: &mut Rig, wc: &mut [WorkCompletion; 16]) {
     assert_eq!(rig.ctx.poll_cq(rig.cq, wc).unwrap(), 1);
+}
+
+/// The extended-CQ loop finding one completion: `start_poll`, the fields
+/// a receive loop reads, `next_poll` (none), `end_poll`.
+#[inline(never)]
+fn lazy_one(rig: &mut Rig) -> u64 {
+    let mut p = rig.ctx.start_poll(rig.cq).unwrap();
+    let got = p.wr_id() ^ p.read_byte_len() as u64 ^ (p.status() == WcStatus::Success) as u64;
+    assert!(p.next_poll().is_err());
+    p.end_poll();
+    got
+}
+
+/// The extended-CQ loop over up to 16 completions (per CQE: divide by the
+/// completions taken).
+#[inline(never)]
+fn lazy_b16(rig: &mut Rig, ids: &mut [u64; 16]) -> usize {
+    let Ok(mut p) = rig.ctx.start_poll(rig.cq) else {
+        return 0;
+    };
+    let mut n = 0;
+    loop {
+        ids[n] = p.wr_id() ^ p.read_byte_len() as u64 ^ (p.status() == WcStatus::Success) as u64;
+        n += 1;
+        if n == 16 || p.next_poll().is_err() {
+            break;
+        }
+    }
+    p.end_poll();
+    n
 }
 
 #[inline(always)]
@@ -151,6 +182,17 @@ fn refill(rig: &mut Rig, ring: &mut RingRig<SimHal>, sge: &[Sge]) {
         ring.srq.post(i as u64, sge).unwrap();
     }
     ring.srq.ring_doorbell();
+}
+
+/// Post `WR` receives through the facade only.
+fn refill_facade(rig: &mut Rig, sge: &[Sge]) {
+    for i in 0..WR {
+        let wr = [RecvWr {
+            wr_id: i as u64,
+            sges: sge,
+        }];
+        rig.ctx.post_srq_recv(rig.srq, &wr).unwrap();
+    }
 }
 
 fn main() {
@@ -253,6 +295,23 @@ fn main() {
         while r < WR as usize {
             r += ring_b16(&mut ring, &mut out16, &mut ids16);
             black_box(&ids16);
+        }
+        // The extended-CQ loop: 16 at a time, then one per pass.
+        refill_facade(&mut rig, &sge);
+        let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
+        rig.write_recv_cqes(ci, f_wqe, WR as usize);
+        f_wqe = (f_wqe + WR) % (WR + 1);
+        let mut f = 0;
+        while f < WR as usize {
+            f += lazy_b16(&mut rig, &mut ids16);
+            black_box(&ids16);
+        }
+        refill_facade(&mut rig, &sge);
+        for _ in 0..WR {
+            let ci = rig.ctx.cq(rig.cq).unwrap().consumer_index();
+            rig.write_recv_cqes(ci, f_wqe, 1);
+            f_wqe = (f_wqe + 1) % (WR + 1);
+            black_box(lazy_one(&mut rig));
         }
         // 16 slots, the device writing one CQE before each call.
         refill(&mut rig, &mut ring, &sge);

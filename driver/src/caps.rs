@@ -130,6 +130,9 @@ pub struct Caps {
     pub log_max_ra_res_qp: u8,
     /// MTT entries may carry access bits (`pg`).
     pub pg: bool,
+    /// The device clock's frequency in kHz (0: no clock, so no completion
+    /// timestamps to offer).
+    pub device_frequency_khz: u32,
     /// The whole capability block.
     pub raw: [u8; c::SIZE],
 }
@@ -189,6 +192,7 @@ impl Caps {
             log_max_ra_req_qp: c::log_max_ra_req_qp.get(r),
             log_max_ra_res_qp: c::log_max_ra_res_qp.get(r),
             pg: c::pg.get(r),
+            device_frequency_khz: c::device_frequency_khz.get(r),
             raw: copy,
         }
     }

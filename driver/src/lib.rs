@@ -22,13 +22,23 @@
 //!   reach each other (force loopback, RoCE, IB), chosen at bring-up;
 //!   [`pagelist`]: page lists for firmware contexts.
 //!
-//! ```no_run
-//! # fn demo<H: mlx5_hal::Hal>(hal: H) -> Result<(), mlx5_driver::Error> {
+//! ```
+//! use mlx5_driver::cq::{CqOptions, Cqe};
 //! use mlx5_driver::{Hca, HcaConfig};
-//! let hca = Hca::bring_up(hal, HcaConfig::default())?;
+//! use mlx5_sim::{Device, SimConfig};
+//!
+//! // Any platform: the device model here, `mlx5-vfio` on Linux,
+//! // `mlx5-bare-metal` without an operating system.
+//! let dev = Device::new(SimConfig::default());
+//! let hca = Hca::bring_up(dev.hal(), HcaConfig::default())?;
 //! assert!(hca.pages_held_by_firmware() > 0);
+//! let mut cq = hca.create_cq(63, CqOptions::default())?;
+//! let mut done = [Cqe::EMPTY; 16];
+//! assert_eq!(cq.poll(&mut done), 0, "nothing completed yet");
+//! hca.destroy_cq(cq)?;
 //! hca.teardown()?;
-//! # Ok(()) }
+//! assert_eq!(dev.pages_held(), 0, "firmware gave every page back");
+//! # Ok::<(), mlx5_driver::Error>(())
 //! ```
 //!
 //! Build for bare metal: `cargo build -p mlx5-driver --target x86_64-unknown-none`.

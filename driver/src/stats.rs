@@ -78,6 +78,21 @@ pub struct CmdStats {
     entries: [Option<OpStats>; STATS_OPCODES],
     /// Commands whose opcode did not fit in the table.
     pub untracked: u64,
+    /// The latest command that did not end with [`CmdOutcome::Ok`].
+    pub last_failure: Option<CmdFailure>,
+}
+
+/// A command that failed: which, and how ([`CmdStats::last_failure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmdFailure {
+    /// The command.
+    pub opcode: Opcode,
+    /// Its op_mod.
+    pub op_mod: u16,
+    /// How it ended (never [`CmdOutcome::Ok`]).
+    pub outcome: CmdOutcome,
+    /// Post to completion (or to giving up), nanoseconds.
+    pub latency_ns: u64,
 }
 
 impl Default for CmdStats {
@@ -92,6 +107,7 @@ impl CmdStats {
         CmdStats {
             entries: [None; STATS_OPCODES],
             untracked: 0,
+            last_failure: None,
         }
     }
 

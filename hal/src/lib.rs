@@ -24,8 +24,89 @@
 //! `docs/bare-metal.md`.
 //!
 //! The crate is `no_std`, allocation-free and has no dependencies. The
-//! optional `host` feature (needs `std`) adds [`host::HostHal`], a platform of
+//! optional `host` feature (needs `std`) adds `host::HostHal`, a platform of
 //! plain host memory for unit tests.
+//!
+//! ## Example: a platform, and what the driver asks of it
+//!
+//! The smallest honest platform: no device behind it (BAR0 reads as zero and
+//! ignores writes), DMA memory from the allocator at device addresses unlike
+//! the CPU's, and a virtual clock. A real one maps BAR0 and programs an IOMMU
+//! (`mlx5-vfio`) or hands out identity-mapped memory (`mlx5-bare-metal`).
+//!
+//! ```
+//! use std::alloc::{alloc_zeroed, dealloc, Layout};
+//! use std::ptr::NonNull;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::sync::Arc;
+//!
+//! use mlx5_hal::{Hal, HalError, RawDma, PAGE_SIZE};
+//!
+//! #[derive(Clone, Default)]
+//! struct NoDevice {
+//!     clock_ns: Arc<AtomicU64>,
+//! }
+//!
+//! /// A region's device address: its CPU address moved by a fixed offset, so
+//! /// code that mixes up the two fails.
+//! const IOVA_OFFSET: u64 = 1 << 40;
+//!
+//! fn layout(len: usize) -> Layout {
+//!     Layout::from_size_align(len, PAGE_SIZE).expect("page-aligned layout")
+//! }
+//!
+//! // SAFETY: there is no device, so nothing but the CPU touches memory; DMA
+//! // regions are zeroed, page-aligned, contiguous and owned until
+//! // `free_dma_raw`; the clock never goes backwards.
+//! unsafe impl Hal for NoDevice {
+//!     fn bar0_size(&self) -> usize {
+//!         0x1000
+//!     }
+//!     fn mmio_read32(&self, _offset: usize) -> u32 {
+//!         0
+//!     }
+//!     fn mmio_write32(&self, _offset: usize, _value: u32) {}
+//!     fn mmio_write64(&self, _offset: usize, _value: u64) {}
+//!     fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
+//!         if size == 0 {
+//!             return Err(HalError::InvalidRequest);
+//!         }
+//!         let len = size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+//!         // SAFETY: the layout's size is not zero.
+//!         let vaddr = NonNull::new(unsafe { alloc_zeroed(layout(len)) })
+//!             .ok_or(HalError::OutOfDmaMemory { requested: size })?;
+//!         let iova = vaddr.as_ptr() as u64 + IOVA_OFFSET;
+//!         Ok(RawDma { vaddr, iova, len })
+//!     }
+//!     unsafe fn free_dma_raw(&self, region: RawDma) {
+//!         // SAFETY: the caller passes a region `alloc_dma_raw` made with this
+//!         // layout, once.
+//!         unsafe { dealloc(region.vaddr.as_ptr(), layout(region.len)) }
+//!     }
+//!     fn now_ns(&self) -> u64 {
+//!         self.clock_ns.load(Ordering::Relaxed)
+//!     }
+//!     fn delay_us(&self, us: u32) {
+//!         self.clock_ns.fetch_add(u64::from(us) * 1000, Ordering::Relaxed);
+//!     }
+//! }
+//!
+//! let hal = NoDevice::default();
+//! // A region is rounded up to whole pages, frees itself on drop, and is
+//! // read and written only through volatile, big-endian accessors.
+//! let ring = hal.alloc_dma(100)?;
+//! assert_eq!(ring.len(), PAGE_SIZE);
+//! assert_ne!(ring.iova(), ring.as_ptr() as u64);
+//! ring.write_be32(8, 0x1234_5678);
+//! assert_eq!(ring.read_u8(8), 0x12);
+//! assert_eq!(ring.read_be32(8), 0x1234_5678);
+//! assert_eq!(hal.alloc_dma(0).err(), Some(HalError::InvalidRequest));
+//! // Every wait of the driver is bounded by this clock.
+//! let start = hal.now_ns();
+//! hal.delay_us(5);
+//! assert_eq!(hal.now_ns() - start, 5_000);
+//! # Ok::<(), HalError>(())
+//! ```
 #![no_std]
 #![deny(missing_docs)]
 

@@ -12,6 +12,8 @@ pub use qp::*;
 /// Linux errno values (x86/generic numbering) used to report failures the way
 /// the Linux driver and libibverbs do.
 pub mod errno {
+    /// No such entry.
+    pub const ENOENT: i32 = 2;
     /// I/O error.
     pub const EIO: i32 = 5;
     /// Try again.

@@ -24,6 +24,38 @@
 //! Two execution modes ([`ExecMode`]): synchronous (a command runs inside the
 //! doorbell write; virtual clock) and threaded (a device thread processes
 //! doorbells on its own; real clock).
+//!
+//! ## Example
+//!
+//! The model is a platform: a driver (or this example) reads its BAR0 and
+//! writes its DMA memory through [`SimHal`], and the model answers as the
+//! firmware would. The `mlx5-driver` crate page brings an HCA up on it.
+//!
+//! ```
+//! use mlx5_hal::Hal;
+//! use mlx5_sim::{Device, Profile, SimConfig};
+//!
+//! let dev = Device::new(SimConfig::profile(Profile::ConnectX5));
+//! let hal = dev.hal();
+//! // The initialization segment (docs/firmware.md §1.2): command interface
+//! // revision 5 in the upper half of the word at 0x04, and the
+//! // `initializing` bit (bit 31 at 0x1fc), which firmware clears when it is
+//! // ready for a command queue. Time is virtual: the delays cost nothing.
+//! assert_eq!(hal.mmio_read32(0x04) >> 16, 5);
+//! let mut waited_ms = 0;
+//! while hal.mmio_read32(0x1fc) >> 31 != 0 {
+//!     hal.delay_us(1000);
+//!     waited_ms += 1;
+//!     assert!(waited_ms < 10_000, "firmware never became ready");
+//! }
+//! // Fault injection: firmware dies, as a driver's health check would see.
+//! dev.inject().fatal(0x1);
+//! assert!(dev.is_fatal());
+//! // Nothing was created or given, and no rule of the firmware was broken.
+//! assert_eq!(dev.objects().total(), 0);
+//! assert_eq!(dev.pages_held(), 0);
+//! assert!(dev.violations().is_empty());
+//! ```
 
 mod caps;
 mod clock;
@@ -59,6 +91,7 @@ pub use dma::IommuFault;
 pub use hal::SimHal;
 pub use hostile::HostileKind;
 pub use inject::{Corruption, Injector};
+pub use objects::ObjectCounts;
 pub use port::GidEntry;
 pub use qp::QpState;
 pub use reset::ResetReport;
@@ -130,50 +163,6 @@ impl SimConfig {
             mode: ExecMode::Threaded,
             ..self
         }
-    }
-}
-
-/// Live firmware objects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ObjectCounts {
-    /// Event queues.
-    pub eqs: usize,
-    /// Completion queues.
-    pub cqs: usize,
-    /// SRQs created with CREATE_SRQ (ISSI 0).
-    pub srqs: usize,
-    /// RMPs created with CREATE_RMP (ISSI 1).
-    pub rmps: usize,
-    /// Allocated UARs.
-    pub uars: usize,
-    /// Allocated protection domains.
-    pub pds: usize,
-    /// Queue pairs.
-    pub qps: usize,
-    /// Memory keys.
-    pub mkeys: usize,
-    /// XRC domains.
-    pub xrcds: usize,
-    /// Programmed RoCE GID table entries.
-    pub gids: usize,
-    /// UMEM objects (DevX user memory).
-    pub umems: usize,
-}
-
-impl ObjectCounts {
-    /// Sum of all objects.
-    pub fn total(&self) -> usize {
-        self.eqs
-            + self.cqs
-            + self.srqs
-            + self.rmps
-            + self.uars
-            + self.pds
-            + self.qps
-            + self.mkeys
-            + self.xrcds
-            + self.gids
-            + self.umems
     }
 }
 

@@ -1,7 +1,6 @@
 //! HCA bring-up commands: success paths and every modelled refusal.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::op_mod as om;

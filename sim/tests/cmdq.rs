@@ -1,8 +1,7 @@
 //! Command queue transport: mailboxes, ownership, doorbells, tokens,
 //! signatures, delivery statuses, IOMMU faults, command-completion EQEs.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::layouts::*;

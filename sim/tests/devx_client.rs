@@ -8,11 +8,9 @@
 //! traffic, and its teardown (no page reclaim, no DISABLE_HCA) followed by
 //! the function reset VFIO performs on close.
 
-mod common;
-
-use common::devx::*;
-use common::qp::*;
-use common::*;
+use crate::common::devx::*;
+use crate::common::qp::*;
+use crate::common::*;
 use mlx5_hal::Hal;
 use mlx5_regs::layouts::*;
 use mlx5_regs::{CmdStatus, EventType, Opcode};

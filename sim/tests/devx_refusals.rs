@@ -2,10 +2,8 @@
 //! their valid bit, a read-only CQ ring, the `umem_uid_0` capability) and
 //! the older command forms the model takes (docs/fidelity.md §15.1, §15.3).
 
-mod common;
-
-use common::devx::*;
-use common::*;
+use crate::common::devx::*;
+use crate::common::*;
 use mlx5_hal::Hal;
 use mlx5_regs::consts::op_mod as om;
 use mlx5_regs::layouts::*;

@@ -1,8 +1,7 @@
 //! EQ and CQ commands, EQE/CQE ownership, doorbells, arming, overrun,
 //! resize.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::{ctx, CqeOpcode};

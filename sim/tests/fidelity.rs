@@ -4,10 +4,8 @@
 //! device's terminate key, a late SRQ limit event, and the init segment's
 //! command timeouts.
 
-mod common;
-
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 use mlx5_hal::Hal;
 use mlx5_regs::consts::{ctx, op_mod as om};
 use mlx5_regs::layouts::*;

@@ -3,8 +3,7 @@
 //! event), so a long timeout costs no wall time and nothing observable is
 //! skipped.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,6 @@
 //! Fault injection and the threaded execution mode.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::layouts::*;

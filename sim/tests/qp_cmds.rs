@@ -1,9 +1,8 @@
 //! CREATE/QUERY/DESTROY_QP, every QP transition legal and illegal, the
 //! transition checks, and objects a QP references.
 
-mod common;
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::OptParam;

@@ -2,9 +2,8 @@
 //! completion lost, duplicated or reordered), overrun of a send CQ, and the
 //! hostile requester-CQE kinds applied to engine-written CQEs.
 
-mod common;
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::wqe as w;

@@ -2,9 +2,8 @@
 //! sides (nothing written out of bounds), malformed WQEs, flush CQEs for
 //! every outstanding WQE, QP events, transport retry, dropped doorbells.
 
-mod common;
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::wqe as w;

@@ -3,9 +3,8 @@
 //! changes nothing; a stalled command never completes; a delayed one
 //! completes after the delay.
 
-mod common;
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::{mkey as mk, OptParam};

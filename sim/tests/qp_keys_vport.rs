@@ -1,9 +1,8 @@
 //! Memory keys, XRC domains, the NIC/HCA vport commands, the GID table, the
 //! RoCE capability page and the QP capabilities of every profile.
 
-mod common;
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::{mkey as mk, op_mod as om};

@@ -3,9 +3,8 @@
 //! CQEs, RDMA WRITE, inline data, ring wrap, RNR, the SRQ limit by
 //! consumption, threaded mode, CQE version 1.
 
-mod common;
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::wqe as w;

@@ -4,10 +4,8 @@
 //! queue forgotten, the HCA Disabled and initialising again; the memory the
 //! host gave may be freed without a violation, and a new bring-up works.
 
-mod common;
-
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 use mlx5_hal::Hal;
 use mlx5_regs::consts::op_mod as om;
 use mlx5_regs::layouts::*;

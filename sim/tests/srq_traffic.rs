@@ -1,9 +1,8 @@
 //! SRQ (ISSI 0) and RMP (ISSI 1): commands, validation, limit event,
 //! free-list consumption, traffic scatter and error CQEs.
 
-mod common;
-use common::qp::*;
-use common::*;
+use crate::common::qp::*;
+use crate::common::*;
 
 use mlx5_regs::consts::{ctx, CqeOpcode};
 use mlx5_regs::layouts::*;

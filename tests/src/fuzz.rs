@@ -1,4 +1,4 @@
-//! Fuzz harnesses (issue 10): one function per target, taking arbitrary
+//! Fuzz harnesses: one function per target, taking arbitrary
 //! bytes. The cargo-fuzz targets in `fuzz/` and the proptest versions in
 //! `tests/tests/fuzz_props.rs` (stable, part of `cargo test --workspace`)
 //! call the same functions, so a crash found by either reproduces in both.

@@ -1,4 +1,7 @@
-//! Shared helpers for the driver-against-model integration tests in `tests/tests/`.
+//! Shared helpers for the driver-against-model integration tests
+//! (`tests/tests/`, one binary: `cargo test -p mlx5-tests --test
+//! integration`). Everything a test of that binary shares with another lives
+//! here; `tests/README.md` says which module a new test goes in.
 
 use mlx5_driver::cq::{Cq, Cqe};
 use mlx5_driver::{Hca, HcaConfig};
@@ -8,6 +11,8 @@ pub mod hostile_send;
 pub mod qp;
 pub mod qp_random;
 pub mod seeds;
+pub mod verbs_common;
+pub mod verbs_cq_srq_common;
 use mlx5_sim::{Device, ExecMode, Profile, SimConfig, SimHal};
 
 /// Every capability profile of the model.

@@ -1,4 +1,4 @@
-//! Seeds for the seeded random tests (issue 21).
+//! Seeds for the seeded random tests.
 //!
 //! Every seeded test runs its fixed regression seeds plus one fresh seed per
 //! run, so CI explores a new sequence each time while the seeds that once
@@ -36,8 +36,11 @@ pub const TAG: &str = "mlx5-seeds:";
 /// seeds it runs.
 #[derive(Debug, Clone)]
 pub struct Seeded {
-    bin: &'static str,
-    test: &'static str,
+    /// The integration-test binary (the crate name of the test target).
+    bin: String,
+    /// The test's path in that binary (`module::test`), as `cargo test`
+    /// names it.
+    test: String,
     ignored: bool,
     seeds: Vec<u64>,
     /// Where the seeds came from, for the printed line.
@@ -50,11 +53,17 @@ pub struct Seeded {
 pub type Outcome<T> = Vec<(u64, T)>;
 
 impl Seeded {
-    /// The seeds of test `test` in the integration-test binary `bin` (pass
-    /// `env!("CARGO_CRATE_NAME")`): `MLX5_PROP_SEED` if set, else `fixed`
-    /// followed by the fresh seed. Panics on an unparsable variable.
-    pub fn new(bin: &'static str, test: &'static str, fixed: &[u64]) -> Seeded {
-        check_name(test);
+    /// The seeds of test `test` of the module `module` (pass
+    /// `module_path!()`: `integration::cq_prop` names the binary
+    /// `integration` and the test `cq_prop::test`): `MLX5_PROP_SEED` if set,
+    /// else `fixed` followed by the fresh seed. Panics on an unparsable
+    /// variable.
+    pub fn new(module: &'static str, test: &'static str, fixed: &[u64]) -> Seeded {
+        let (bin, test) = match module.split_once("::") {
+            Some((bin, _)) => (bin.to_owned(), test_path(module, test)),
+            None => (module.to_owned(), test.to_owned()),
+        };
+        check_name(&test);
         let (seeds, origin, default_list) = match std::env::var(PROP_SEED) {
             Ok(s) => (
                 parse_list(&s).unwrap_or_else(|e| panic!("{PROP_SEED}={s}: {e}")),
@@ -117,8 +126,7 @@ impl Seeded {
     /// returned, for assertions over the whole run.
     pub fn run<T>(&self, mut body: impl FnMut(u64) -> T) -> Outcome<T> {
         say(&format!(
-            "{}::{} runs {} seed(s): {}",
-            self.bin,
+            "{} runs {} seed(s): {}",
             self.test,
             self.seeds.len(),
             self.origin
@@ -147,6 +155,17 @@ impl Seeded {
             );
         }
         done
+    }
+}
+
+/// The path `cargo test` names test `test` of module `module` by
+/// (`module_path!()` of the test's module): the module path without the
+/// crate's own name, then the test (`integration::in_place` and
+/// `stack_child` give `in_place::stack_child`).
+pub fn test_path(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_, inner)) => format!("{inner}::{test}"),
+        None => test.to_owned(),
     }
 }
 
@@ -274,6 +293,24 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::parse_list;
+
+    #[test]
+    fn test_paths_leave_out_the_crate() {
+        assert_eq!(
+            super::test_path("integration::cq_prop", "random"),
+            "cq_prop::random"
+        );
+        assert_eq!(super::test_path("integration", "random"), "random");
+        // On a thread of its own: the name check compares the test thread's name.
+        let s = std::thread::spawn(|| super::Seeded::new("integration::cq_prop", "random", &[1]))
+            .join()
+            .unwrap();
+        assert_eq!(
+            s.command(7).split(" -- ").nth(1),
+            Some("--exact cq_prop::random")
+        );
+        assert!(s.command(7).contains("--test integration "));
+    }
 
     #[test]
     fn lists_and_ranges_parse() {

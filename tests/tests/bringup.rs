@@ -1,5 +1,5 @@
 //! Bring-up and teardown against the model: every profile, both execution
-//! modes; the model holds nothing afterwards (issue 4).
+//! modes; the model holds nothing afterwards.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! Concurrent command submission (issue 10): several threads share one
+//! Concurrent command submission: several threads share one
 //! `Hca` (it is `Sync`) against the threaded model, each creating,
 //! moderating, querying and destroying its own CQs. Every output must belong
 //! to the command that asked for it: the CQ number a thread got is unique

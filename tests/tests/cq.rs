@@ -1,4 +1,4 @@
-//! Completion queues against the model (issue 5): lifecycle across sizes and
+//! Completion queues against the model: lifecycle across sizes and
 //! CQE sizes, many ring wraps, one event per arm, overrun, and resize with
 //! no completion lost, duplicated or reordered. The seeded random sequences
 //! are in `cq_prop.rs`.

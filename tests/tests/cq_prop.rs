@@ -1,6 +1,6 @@
 //! The CQ property test: seeded random inject/poll/resize/arm sequences
 //! against the model, checked step by step against a reference of what must
-//! happen (issue 5; reference corrected in issue 21):
+//! happen:
 //!
 //! * every completion is delivered exactly once and in order;
 //! * a resize is accepted or refused exactly when the reference says, with
@@ -26,7 +26,7 @@ use mlx5_sim::{Device, SimConfig, SimHal};
 use mlx5_tests::seeds::{say, Seeded};
 use mlx5_tests::{assert_clean, bring_up, drain_byte_lens, inject_sends, Rng};
 
-/// Seeds that once failed the reference (issue 21): 1062 and 2920 make
+/// Seeds that once failed the reference: 1062 and 2920 make
 /// resizes into an exactly full ring in the first phase (2920 then one
 /// refused because the old ring was full); 1220, 1366, 2040 and 2441 made
 /// the fewest resizes the first reference counted.
@@ -280,7 +280,7 @@ fn one_seed(seed: u64) -> Stats {
 #[test]
 fn random_inject_poll_resize_arm_sequences_deliver_every_completion_once_in_order() {
     let seeded = Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "random_inject_poll_resize_arm_sequences_deliver_every_completion_once_in_order",
         &FIXED_SEEDS,
     );

@@ -1,17 +1,25 @@
 //! The driver's `log` feature: bring-up steps, page requests, command
 //! failures, health and teardown reach the application's logger, with the
-//! target `mlx5`. Built only with the feature:
-//! `cargo test -p mlx5-tests --features driver-log --test diag_log`.
+//! target `mlx5`. A module of the integration binary only with the
+//! feature: `cargo test -p mlx5-tests --features driver-log --test
+//! integration diag_log::`.
+//!
+//! A logger is process-wide and every test of the binary shares the process:
+//! with the feature on, the other tests' driver calls log too. Each record
+//! keeps the thread that wrote it and the checks read only this test's own
+//! (the driver logs on the caller's thread).
 
 use std::sync::Mutex;
+use std::thread::ThreadId;
 
 use mlx5_driver::Hca;
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Device, SimConfig};
 use mlx5_tests::config;
 
-/// Every record: (level, target, message).
-static RECORDS: Mutex<Vec<(log::Level, String, String)>> = Mutex::new(Vec::new());
+/// Every record: (thread, level, target, message).
+type Record = (ThreadId, log::Level, String, String);
+static RECORDS: Mutex<Vec<Record>> = Mutex::new(Vec::new());
 
 struct Capture;
 
@@ -20,22 +28,26 @@ impl log::Log for Capture {
         true
     }
     fn log(&self, r: &log::Record<'_>) {
-        RECORDS
-            .lock()
-            .unwrap()
-            .push((r.level(), r.target().to_string(), r.args().to_string()));
+        RECORDS.lock().unwrap().push((
+            std::thread::current().id(),
+            r.level(),
+            r.target().to_string(),
+            r.args().to_string(),
+        ));
     }
     fn flush(&self) {}
 }
 
 static LOGGER: Capture = Capture;
 
+/// True when this thread logged `text` at `level` with the target `mlx5`.
 fn find(level: log::Level, text: &str) -> bool {
+    let me = std::thread::current().id();
     RECORDS
         .lock()
         .unwrap()
         .iter()
-        .any(|(l, t, m)| *l == level && t == "mlx5" && m.contains(text))
+        .any(|(id, l, t, m)| *id == me && *l == level && t == "mlx5" && m.contains(text))
 }
 
 #[test]

@@ -1,6 +1,5 @@
 //! EQ polling: wrap-around with no lost or duplicated event, no overrun
-//! under bursts larger than the EQ, typed events, overflow accounting
-//! (issue 4).
+//! under bursts larger than the EQ, typed events, overflow accounting.
 
 use mlx5_driver::eq::{Event, QpEvent};
 use mlx5_driver::Hca;

@@ -1,4 +1,4 @@
-//! Fault sweep (issue 10): each scenario runs once cleanly to record the
+//! Fault sweep: each scenario runs once cleanly to record the
 //! firmware commands it issues, then once per command with exactly that
 //! command failed by the model. Every run must return a typed error naming
 //! that opcode, status and syndrome; every object must be usable or cleanly

@@ -1,5 +1,5 @@
 //! Every bring-up command made to fail by fault injection, one at a time:
-//! the error names opcode, status and syndrome, and nothing leaks (issue 4).
+//! the error names opcode, status and syndrome, and nothing leaks.
 
 use mlx5_driver::{Error, Hca};
 use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode};

@@ -1,4 +1,4 @@
-//! The fuzz targets of `fuzz/` as proptest properties on stable (issue 10),
+//! The fuzz targets of `fuzz/` as proptest properties on stable,
 //! run by `cargo test --workspace` and so by `.ci/run`. Same harnesses
 //! (`mlx5_tests::fuzz`), bounded case counts so the file stays quick; the
 //! seed corpus of every target is replayed first.
@@ -6,7 +6,7 @@
 //! Each property runs its fixed seed and a fresh one per run, printed; a
 //! failing seed is printed with the command that replays it
 //! (`mlx5_tests::seeds`). More cases per seed:
-//! `PROPTEST_CASES=10000 cargo test -p mlx5-tests --test fuzz_props`.
+//! `PROPTEST_CASES=10000 cargo test -p mlx5-tests --test integration fuzz_props::`.
 
 use std::path::PathBuf;
 
@@ -55,7 +55,7 @@ fn property(test: &'static str, max_len: usize, cases: u32, f: fn(&[u8])) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(cases);
-    Seeded::new(env!("CARGO_CRATE_NAME"), test, &FIXED_SEEDS).run(|seed| {
+    Seeded::new(module_path!(), test, &FIXED_SEEDS).run(|seed| {
         let mut runner = TestRunner::new(Config {
             cases,
             failure_persistence: None,

@@ -1,4 +1,4 @@
-//! Hostile device (issue 10): the model writes corrupted CQEs, EQEs and
+//! Hostile device: the model writes corrupted CQEs, EQEs and
 //! command outputs on request (`Device::inject().hostile(kind)`), and the
 //! driver must turn each into a typed error or a counted, reported drop —
 //! never a panic, an out-of-bounds access or the use of an unchecked index.

@@ -99,10 +99,11 @@ fn in_place_run(hca: &mut Hca<SimHal>, hal: SimHal) -> Result<(), Error> {
 }
 
 fn run_child(mode: &str) -> (bool, String) {
+    let child = mlx5_tests::seeds::test_path(module_path!(), "stack_child");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "stack_child",
+            child.as_str(),
             "--ignored",
             "--nocapture",
             "--test-threads=1",

@@ -1,5 +1,5 @@
 //! Page-request storms, give and take, during bring-up, after it, and
-//! while a command waits (issue 4).
+//! while a command waits.
 
 use mlx5_driver::cmd::encode;
 use mlx5_driver::{Hca, HcaConfig};

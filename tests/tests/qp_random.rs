@@ -1,4 +1,4 @@
-//! The seeded random-operation test of queue pairs (issue 14): QPs, memory
+//! The seeded random-operation test of queue pairs: QPs, memory
 //! keys, CQs and SRQs created, transitioned, posted to, polled, resized,
 //! armed and destroyed at random, with real loopback traffic through the
 //! model's engine, checked step by step against a reference of what must
@@ -8,7 +8,7 @@
 //! prints them; a failing seed is printed with the command that replays it
 //! (`MLX5_PROP_SEED=n`, see `mlx5_tests::seeds`). The long run (a million
 //! steps per seed) is opt-in:
-//! `cargo test --release -p mlx5-tests --test qp_random -- --ignored`.
+//! `cargo test --release -p mlx5-tests --test integration -- --ignored qp_random::`.
 
 use mlx5_sim::ExecMode;
 use mlx5_tests::qp_random::{run, Stats};
@@ -33,7 +33,7 @@ fn report(name: &str, all: &[(u64, Stats)]) -> Stats {
 #[test]
 fn random_qp_sequences_match_the_reference() {
     let seeded = Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "random_qp_sequences_match_the_reference",
         &FIXED_SEEDS,
     );
@@ -57,7 +57,7 @@ fn random_qp_sequences_match_the_reference() {
 #[test]
 fn random_qp_sequences_with_the_device_on_its_own_thread() {
     let seeded = Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "random_qp_sequences_with_the_device_on_its_own_thread",
         &FIXED_SEEDS,
     );
@@ -72,26 +72,22 @@ fn random_qp_sequences_with_the_device_on_its_own_thread() {
 }
 
 #[test]
-#[ignore = "long run (a million steps per seed): cargo test --release -p mlx5-tests --test qp_random -- --ignored"]
+#[ignore = "long run (a million steps per seed): cargo test --release -p mlx5-tests --test integration -- --ignored qp_random::"]
 fn a_million_random_qp_steps() {
-    Seeded::new(
-        env!("CARGO_CRATE_NAME"),
-        "a_million_random_qp_steps",
-        &[0x5eed],
-    )
-    .ignored()
-    .run(|seed| {
-        let mut t = Stats::default();
-        let mut round = 0u64;
-        while t.steps < 1_000_000 {
-            let mode = if round % 4 == 3 {
-                ExecMode::Threaded
-            } else {
-                ExecMode::Synchronous
-            };
-            t.add(&run(seed.wrapping_add(round), mode, 50_000));
-            round += 1;
-        }
-        say(&format!("seed {seed}: {t:?}"));
-    });
+    Seeded::new(module_path!(), "a_million_random_qp_steps", &[0x5eed])
+        .ignored()
+        .run(|seed| {
+            let mut t = Stats::default();
+            let mut round = 0u64;
+            while t.steps < 1_000_000 {
+                let mode = if round % 4 == 3 {
+                    ExecMode::Threaded
+                } else {
+                    ExecMode::Synchronous
+                };
+                t.add(&run(seed.wrapping_add(round), mode, 50_000));
+                round += 1;
+            }
+            say(&format!("seed {seed}: {t:?}"));
+        });
 }

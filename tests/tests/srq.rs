@@ -1,4 +1,4 @@
-//! Shared receive queues against the model (issue 5), at ISSI 1 (RMP) and
+//! Shared receive queues against the model, at ISSI 1 (RMP) and
 //! ISSI 0 (SRQ): capacity, post failures, the one-shot limit event through
 //! EQ polling, scatter into posted buffers, error CQEs, free-list recycling,
 //! destroy ordering, and a clean teardown.

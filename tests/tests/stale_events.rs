@@ -179,7 +179,7 @@ const FIXED: [u64; 4] = [1, 2, 3, 1000];
 #[test]
 fn a_destroyed_cqs_pending_event_never_reaches_its_successor() {
     let seeded = Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "a_destroyed_cqs_pending_event_never_reaches_its_successor",
         &FIXED,
     );
@@ -201,7 +201,7 @@ fn a_destroyed_cqs_pending_event_never_reaches_its_successor() {
 #[test]
 fn a_destroyed_cqs_pending_event_never_reaches_its_successor_threaded() {
     let seeded = Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "a_destroyed_cqs_pending_event_never_reaches_its_successor_threaded",
         &FIXED[..2],
     );

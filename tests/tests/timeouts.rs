@@ -1,5 +1,5 @@
 //! Bounded waits: stalled commands, fatal health, firmware that never
-//! finishes initialising (issue 4).
+//! finishes initialising.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! The verbs-compatible facade against the model (issue 6): the three seed
+//! The verbs-compatible facade against the model: the three seed
 //! scenarios end to end, `query_device`, stale handles and `close`. The
 //! calls one by one, a test per semantic bullet named after the call and
 //! the case, are in `verbs_cq.rs` (create, resize, destroy and poll a CQ),
@@ -15,10 +15,7 @@ use mlx5_driver::verbs::{
 use mlx5_sim::{Device, ExecMode, SimConfig};
 use mlx5_tests::PROFILES;
 
-mod verbs_common;
-mod verbs_cq_srq_common;
-
-use verbs_cq_srq_common::*;
+use mlx5_tests::verbs_cq_srq_common::*;
 
 #[test]
 fn seed_1_resize_cq_100_to_2000_with_a_full_cq_polls_every_completion_in_order() {

@@ -16,9 +16,7 @@ use mlx5_regs::Opcode;
 use mlx5_sim::{Device, ExecMode, Profile, SimConfig};
 use mlx5_tests::{assert_clean, config, Rng, MODES};
 
-mod verbs_common;
-
-use verbs_common::{close, drain, Ctx};
+use mlx5_tests::verbs_common::{close, drain, Ctx};
 
 const QPN: u32 = 0x4d;
 const SECOND: u64 = 1_000_000_000;
@@ -399,9 +397,9 @@ fn create_cq_ex_checks_mask_flags_and_wc_flags_as_rdma_core_mlx5() {
             "unknown flag",
         ),
         (
-            with(|a| a.wc_flags = 1 << 7),
+            with(|a| a.wc_flags = 1 << 8),
             Errno::EOPNOTSUPP,
-            "completion timestamp",
+            "customer VLAN",
         ),
         (
             with(|a| a.wc_flags = A::WC_STANDARD_FLAGS | 1 << 11),

@@ -9,10 +9,7 @@ use mlx5_regs::Opcode;
 use mlx5_sim::{Delivery, Device, SimConfig, SimHal};
 use mlx5_tests::{assert_clean, bring_up};
 
-mod verbs_common;
-mod verbs_cq_srq_common;
-
-use verbs_cq_srq_common::*;
+use mlx5_tests::verbs_cq_srq_common::*;
 
 // ============================================================ create_cq
 

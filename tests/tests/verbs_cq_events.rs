@@ -12,10 +12,7 @@ use mlx5_driver::verbs::{
 };
 use mlx5_regs::EventType;
 
-mod verbs_common;
-mod verbs_cq_srq_common;
-
-use verbs_cq_srq_common::*;
+use mlx5_tests::verbs_cq_srq_common::*;
 
 // ============================================================ completion events
 

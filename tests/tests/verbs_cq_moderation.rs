@@ -4,8 +4,7 @@
 //! execution modes, and async CQ error events that say overrun or access
 //! violation.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::cq::CqErrorCause;
 use mlx5_driver::verbs::{

@@ -4,8 +4,7 @@
 //! event never reaches the CQ that gets its number), and the arm rule (a
 //! solicited request does not downgrade a next-completion request).
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{AsyncEventType, Errno, PostSendError, RecvWr, SrqInitAttr};
 use mlx5_sim::{Profile, Violation};

@@ -5,8 +5,6 @@
 //! test (playing a device that cannot be trusted): a route that skipped
 //! one would match a completion this test expects to be refused.
 
-mod verbs_common;
-
 use mlx5_driver::qp::QpState;
 use mlx5_driver::verbs::{
     CqHandle, QpCap, QpInitAttr, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
@@ -14,7 +12,7 @@ use mlx5_driver::verbs::{
 use mlx5_regs::consts::cqe_syndrome as syn;
 use mlx5_regs::CqeOpcode;
 use mlx5_sim::Profile;
-use verbs_common::{close, open, Ctx, Pair, SLOT};
+use mlx5_tests::verbs_common::{close, open, Ctx, Pair, SLOT};
 
 /// One CQE as a device would write it.
 struct Put {

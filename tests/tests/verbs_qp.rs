@@ -2,8 +2,7 @@
 //! (against rdma-core's formulas, on every profile), every refusal with
 //! its errno and nothing created.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{Errno, QpCap, QpInitAttr, QpState};
 use mlx5_hal::Hal;

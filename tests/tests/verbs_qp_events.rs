@@ -3,8 +3,7 @@
 //! solicited completion events, QP async events with their handles and
 //! acknowledgement.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{
     AccessFlags, AsyncEvent, AsyncEventType, Errno, EventElement, QpAttr, QpAttrMask, QpHandle,

@@ -3,8 +3,7 @@
 //! any command), the optional attributes as firmware holds them and as
 //! `query_qp` reads them back.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{AccessFlags, AhAttr, Errno, Mtu, QpAttr, QpAttrMask, QpState};
 use mlx5_regs::Opcode;

@@ -4,8 +4,7 @@
 //! completions of many QPs on one CQ, CQEs the device should not have
 //! written, the device on its own thread.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{
     Errno, PostSendError, QpAttr, QpAttrMask, QpState, SendFlags, SendWr, WcOpcode, WcStatus,

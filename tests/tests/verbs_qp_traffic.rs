@@ -2,8 +2,7 @@
 //! profile (and InfiniBand), the bytes of each opcode, memory regions and
 //! the rights of their keys.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{AccessFlags, Errno, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode};
 use mlx5_hal::Hal;

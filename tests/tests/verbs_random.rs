@@ -1,5 +1,5 @@
 //! Seeded, reproducible random operation sequences over the verbs facade
-//! (issue 10), checked step by step against a small reference model of what
+//! checked step by step against a small reference model of what
 //! must happen:
 //!
 //! * every completion is delivered exactly once and in order per CQ;
@@ -10,7 +10,7 @@
 //!
 //! A short run is part of `cargo test`. The long run (a million operations,
 //! model on its own thread) is opt-in:
-//! `cargo test --release -p mlx5-tests --test verbs_random -- --ignored`.
+//! `cargo test --release -p mlx5-tests --test integration -- --ignored verbs_random::`.
 //! Every failure message names the seed and step. Each test runs its fixed
 //! seeds plus a fresh one per run and prints them; a failing seed is printed
 //! with the command that replays it (`MLX5_PROP_SEED=n`, see
@@ -701,7 +701,7 @@ const FIXED_SEEDS: [u64; 3] = [11, 22, 33];
 #[test]
 fn random_verbs_sequences_match_the_reference_model() {
     let seeded = Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "random_verbs_sequences_match_the_reference_model",
         &FIXED_SEEDS,
     );
@@ -733,7 +733,7 @@ fn random_verbs_sequences_match_the_reference_model() {
 #[test]
 fn random_verbs_sequences_with_the_device_on_its_own_thread() {
     Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "random_verbs_sequences_with_the_device_on_its_own_thread",
         &FIXED_SEEDS,
     )
@@ -741,11 +741,11 @@ fn random_verbs_sequences_with_the_device_on_its_own_thread() {
 }
 
 #[test]
-#[ignore = "long run (a million operations per seed, threaded model): cargo test --release -p mlx5-tests --test verbs_random -- --ignored"]
+#[ignore = "long run (a million operations per seed, threaded model): cargo test --release -p mlx5-tests --test integration -- --ignored verbs_random::"]
 fn a_million_random_verbs_operations_with_the_device_on_its_own_thread() {
     // 0x5eed (24301) found the exactly-full resize rule (docs/reliability.md §6).
     Seeded::new(
-        env!("CARGO_CRATE_NAME"),
+        module_path!(),
         "a_million_random_verbs_operations_with_the_device_on_its_own_thread",
         &[0x5eed],
     )

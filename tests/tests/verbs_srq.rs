@@ -10,10 +10,7 @@ use mlx5_driver::verbs::{
 use mlx5_regs::{EventType, Opcode};
 use mlx5_sim::Delivery;
 
-mod verbs_common;
-mod verbs_cq_srq_common;
-
-use verbs_cq_srq_common::*;
+use mlx5_tests::verbs_cq_srq_common::*;
 
 // ============================================================ create_srq
 

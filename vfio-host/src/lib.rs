@@ -30,6 +30,39 @@
 //! `docs/hardware.md` tells how to prepare a machine; `tests/vfio-qemu/run.sh`
 //! proves this crate against the real kernel VFIO stack in a QEMU guest
 //! (emulated Intel IOMMU + `edu` device) with `examples/edu_probe.rs`.
+//!
+//! ## Example
+//!
+//! Opening needs a ConnectX bound to `vfio-pci` (`docs/hardware.md`;
+//! `mlx5 devices` lists candidates). What comes before the device runs
+//! anywhere: the address is checked before any file is opened, and the sysfs
+//! checks say what to fix.
+//!
+//! ```
+//! use std::path::Path;
+//!
+//! use mlx5_vfio::pci::{check_device, is_connectx};
+//! use mlx5_vfio::{Error, PciAddress, VfioOptions, VfioPlatform};
+//!
+//! // `bus:device.function` means domain 0.
+//! let addr: PciAddress = "3b:00.1".parse()?;
+//! assert_eq!(addr.to_string(), "0000:3b:00.1");
+//! assert!(is_connectx(0x15b3, 0x1017), "a ConnectX-5");
+//!
+//! // A malformed address is refused before the system is touched.
+//! let open = VfioPlatform::open("3b:00", VfioOptions::default());
+//! assert!(matches!(open, Err(Error::InvalidAddress { .. })));
+//!
+//! // The sysfs checks, here on a tree without that function: the error names
+//! // the directory it looked for and how to list the functions.
+//! match check_device(Path::new("/nonexistent-sysfs"), &addr, false) {
+//!     Err(e @ Error::DeviceNotFound { .. }) => {
+//!         assert!(e.to_string().contains("lspci -D -d 15b3:"), "{e}")
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! # Ok::<(), Error>(())
+//! ```
 
 extern crate alloc;
 

@@ -16,4 +16,6 @@ pub use ring::{
 pub use syndrome::{CqErrorCause, CqeError};
 
 #[cfg(test)]
+mod graph_tests;
+#[cfg(test)]
 mod tests;

@@ -9,15 +9,10 @@
 //! at each event ([`CqPeriodMode::StartFromEqe`]) or at each completion
 //! ([`CqPeriodMode::StartFromCqe`], capability `cq_period_start_from_cqe`).
 
-use mlx5_hal::Hal;
 use mlx5_regs::consts::errno;
 
-use super::cmd;
-use super::queue::Cq;
 use crate::caps::Caps;
 use crate::error::Error;
-use crate::hca::Hca;
-use crate::stats::CmdObserver;
 
 /// Largest `cq_period` (12 bits; Linux `MLX5_MAX_CQ_PERIOD`).
 pub const MAX_CQ_PERIOD: u16 = 4095;
@@ -77,27 +72,4 @@ pub(crate) fn check(caps: &Caps, m: &CqModeration) -> Result<(), Error> {
         });
     }
     Ok(())
-}
-
-impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
-    /// Moderation values and period mode in one MODIFY_CQ op_mod 0 with
-    /// `modify_field_select` PERIOD | COUNT | PERIOD_MODE (Linux
-    /// `mlx5e_modify_cq_moderation`). Refused before any command:
-    /// no `cq_moderation` or no `cq_period_mode_modify` (mlx5e's
-    /// `set_coalesce` asks for both), or CQE-based timing without
-    /// `cq_period_start_from_cqe`: [`Error::Unsupported`] (`EOPNOTSUPP`); a
-    /// period above 4 095: [`Error::InvalidArgument`] (`EINVAL`).
-    /// [`Hca::modify_cq_moderation`] changes period and count only.
-    pub fn modify_cq_moderation_mode(&self, cq: &Cq<H>, m: &CqModeration) -> Result<(), Error> {
-        check(self.caps(), m)?;
-        if !self.caps().cq_period_mode_modify {
-            return Err(Error::Unsupported {
-                what: "CQ period mode change (cq_period_mode_modify capability)",
-                errno: errno::EOPNOTSUPP,
-            });
-        }
-        let input = cmd::modify_cq_moderation_mode(cq.cqn(), m)?;
-        let mut out = [0u8; cmd::MODIFY_CQ_OUT];
-        self.exec(&input, &mut out)
-    }
 }

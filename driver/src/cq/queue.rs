@@ -6,7 +6,7 @@ use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
 use super::moderation::{self, CqModeration, CqPeriodMode};
-use super::ring::{CqReader, CqRing, Cqe, CqeSize, CqeView, DoorbellRecord, WaitingCqe};
+use super::ring::{CqReader, CqRing, Cqe, CqeSize, DoorbellRecord, WaitingCqe};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
@@ -142,20 +142,6 @@ impl<H: Hal> Cq<H> {
     #[inline(always)]
     pub fn has_second(&self) -> bool {
         self.ring.has_second()
-    }
-
-    /// Poll up to `max` completions, handing each to `f` as it is read (no
-    /// staging buffer); the consumer index is published once for the batch.
-    #[inline(always)]
-    pub fn poll_each(&mut self, max: usize, f: impl FnMut(&Cqe)) -> usize {
-        self.ring.poll_each(&self.dbr, max, f)
-    }
-
-    /// [`Cq::poll_each`] with each CQE handed over in place, for a consumer
-    /// that reads only the fields it needs ([`CqeView`]).
-    #[inline(always)]
-    pub fn poll_each_view(&mut self, max: usize, f: impl FnMut(CqeView<'_>)) -> usize {
-        self.ring.poll_each_view(&self.dbr, max, f)
     }
 
     /// Read CQEs through a [`CqReader`] handed to `f` (the ring's geometry
@@ -434,6 +420,27 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         };
         moderation::check(self.caps(), &m)?;
         let input = cmd::modify_cq_moderation(cq.cqn, period, max_count)?;
+        let mut out = [0u8; cmd::MODIFY_CQ_OUT];
+        self.exec(&input, &mut out)
+    }
+
+    /// Moderation values and period mode in one MODIFY_CQ op_mod 0 with
+    /// `modify_field_select` PERIOD | COUNT | PERIOD_MODE (Linux
+    /// `mlx5e_modify_cq_moderation`). Refused before any command:
+    /// no `cq_moderation` or no `cq_period_mode_modify` (mlx5e's
+    /// `set_coalesce` asks for both), or CQE-based timing without
+    /// `cq_period_start_from_cqe`: [`Error::Unsupported`] (`EOPNOTSUPP`); a
+    /// period above 4 095: [`Error::InvalidArgument`] (`EINVAL`).
+    /// [`Hca::modify_cq_moderation`] changes period and count only.
+    pub fn modify_cq_moderation_mode(&self, cq: &Cq<H>, m: &CqModeration) -> Result<(), Error> {
+        moderation::check(self.caps(), m)?;
+        if !self.caps().cq_period_mode_modify {
+            return Err(Error::Unsupported {
+                what: "CQ period mode change (cq_period_mode_modify capability)",
+                errno: errno::EOPNOTSUPP,
+            });
+        }
+        let input = cmd::modify_cq_moderation_mode(cq.cqn(), m)?;
         let mut out = [0u8; cmd::MODIFY_CQ_OUT];
         self.exec(&input, &mut out)
     }

@@ -260,44 +260,13 @@ impl<H: Hal> CqRing<H> {
         Some(r)
     }
 
-    /// Poll up to `out.len()` CQEs into `out`; returns how many. The consumer
-    /// index is published in the doorbell record once, at the end.
+    /// Poll up to `out.len()` CQEs into `out`, every field decoded; returns
+    /// how many. The owner byte at the consumer index is the first thing
+    /// read, so an empty CQ costs one load and compare; the consumer index
+    /// is published in the doorbell record once, at the end, and only when
+    /// something was taken.
     #[inline]
     pub fn poll(&mut self, dbr: &DoorbellRecord<H>, out: &mut [Cqe]) -> usize {
-        let mut slots = out.iter_mut();
-        self.poll_each(dbr, slots.len(), |c| {
-            if let Some(s) = slots.next() {
-                *s = *c;
-            }
-        })
-    }
-
-    /// Poll up to `max` CQEs, handing each to `f` as it is decoded (oldest
-    /// first, nothing staged); returns how many. As
-    /// [`CqRing::poll_each_view`], with every field read.
-    #[inline(always)]
-    pub fn poll_each(
-        &mut self,
-        dbr: &DoorbellRecord<H>,
-        max: usize,
-        mut f: impl FnMut(&Cqe),
-    ) -> usize {
-        self.poll_each_view(dbr, max, |v| f(&v.decode()))
-    }
-
-    /// Poll up to `max` CQEs, handing each to `f` in place (oldest first),
-    /// for a consumer that reads only the fields it needs; returns how
-    /// many. The owner byte at the consumer index is the first thing read,
-    /// so an empty CQ costs one load and compare; the consumer index is
-    /// published in the doorbell record once, at the end, and only when
-    /// something was taken.
-    #[inline(always)]
-    pub fn poll_each_view(
-        &mut self,
-        dbr: &DoorbellRecord<H>,
-        max: usize,
-        mut f: impl FnMut(CqeView<'_>),
-    ) -> usize {
         // Loop invariants in locals; the consumer index lives in a register
         // and is stored once. (Through a `CqReader` this cost the ring API
         // 17 instructions more per call at batch 1: the reader's copy of
@@ -305,7 +274,7 @@ impl<H: Hal> CqRing<H> {
         let log = self.log_nent as u32;
         let mut ci = self.consumer_index;
         let mut n = 0;
-        while n < max {
+        for slot in out.iter_mut() {
             let w = self.buf.entry(ci);
             let op_own = w.read_u8::<{ off::OP_OWN }>();
             if !sw_owned_byte(op_own, ((ci >> log) & 1) as u8) {
@@ -313,7 +282,7 @@ impl<H: Hal> CqRing<H> {
             }
             // The body must not be read before the ownership byte (docs/firmware.md §5).
             barrier::dma_rmb();
-            f(CqeView::new(w, op_own));
+            *slot = CqeView::new(w, op_own).decode();
             ci = ci.wrapping_add(1);
             n += 1;
         }

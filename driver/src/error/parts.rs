@@ -280,6 +280,29 @@ impl core::error::Error for BadRecvCqe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every error type of the crate is a `core::error::Error`.
+    #[test]
+    fn every_error_type_is_a_core_error() {
+        fn is_error<E: core::error::Error>() {}
+        is_error::<Error>();
+        is_error::<crate::error::DestroyError<()>>();
+        is_error::<PostError>();
+        is_error::<PostFailure>();
+        is_error::<CompleteError>();
+        is_error::<BadRecvCqe>();
+        is_error::<SendError>();
+        is_error::<PostSendFailure>();
+        is_error::<SqSizeError>();
+        is_error::<BadSendCqe>();
+        is_error::<ResizeCopyError>();
+        is_error::<CqeError>();
+        is_error::<crate::verbs::Errno>();
+        is_error::<crate::verbs::PostSendError>();
+        is_error::<crate::verbs::PostSrqError>();
+        is_error::<mlx5_hal::HalError>();
+        is_error::<mlx5_regs::RegError>();
+    }
     use crate::qp::{QpState, SendOpcode};
     use mlx5_regs::consts::errno;
 

@@ -89,6 +89,14 @@ pub(super) fn record<O: CmdObserver>(
     latency_ns: u64,
 ) {
     stats.record(p.opcode, outcome, latency_ns);
+    if !outcome.is_ok() {
+        stats.last_failure = Some(crate::stats::CmdFailure {
+            opcode: p.opcode,
+            op_mod: p.op_mod,
+            outcome,
+            latency_ns,
+        });
+    }
     match outcome {
         CmdOutcome::Ok => {}
         CmdOutcome::Status { status, syndrome } => diag::warn!(

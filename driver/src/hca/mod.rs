@@ -449,6 +449,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
     }
+
+    /// The fatal error that killed the device, once it is known dead.
+    pub fn fatal_error(&self) -> Option<Error> {
+        *self.fatal.lock()
+    }
 }
 
 /// The EQE event types this driver subscribes its async EQ to: Linux's

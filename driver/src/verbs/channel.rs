@@ -89,8 +89,26 @@ impl CqInitAttrEx {
     /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: no CQ error event on overrun
     /// (`cqc.oi`; needs the `cq_oi` capability, else `EOPNOTSUPP`).
     pub const FLAG_IGNORE_OVERRUN: u32 = 1 << 1;
+    /// `IBV_WC_EX_WITH_BYTE_LEN`.
+    pub const WC_WITH_BYTE_LEN: u64 = 1 << 0;
+    /// `IBV_WC_EX_WITH_IMM`.
+    pub const WC_WITH_IMM: u64 = 1 << 1;
+    /// `IBV_WC_EX_WITH_QP_NUM`.
+    pub const WC_WITH_QP_NUM: u64 = 1 << 2;
+    /// `IBV_WC_EX_WITH_SRC_QP`.
+    pub const WC_WITH_SRC_QP: u64 = 1 << 3;
+    /// `IBV_WC_EX_WITH_SLID`.
+    pub const WC_WITH_SLID: u64 = 1 << 4;
+    /// `IBV_WC_EX_WITH_SL`.
+    pub const WC_WITH_SL: u64 = 1 << 5;
+    /// `IBV_WC_EX_WITH_DLID_PATH_BITS`.
+    pub const WC_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the device clock's ticks
+    /// ([`super::CqPoll::read_completion_ts`]); offered when the device has
+    /// a clock (`device_frequency_khz` non-zero).
+    pub const WC_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
     /// `IBV_WC_STANDARD_FLAGS`: byte length, immediate, QP number, source
-    /// QP, SLID, SL, DLID path bits: what [`super::WorkCompletion`] holds.
+    /// QP, SLID, SL, DLID path bits.
     pub const WC_STANDARD_FLAGS: u64 = 0x7f;
 
     /// Attributes of a CQ of `cqe` entries on the context's channel and
@@ -176,8 +194,10 @@ impl<
     ///   (parent domains are not supported);
     /// * with [`CqInitAttrEx::MASK_FLAGS`], a flag other than
     ///   single-threaded and ignore-overrun: `EINVAL`;
-    /// * a `wc_flags` bit beyond [`CqInitAttrEx::WC_STANDARD_FLAGS`]:
-    ///   `EOPNOTSUPP` (the extended-completion fields such as timestamps
+    /// * a `wc_flags` bit beyond [`CqInitAttrEx::WC_STANDARD_FLAGS`] and
+    ///   [`CqInitAttrEx::WC_WITH_COMPLETION_TIMESTAMP`], or the timestamp
+    ///   on a device without a clock (`device_frequency_khz` 0):
+    ///   `EOPNOTSUPP` (VLAN, flow tag, tag matching and wall-clock fields
     ///   are not offered by this facade);
     /// * a stale channel: `EINVAL`; `comp_vector` not below
     ///   `num_comp_vectors`: `EINVAL`;
@@ -199,7 +219,12 @@ impl<
         if flags & !(A::FLAG_SINGLE_THREADED | A::FLAG_IGNORE_OVERRUN) != 0 {
             return Err(Errno::EINVAL);
         }
-        if attr.wc_flags & !A::WC_STANDARD_FLAGS != 0 {
+        let offered = if self.hca.caps().device_frequency_khz != 0 {
+            A::WC_STANDARD_FLAGS | A::WC_WITH_COMPLETION_TIMESTAMP
+        } else {
+            A::WC_STANDARD_FLAGS
+        };
+        if attr.wc_flags & !offered != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
         if let Some(ch) = attr.channel {
@@ -224,6 +249,7 @@ impl<
         let book = CqBook {
             channel: attr.channel,
             context: attr.cq_context,
+            wc_flags: attr.wc_flags,
             ..CqBook::default()
         };
         self.create_cq_with(attr.cqe, opts, book)

@@ -2,7 +2,7 @@
 
 use mlx5_hal::Hal;
 
-use super::poll::RecvRun;
+use super::poll::{RecvRun, SendRun};
 use super::{ChannelHandle, CqHandle, Errno, EventElement, Verbs};
 use crate::cq::{Cq, CqOptions};
 use crate::stats::CmdObserver;
@@ -29,6 +29,10 @@ pub(super) struct CqBook {
     pub(super) channel: Option<ChannelHandle>,
     /// The caller's `cq_context`.
     pub(super) context: u64,
+    /// `IBV_WC_EX_WITH_*`: the fields the lazy poll reads from each CQE
+    /// ([`super::CqInitAttrEx::wc_flags`]; the standard ones for
+    /// [`Verbs::create_cq`]).
+    pub(super) wc_flags: u64,
 }
 
 pub(super) struct CqEntry<H: Hal> {
@@ -37,6 +41,9 @@ pub(super) struct CqEntry<H: Hal> {
     /// The route of the last receive `poll_cq` matched on this CQ, tried
     /// first for the next CQEs (cleared when a QP's CQEs are cleaned).
     pub(super) last_recv: RecvRun,
+    /// The QP of the last requester CQE `poll_cq` matched on this CQ,
+    /// tried first for the next (cleared when a QP's CQEs are cleaned).
+    pub(super) last_send: SendRun,
 }
 
 impl<H: Hal> CqEntry<H> {
@@ -46,6 +53,7 @@ impl<H: Hal> CqEntry<H> {
             cq,
             book,
             last_recv: RecvRun::NONE,
+            last_send: SendRun::NONE,
         }
     }
 }
@@ -76,6 +84,7 @@ impl<
         }
         let book = CqBook {
             channel: Some(self.context_comp_channel()),
+            wc_flags: super::CqInitAttrEx::WC_STANDARD_FLAGS,
             ..CqBook::default()
         };
         self.create_cq_with(cqe, CqOptions::default(), book)

@@ -18,6 +18,8 @@ use crate::error::Error;
 pub struct Errno(pub i32);
 
 impl Errno {
+    /// No entry (a lazy poll found no completion: `ibv_start_poll`).
+    pub const ENOENT: Errno = Errno(e::ENOENT);
     /// I/O error (device in error state, device fatal).
     pub const EIO: Errno = Errno(e::EIO);
     /// Try again (nothing to read right now).
@@ -38,6 +40,7 @@ impl Errno {
     /// The symbolic name, if it is one of the values this crate produces.
     pub fn name(self) -> Option<&'static str> {
         Some(match self.0 {
+            e::ENOENT => "ENOENT",
             e::EIO => "EIO",
             e::EAGAIN => "EAGAIN",
             e::ENOMEM => "ENOMEM",

@@ -63,6 +63,7 @@ mod modify;
 mod mr;
 mod numap;
 mod poll;
+mod poll_ex;
 mod qp;
 mod qp_recv;
 #[cfg(test)]
@@ -76,6 +77,7 @@ pub use channel::{ChannelHandle, CqEvent, CqInitAttrEx, MAX_COMP_CHANNELS};
 pub use cq_moderation::{CqModerationCaps, ModerateCq, ModifyCqAttr};
 pub use errno::Errno;
 pub use mr::Mr;
+pub use poll_ex::{CqPoll, WC_GRH, WC_WITH_IMM, WC_WITH_INV};
 pub use qp_types::{
     AccessFlags, AhAttr, GlobalRoute, Mtu, PostSendError, QpAttr, QpAttrMask, QpCap, QpHandle,
     QpInitAttr, QpState, SendFlags, SendWr, WrOpcode,
@@ -308,6 +310,55 @@ impl<
     /// the caller before [`Verbs::close`]).
     pub fn hca(&self) -> &Hca<H, O> {
         &self.hca
+    }
+
+    /// Why the last firmware command failed: the driver's error for it
+    /// (for a refusal, [`crate::Error::Command`] with its opcode, op_mod,
+    /// status and syndrome; once the device is dead, [`crate::Error::Fatal`]),
+    /// or `None` if no command of this context has failed. An errno says what kind of failure a verb met; when a verb's
+    /// errno came from a firmware refusal (a `modify_qp` that firmware
+    /// refused is `EINVAL`, as in libibverbs), this holds the cause, until
+    /// the next failing command replaces it.
+    ///
+    /// ```no_run
+    /// # use mlx5_driver::verbs::{QpAttr, QpAttrMask, QpHandle, Verbs};
+    /// # fn demo<H: mlx5_hal::Hal>(ctx: &mut Verbs<H>, qp: QpHandle, a: &QpAttr) {
+    /// if let Err(errno) = ctx.modify_qp(qp, a, QpAttrMask::STATE) {
+    ///     if let Some(mlx5_driver::Error::Command { opcode, status, syndrome, .. }) =
+    ///         ctx.last_error()
+    ///     {
+    ///         let _ = (errno, opcode, status, syndrome);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn last_error(&self) -> Option<crate::Error> {
+        use crate::stats::CmdOutcome;
+        // A dead device is the cause of everything after it.
+        if let Some(fatal) = self.hca.fatal_error() {
+            return Some(fatal);
+        }
+        let f = self.hca.stats().last_failure?;
+        let (opcode, op_mod) = (f.opcode, f.op_mod);
+        Some(match f.outcome {
+            CmdOutcome::Status { status, syndrome } => crate::Error::Command {
+                opcode,
+                op_mod,
+                status,
+                syndrome,
+            },
+            CmdOutcome::Delivery(status) => crate::Error::Delivery {
+                opcode,
+                op_mod,
+                status,
+            },
+            CmdOutcome::Timeout => crate::Error::Timeout {
+                opcode,
+                op_mod,
+                waited_ns: f.latency_ns,
+            },
+            CmdOutcome::Ok | CmdOutcome::Fatal => return None,
+        })
     }
 
     /// Counters of what an untrusted device did.

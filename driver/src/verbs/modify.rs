@@ -138,10 +138,16 @@ impl<
     > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
 {
     /// `ibv_modify_qp`: move the QP to `attr.qp_state` (or keep its state
-    /// without [`QpAttrMask::STATE`]) and set the attributes `mask` names;
-    /// see the module documentation for the checks. Moving to RESET also
-    /// removes the QP's unpolled completions from its CQs (rdma-core); a QP
-    /// that reached RTS accepts sends until it is reset.
+    /// without [`QpAttrMask::STATE`]) and set the attributes `mask` names.
+    /// Checked before anything reaches the device, as ib core and mlx5 check:
+    /// the transition and the mask (ib core's `ib_modify_qp_is_ok`: each
+    /// transition's required attributes, and nothing but them, its optional
+    /// ones and `STATE`), then the values (port, read/atomic depths, the
+    /// address vector, the widths of firmware's fields). A failed check is
+    /// `EINVAL` with nothing changed, as is a refusal by firmware; SQD and
+    /// alternate paths are `EOPNOTSUPP`; RESET to RESET does nothing. Moving
+    /// to RESET also removes the QP's unpolled completions from its CQs
+    /// (rdma-core); a QP that reached RTS accepts sends until it is reset.
     pub fn modify_qp(
         &mut self,
         qp: QpHandle,

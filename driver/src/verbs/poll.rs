@@ -91,22 +91,15 @@ impl<
     }
 
     /// `poll_cq` of one completion once a CQE is waiting, the general way
-    /// ([`Matcher::translate`]), with no loop.
+    /// ([`Matcher::step`]), with no loop.
     #[inline(never)]
     fn poll_busy_one(&mut self, cq: CqHandle, wc: &mut WorkCompletion) -> usize {
-        let Some((e, mut m)) = self.split_for_poll(cq) else {
+        let Some((ring, route, mut m, _)) = self.split_for_poll(cq) else {
             return 0;
         };
-        let CqEntry {
-            cq: ring,
-            last_recv,
-            ..
-        } = e;
         let (n, _) = ring.read(|rd| {
             let Some(v) = rd.take() else { return 0 };
-            if let Some(r) = m.translate(v, wc) {
-                *last_recv = r;
-            }
+            m.step(&v, route, wc);
             1
         });
         if n == 1 {
@@ -141,13 +134,19 @@ impl<
         n + self.poll_general(cq, &mut wc[n..], n > 0)
     }
 
-    /// The CQ's entry and, borrowed apart from it, what matching its CQEs
-    /// the general way needs.
+    /// The CQ's entry's ring and receive route and, borrowed apart from
+    /// them, what matching its CQEs the general way needs (with the CQ's
+    /// send route); and the CQ's `wc_flags`.
     #[inline(always)]
-    fn split_for_poll(
+    pub(super) fn split_for_poll(
         &mut self,
         cq: CqHandle,
-    ) -> Option<(&mut CqEntry<H>, Matcher<'_, H, QPS, SQ_WQEBBS, SRQS>)> {
+    ) -> Option<(
+        &mut crate::cq::Cq<H>,
+        &mut RecvRun,
+        Matcher<'_, H, QPS, SQ_WQEBBS, SRQS>,
+        u64,
+    )> {
         let Verbs {
             cqs,
             srqs,
@@ -157,7 +156,12 @@ impl<
             stats,
             ..
         } = self;
-        let e = cqs.get_mut(cq.0)?;
+        let CqEntry {
+            cq: ring,
+            last_recv,
+            last_send,
+            book,
+        } = cqs.get_mut(cq.0)?;
         let m = Matcher {
             cq,
             qps,
@@ -165,35 +169,33 @@ impl<
             srqs,
             srqns,
             stats,
+            last_send,
         };
-        Some((e, m))
+        Some((ring, last_recv, m, book.wc_flags))
     }
 
     /// `poll_cq`'s general way, out of line: each CQE matched on its own
-    /// into the next slot ([`Matcher::translate`]), until the slots or the
+    /// into the next slot ([`Matcher::step`]), until the slots or the
     /// CQEs run out; returns how many. A receive its route matches becomes
     /// the CQ's `last_recv`, tried first from then on. Publishes the
     /// consumer index if it took anything or `taken` (CQEs the caller took
     /// are not published yet).
     #[inline(never)]
     fn poll_general(&mut self, cq: CqHandle, wc: &mut [WorkCompletion], taken: bool) -> usize {
-        let Some((e, mut m)) = self.split_for_poll(cq) else {
+        let Some((ring, route, mut m, _)) = self.split_for_poll(cq) else {
             return 0;
         };
-        let last_recv = &mut e.last_recv;
-        let (n, moved) = e.cq.read(|rd| {
+        let (n, moved) = ring.read(|rd| {
             let mut n = 0;
             for slot in wc.iter_mut() {
                 let Some(v) = rd.take() else { break };
-                if let Some(r) = m.translate(v, slot) {
-                    *last_recv = r;
-                }
+                m.step(&v, route, slot);
                 n += 1;
             }
             n
         });
         if moved || taken {
-            e.cq.update_doorbell();
+            ring.update_doorbell();
         }
         n
     }
@@ -275,17 +277,52 @@ impl RecvRun {
     }
 }
 
-/// What matching a CQE needs, borrowed from the context.
-struct Matcher<'a, H: Hal, const QPS: usize, const W: usize, const SRQS: usize> {
+/// The QP a send CQ last retired a request of: its number and table key,
+/// tried before the QPN map for the next requester CQE (a send CQ's
+/// stream usually names one QP). Valid while the QP lives: cleaning the
+/// QP's CQEs (on destroy and on a move to RESET) clears it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SendRun {
+    qpn: u32,
+    key: Key,
+}
+
+impl SendRun {
+    /// No QP: a QPN of 32 bits set never matches a CQE's 24.
+    pub(super) const NONE: SendRun = SendRun {
+        qpn: u32::MAX,
+        key: Key::NONE,
+    };
+}
+
+/// What matching a CQE needs, borrowed from the context, and the CQ's
+/// send route.
+pub(super) struct Matcher<'a, H: Hal, const QPS: usize, const W: usize, const SRQS: usize> {
     cq: CqHandle,
     qps: &'a mut Table<QpEntry<H, W>, QPS>,
     qpns: &'a NumMap<QpRoute, QPS>,
     srqs: &'a mut Table<SrqEntry<H>, SRQS>,
     srqns: &'a NumMap<Key, SRQS>,
     stats: &'a mut VerbsStats,
+    last_send: &'a mut SendRun,
 }
 
 impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H, QPS, W, SRQS> {
+    /// The one CQE-consuming step, as rdma-core's `mlx5_poll_one`
+    /// (`providers/mlx5/cq.c`) serves both `ibv_poll_cq` and the lazy
+    /// `ibv_cq_ex` API: CQE `v` as a work completion in `out`, matched
+    /// through the CQ's cached routes first (`route`: the QP and SRQ the
+    /// last receive matched, kept across calls; the send route: the QP the
+    /// last requester CQE named), the maps otherwise. `poll_cq`'s batch
+    /// paths ([`recv_busy`], [`recv_waiting_one`]) are this step's receive
+    /// route with the SRQ's ring held in registers.
+    #[inline(always)]
+    pub(super) fn step(&mut self, v: &CqeView<'_>, route: &mut RecvRun, out: &mut WorkCompletion) {
+        if let Some(r) = self.translate(v, *route, out) {
+            *route = r;
+        }
+    }
+
     /// One CQE as a work completion, written into `out`. The two common
     /// cases are straight-line: a successful send completion, and a
     /// successful receive that its QP's route matches (a dataplane's
@@ -294,7 +331,12 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// CQEs. Everything else (errors, flushes, CQEs that do not match) is
     /// finished out of line.
     #[inline(always)]
-    fn translate(&mut self, v: CqeView<'_>, out: &mut WorkCompletion) -> Option<RecvRun> {
+    fn translate(
+        &mut self,
+        v: &CqeView<'_>,
+        route: RecvRun,
+        out: &mut WorkCompletion,
+    ) -> Option<RecvRun> {
         let op = v.opcode();
         if op == CqeOpcode::REQ {
             let c = v.decode_requester();
@@ -318,15 +360,22 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         // this CQ through the SRQ the CQE names. Every check
         // `Qp::complete_recv` makes holds by the route's construction; the
         // SRQ checks the rest (the WQE posted, the byte count).
-        let Some(r) = self
-            .qpns
-            .get(qpn)
-            .filter(|r| r.recv_cq == self.cq && r.srqn == srqn)
-        else {
-            self.general(v, out);
-            return None;
+        let srq = if qpn == route.qpn && srqn == route.srqn {
+            // The CQ's route: made by this step for this CQ.
+            route.srq
+        } else {
+            match self
+                .qpns
+                .get(qpn)
+                .filter(|r| r.recv_cq == self.cq && r.srqn == srqn)
+            {
+                Some(r) => r.srq,
+                None => {
+                    self.general(v, out);
+                    return None;
+                }
+            }
         };
-        let srq = r.srq;
         let Some(s) = self.srqs.get_mut(srq) else {
             self.general(v, out);
             return None;
@@ -349,7 +398,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// ERR), CQEs the route does not match, opcodes the facade does not
     /// expect.
     #[inline(never)]
-    fn general(&mut self, v: CqeView<'_>, out: &mut WorkCompletion) {
+    fn general(&mut self, v: &CqeView<'_>, out: &mut WorkCompletion) {
         let c = v.decode();
         *out = WorkCompletion {
             qp_num: c.qpn,
@@ -378,7 +427,23 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// request's when the device did consume it, else 0.
     #[inline(always)]
     fn send(&mut self, c: &Cqe, wc: &mut WorkCompletion) -> bool {
-        let qp = self.qpns.get(c.qpn).and_then(|r| self.qps.get_mut(r.key));
+        // The send route first, then the QPN map (which the route then
+        // remembers).
+        let key = if self.last_send.qpn == c.qpn {
+            self.last_send.key
+        } else {
+            match self.qpns.get(c.qpn) {
+                Some(r) => {
+                    *self.last_send = SendRun {
+                        qpn: c.qpn,
+                        key: r.key,
+                    };
+                    r.key
+                }
+                None => return false,
+            }
+        };
+        let qp = self.qps.get_mut(key);
         let Some(e) = qp.filter(|e| e.book.send_cq == self.cq) else {
             return false;
         };
@@ -470,7 +535,7 @@ fn recv_waiting_one<H: Hal, const SRQS: usize>(
     let srq = &mut s.srq;
     let (n, _) = e.cq.read(|rd| {
         rd.take_waiting_if(w, |v| {
-            recv_on(v, r, wc, |wqe, len, check| {
+            recv_on(&v, r, wc, |wqe, len, check| {
                 srq.try_complete(wqe, len, check)
             })
         })
@@ -524,7 +589,7 @@ fn recv_run<H: Hal>(
     let mut n = 0;
     for slot in wc.iter_mut() {
         if rd
-            .take_if(|v| recv_on(v, r, slot, |w, len, check| c.try_complete(w, len, check)))
+            .take_if(|v| recv_on(&v, r, slot, |w, len, check| c.try_complete(w, len, check)))
             .is_none()
         {
             break;
@@ -539,7 +604,7 @@ fn recv_run<H: Hal>(
 /// completion written into `out`; `None`, with nothing changed, otherwise.
 #[inline(always)]
 fn recv_on(
-    v: CqeView<'_>,
+    v: &CqeView<'_>,
     r: RecvRun,
     out: &mut WorkCompletion,
     complete: impl FnOnce(u16, u32, bool) -> Option<u64>,

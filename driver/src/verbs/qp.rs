@@ -10,7 +10,7 @@
 
 use mlx5_hal::Hal;
 
-use super::poll::{QpRoute, RecvRun};
+use super::poll::{QpRoute, RecvRun, SendRun};
 use super::table::Table;
 use super::{
     AccessFlags, AhAttr, CqEntry, CqHandle, Errno, EventElement, GlobalRoute, Mtu, PostSendError,
@@ -349,10 +349,12 @@ impl<
             // The QP may be going away (and its number reused): poll
             // matches its next receive through the QPN map again.
             c.last_recv = RecvRun::NONE;
+            c.last_send = SendRun::NONE;
         }
         if b.send_cq != b.recv_cq {
             if let Some(c) = self.cqs.get_mut(b.send_cq.0) {
                 c.cq.discard_qp(qpn, None);
+                c.last_send = SendRun::NONE;
             }
         }
     }

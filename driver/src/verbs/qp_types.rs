@@ -378,6 +378,8 @@ pub struct PostSendError {
     pub errno: Errno,
 }
 
+impl core::error::Error for PostSendError {}
+
 impl fmt::Display for PostSendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -174,6 +174,14 @@ impl<
         wrs: &[RecvWr<'_>],
     ) -> Result<(), PostSrqError> {
         let fail = |index, errno| PostSrqError { index, errno };
+        // The checks in post_send's order: nothing to post, a dead device
+        // (EIO at the first request, as mlx5_ib_post_srq_recv), the handle.
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        if self.hca.is_dead() {
+            return Err(fail(0, Errno::EIO));
+        }
         let e = self.srqs.get_mut(srq.0).ok_or(fail(0, Errno::EINVAL))?;
         if e.book.error {
             return Err(fail(0, Errno::EIO));

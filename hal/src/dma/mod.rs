@@ -266,11 +266,10 @@ impl<H: Hal> DmaRegion<H> {
     ///
     /// Both ranges are bounds-checked once, must be 8-byte aligned and, when
     /// `src` is this region, must not overlap (all checked: a panic, never a
-    /// torn copy). The accesses are volatile and as wide as the CPU allows
-    /// (32-byte AVX2 when detected at run time, else 16-byte SSE2 on hosted
-    /// x86_64 targets, else 8-byte words; see the `copy` module). No order
-    /// among the stores is promised: publish to a concurrent reader with a
-    /// barrier and a separate store afterwards.
+    /// torn copy). The accesses are volatile 8-byte words (a plain loop:
+    /// the CQ resize copy runs once per resize). No order among the stores
+    /// is promised: publish to a concurrent reader with a barrier and a
+    /// separate store afterwards.
     #[inline]
     pub fn copy_entries_from<const S: usize>(
         &self,

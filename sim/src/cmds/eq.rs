@@ -93,9 +93,7 @@ impl State {
             fail(CmdStatus::BAD_INP_LEN_ERR, sy::EQ_PAS_SHORT),
             bad_param(sy::EQ_PAS_ALIGN),
         )?;
-        let eqn = (FIRST_EQN..=255)
-            .find(|n| !self.objects.eqs.contains_key(n))
-            .ok_or(lim(sy::EQ_TOO_MANY))?;
+        let eqn = self.objects.free_eqn().ok_or(lim(sy::EQ_TOO_MANY))?;
         let st = eqc::st.get(e);
         self.objects.eqs.insert(
             eqn,

@@ -64,8 +64,6 @@ fn ensure(cond: bool, f: Fail) -> R {
 /// Largest `log_page_size` (page = 2^(12+v)) the model accepts for queue
 /// buffers: 256 MiB pages.
 const MAX_LOG_PAGE_SIZE: u8 = 16;
-/// First EQ number handed out (not 0, so a driver assuming eqn 0 is caught).
-const FIRST_EQN: u8 = 5;
 const M24: u32 = 0x00ff_ffff;
 
 #[derive(Clone, Copy, PartialEq, Eq)]

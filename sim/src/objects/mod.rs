@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::mkey::Mkey;
 use crate::qp::Qp;
 use crate::umem::Umem;
-use crate::ObjectCounts;
 
 mod queues;
 mod rules;
@@ -22,8 +21,55 @@ pub(crate) use queues::{Arm, Cq, Eq, QBuf, Srq};
 /// 24-bit object numbers (PRM: QPN, CQN, SRQN, PD, MKEY index, XRCD).
 const M24: u32 = 0x00ff_ffff;
 
+/// First EQ number handed out (not 0, so a driver assuming eqn 0 is caught).
+const FIRST_EQN: u8 = 5;
+
 /// First UAR index ALLOC_UAR hands out (the init segment spans pages 0-4).
 pub(crate) const FIRST_UAR: u32 = 16;
+
+/// Live firmware objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// Event queues.
+    pub eqs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// SRQs created with CREATE_SRQ (ISSI 0).
+    pub srqs: usize,
+    /// RMPs created with CREATE_RMP (ISSI 1).
+    pub rmps: usize,
+    /// Allocated UARs.
+    pub uars: usize,
+    /// Allocated protection domains.
+    pub pds: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Memory keys.
+    pub mkeys: usize,
+    /// XRC domains.
+    pub xrcds: usize,
+    /// Programmed RoCE GID table entries.
+    pub gids: usize,
+    /// UMEM objects (DevX user memory).
+    pub umems: usize,
+}
+
+impl ObjectCounts {
+    /// Sum of all objects.
+    pub fn total(&self) -> usize {
+        self.eqs
+            + self.cqs
+            + self.srqs
+            + self.rmps
+            + self.uars
+            + self.pds
+            + self.qps
+            + self.mkeys
+            + self.xrcds
+            + self.gids
+            + self.umems
+    }
+}
 
 /// Every firmware object of the function, by number.
 ///
@@ -156,6 +202,12 @@ impl Objects {
         n
     }
 
+    /// The number a new EQ gets: the lowest free one from 5; `None` when
+    /// all 8-bit numbers are taken.
+    pub fn free_eqn(&self) -> Option<u8> {
+        (FIRST_EQN..=u8::MAX).find(|n| !self.eqs.contains_key(n))
+    }
+
     /// The number a new CQ gets.
     pub fn free_cqn(&self) -> u32 {
         Self::lowest_free(self.cqn_base, |n| self.cqs.contains_key(&n))
@@ -226,5 +278,49 @@ impl Objects {
     /// The PD cursor (hostile answers pick a PD never handed out).
     pub fn pd_cursor(&self) -> u32 {
         self.next_pd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_free_skips_used_numbers_and_zero_and_wraps_at_24_bits() {
+        assert_eq!(Objects::lowest_free(0, |_| false), 1);
+        assert_eq!(Objects::lowest_free(0x400, |n| n < 0x403), 0x403);
+        assert_eq!(Objects::lowest_free(M24, |n| n == M24), 1);
+    }
+
+    #[test]
+    fn round_robin_moves_past_what_it_hands_out_and_never_gives_0() {
+        let mut cursor = M24;
+        assert_eq!(Objects::round_robin(&mut cursor, |_| false), M24);
+        assert_eq!(cursor, 0);
+        assert_eq!(Objects::round_robin(&mut cursor, |n| n == 1), 2);
+        assert_eq!(cursor, 3);
+    }
+
+    #[test]
+    fn pds_stop_at_the_limit_and_clear_keeps_the_cursor() {
+        let mut t = Objects::new(0);
+        let a = t.alloc_pd(2).expect("first");
+        let b = t.alloc_pd(2).expect("second");
+        assert_eq!(b, a + 1);
+        assert_eq!(t.alloc_pd(2), None);
+        t.clear();
+        assert_eq!(t.counts(0).total(), 0);
+        assert_eq!(t.alloc_pd(2), Some(b + 1));
+    }
+
+    #[test]
+    fn eqs_start_at_5_uars_stop_at_the_limit_and_a_freed_uar_is_unknown() {
+        let mut t = Objects::new(0);
+        assert_eq!(t.free_eqn(), Some(FIRST_EQN));
+        assert_eq!(t.alloc_uar(FIRST_UAR + 1), Some(FIRST_UAR));
+        assert_eq!(t.alloc_uar(FIRST_UAR + 1), None);
+        assert!(t.dealloc_uar(FIRST_UAR).is_ok());
+        let e = t.dealloc_uar(FIRST_UAR).expect_err("already freed");
+        assert_eq!(e.syndrome, crate::syndrome::UAR_NOT_FOUND);
     }
 }

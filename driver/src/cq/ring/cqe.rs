@@ -7,10 +7,13 @@ use mlx5_regs::CqeOpcode;
 
 /// Byte offsets inside a 64-byte CQE (docs/firmware.md §7.2, `struct mlx5_cqe64`).
 pub(super) mod off {
+    pub const ML_PATH: usize = 0x11;
+    pub const SLID: usize = 0x16;
     pub const FLAGS_RQPN: usize = 0x18;
     pub const SRQN: usize = 0x20;
     pub const IMM: usize = 0x24;
     pub const BYTE_CNT: usize = 0x2c;
+    pub const TIMESTAMP: usize = 0x30;
     pub const SYNDROME_WORD: usize = 0x34;
     pub const QPN: usize = 0x38;
     pub const WQE_COUNTER: usize = 0x3c;
@@ -157,6 +160,33 @@ impl<'a> CqeView<'a> {
     #[inline(always)]
     pub fn imm(&self) -> u32 {
         self.w.read_be32::<{ off::IMM }>()
+    }
+
+    /// `flags_rqpn`: the packet's GRH type in bits 29:28, its SL in bits
+    /// 27:24, the sender's QP number in bits 23:0 (a responder CQE).
+    #[inline(always)]
+    pub fn flags_rqpn(&self) -> u32 {
+        self.w.read_be32::<{ off::FLAGS_RQPN }>()
+    }
+
+    /// The sender's LID (a responder CQE on an IB port).
+    #[inline(always)]
+    pub fn slid(&self) -> u16 {
+        self.w.read_be16::<{ off::SLID }>()
+    }
+
+    /// `ml_path`: the destination LID path bits in bits 6:0.
+    #[inline(always)]
+    pub fn ml_path(&self) -> u8 {
+        self.w.read_u8::<{ off::ML_PATH }>()
+    }
+
+    /// The completion timestamp in device clock ticks, as the CQE holds
+    /// it (not valid in an error CQE, whose syndromes overlay its low
+    /// word).
+    #[inline(always)]
+    pub fn timestamp(&self) -> u64 {
+        self.w.read_be64::<{ off::TIMESTAMP }>()
     }
 
     /// Success, or the syndromes of an error CQE (REQ_ERR, RESP_ERR: the

@@ -1,44 +1,49 @@
 //! Shared setup of the QP verbs tests: a context on a model profile, a
 //! connected pair with one registered buffer, polling helpers.
 
-#![allow(dead_code)]
-
+use crate::{assert_clean, bring_up};
 use mlx5_driver::verbs::{
     AccessFlags, AsyncEvent, CqHandle, Errno, Mr, QpCap, QpHandle, QpInitAttr, RecvWr, SendFlags,
     SendWr, Sge, SrqHandle, SrqInitAttr, Verbs, WorkCompletion, WrOpcode,
 };
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_sim::{Device, ExecMode, Profile, SimHal};
-use mlx5_tests::{assert_clean, bring_up};
 
+/// A verbs context on the model.
 pub type Ctx = Verbs<SimHal>;
 
 /// Bytes of the shared buffer: the first half is the send area, the
 /// second half receive slots of `SLOT` bytes.
 pub const BUF: usize = 64 * 1024;
+/// Bytes of one receive slot.
 pub const SLOT: usize = 512;
+/// Offset of the receive slots in the shared buffer.
 pub const RECV_AREA: usize = BUF / 2;
 
+/// A synchronous model of profile `p` and a context on it.
 pub fn open(p: Profile) -> (Device, Ctx) {
-    let dev = mlx5_tests::device(p, ExecMode::Synchronous);
+    let dev = crate::device(p, ExecMode::Synchronous);
     let ctx = Verbs::open(bring_up(&dev));
     (dev, ctx)
 }
 
+/// A model of profile `p` on its own thread and a context on it.
 pub fn open_threaded(p: Profile) -> (Device, Ctx) {
-    let dev = mlx5_tests::device(p, ExecMode::Threaded);
+    let dev = crate::device(p, ExecMode::Threaded);
     let ctx = Verbs::open(bring_up(&dev));
     (dev, ctx)
 }
 
 /// A ConnectX-5 with an InfiniBand port.
 pub fn open_ib() -> (Device, Ctx) {
-    let dev = mlx5_tests::device(Profile::ConnectX5, ExecMode::Synchronous);
+    let dev = crate::device(Profile::ConnectX5, ExecMode::Synchronous);
     dev.caps_mut(|c| c.port_type = 0);
     let ctx = Verbs::open(bring_up(&dev));
     (dev, ctx)
 }
 
+/// Close the context (panicking with `what` if it fails) and check the
+/// model is clean.
 pub fn close(dev: &Device, ctx: Ctx, what: &str) {
     if let Err(e) = ctx.close() {
         panic!("{what}: close failed: {e}");
@@ -46,6 +51,7 @@ pub fn close(dev: &Device, ctx: Ctx, what: &str) {
     assert_clean(dev, what);
 }
 
+/// Send capacities to ask for; the receive side uses the SRQ.
 pub fn cap(max_send_wr: u32, max_send_sge: u32, max_inline_data: u32) -> QpCap {
     QpCap {
         max_send_wr,
@@ -59,23 +65,33 @@ pub fn cap(max_send_wr: u32, max_send_sge: u32, max_inline_data: u32) -> QpCap {
 /// SRQ, connected to each other; one buffer registered for local and
 /// remote access.
 pub struct Pair {
+    /// The send CQ of both QPs.
     pub scq: CqHandle,
+    /// The receive CQ of both QPs and of the SRQ.
     pub rcq: CqHandle,
+    /// The SRQ both QPs receive on.
     pub srq: SrqHandle,
+    /// The first QP.
     pub a: QpHandle,
+    /// The second QP, `a`'s peer.
     pub b: QpHandle,
+    /// The capacities `create_qp` returned for `a`.
     pub cap: QpCap,
+    /// The shared buffer of [`BUF`] bytes.
     pub buf: DmaRegion<SimHal>,
+    /// Its registration (taken by [`Pair::destroy`]).
     pub mr: Option<Mr>,
 }
 
 impl Pair {
+    /// The pair, connected to each other by loopback.
     pub fn new(dev: &Device, ctx: &mut Ctx, want: QpCap) -> Pair {
         let p = Pair::unconnected(dev, ctx, want);
         ctx.connect_loopback(p.a, p.b).expect("connect_loopback");
         p
     }
 
+    /// The pair, both QPs left in RESET.
     pub fn unconnected(dev: &Device, ctx: &mut Ctx, want: QpCap) -> Pair {
         let (scq, _) = ctx.create_cq(255).unwrap();
         let (rcq, _) = ctx.create_cq(255).unwrap();
@@ -116,10 +132,12 @@ impl Pair {
         }
     }
 
+    /// The buffer's local key.
     pub fn lkey(&self) -> u32 {
         self.mr.as_ref().unwrap().lkey()
     }
 
+    /// The buffer's remote key.
     pub fn rkey(&self) -> u32 {
         self.mr.as_ref().unwrap().rkey()
     }
@@ -230,6 +248,7 @@ pub fn drain_by<const N: usize>(ctx: &mut Ctx, cq: CqHandle) -> Vec<WorkCompleti
     }
 }
 
+/// The work request ids of `wcs`, in order.
 pub fn ids(wcs: &[WorkCompletion]) -> Vec<u64> {
     wcs.iter().map(|w| w.wr_id).collect()
 }

@@ -4,8 +4,7 @@
 //! traffic generator, event queue entries built by hand, and the checks that
 //! every test ends with (the context closes and the model is clean).
 
-#![allow(dead_code)]
-
+use crate::bring_up;
 use mlx5_driver::verbs::{
     AsyncEvent, AsyncEventDetail, AsyncEventType, CqHandle, Errno, EventElement, PostSrqError,
     RecvWr, Sge, SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr, Verbs, WorkCompletion,
@@ -14,10 +13,9 @@ use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::layouts::{cq_error, eqe, port_state_change_event, qp_events};
 use mlx5_regs::{EventType, Opcode};
 use mlx5_sim::{Delivery, Device, SimConfig, SimHal};
-use mlx5_tests::bring_up;
 
 use crate::verbs_common::drain_by;
-#[allow(unused_imports)] // not every test file reads both kinds of event
+
 pub use crate::verbs_common::{async_events, close, cq_events, Ctx};
 
 /// The QP number the injected completions and receives name: no QP of the
@@ -34,6 +32,7 @@ pub fn device(issi: u16) -> Device {
     })
 }
 
+/// A context on `dev`.
 pub fn open(dev: &Device) -> Ctx {
     Verbs::open(bring_up(dev))
 }
@@ -70,10 +69,12 @@ pub fn drain(ctx: &mut Ctx, cq: CqHandle) -> Vec<WorkCompletion> {
     drain_by::<7>(ctx, cq)
 }
 
+/// The byte counts of `wcs`, in order.
 pub fn byte_lens(wcs: &[WorkCompletion]) -> Vec<u32> {
     wcs.iter().map(|w| w.byte_len).collect()
 }
 
+/// The work request ids of `wcs`, in order.
 pub fn wr_ids(wcs: &[WorkCompletion]) -> Vec<u64> {
     wcs.iter().map(|w| w.wr_id).collect()
 }
@@ -87,6 +88,7 @@ pub fn expect_numbers(ctx: &mut Ctx, cq: CqHandle, want: impl IntoIterator<Item 
     );
 }
 
+/// Acknowledge every event of `evs`.
 pub fn ack_all(ctx: &mut Ctx, evs: &[AsyncEvent]) {
     for ev in evs {
         ctx.ack_async_event(ev).unwrap();
@@ -102,17 +104,21 @@ pub fn event(event_type: AsyncEventType, element: EventElement) -> AsyncEvent {
     }
 }
 
+/// How many commands of `opcode` the model's trace holds.
 pub fn commands(dev: &Device, opcode: Opcode) -> usize {
     dev.trace().iter().filter(|t| t.opcode == opcode.0).count()
 }
 
 /// Receive buffers for SRQ tests.
 pub struct Bufs {
+    /// 256 buffers of [`BUF`] bytes.
     pub region: DmaRegion<SimHal>,
+    /// The key that covers them (the context's default key).
     pub lkey: u32,
 }
 
 impl Bufs {
+    /// The buffers, in the model's DMA memory.
     pub fn new(dev: &Device, ctx: &Ctx) -> Bufs {
         Bufs {
             region: dev.hal().alloc_dma(BUF * 256).unwrap(),
@@ -120,6 +126,7 @@ impl Bufs {
         }
     }
 
+    /// The scatter entry of request `wr_id` (buffer `wr_id % 256`).
     pub fn sge(&self, wr_id: u64) -> Sge {
         Sge {
             addr: self.region.iova() + (wr_id % 256) * BUF as u64,
@@ -151,6 +158,7 @@ pub fn post_err(index: usize, errno: Errno) -> Result<(), PostSrqError> {
     Err(PostSrqError { index, errno })
 }
 
+/// One receive of `payload` on `srq`, completing into `cq` (from [`QPN`]).
 pub fn deliver(dev: &Device, ctx: &Ctx, srq: SrqHandle, cq: CqHandle, payload: &[u8]) -> Delivery {
     dev.traffic()
         .deliver(
@@ -173,6 +181,7 @@ pub fn deliver_n(dev: &Device, ctx: &Ctx, srq: SrqHandle, cq: CqHandle, n: usize
     }
 }
 
+/// SRQ attributes with these sizes and no limit.
 pub fn srq_attr(max_wr: u32, max_sge: u32) -> SrqInitAttr {
     SrqInitAttr {
         max_wr,
@@ -181,6 +190,7 @@ pub fn srq_attr(max_wr: u32, max_sge: u32) -> SrqInitAttr {
     }
 }
 
+/// SRQ attributes that set the limit to `n`.
 pub fn limit(n: u32) -> SrqAttr {
     SrqAttr {
         srq_limit: n,
@@ -210,12 +220,16 @@ pub fn limit_events(ctx: &mut Ctx, srq: SrqHandle) -> usize {
 /// Receive buffers, a CQ of 63 and an SRQ of `max_wr` (one scatter entry)
 /// completing into it.
 pub struct Srq {
+    /// The receive buffers.
     pub bufs: Bufs,
+    /// The CQ the SRQ completes into.
     pub cq: CqHandle,
+    /// The SRQ.
     pub srq: SrqHandle,
 }
 
 impl Srq {
+    /// Create the CQ and the SRQ.
     pub fn new(dev: &Device, ctx: &mut Ctx, max_wr: u32) -> Srq {
         let bufs = Bufs::new(dev, ctx);
         let (cq, _) = ctx.create_cq(63).unwrap();
@@ -241,6 +255,7 @@ impl Srq {
         self.bufs.post(ctx, self.srq, first, n)
     }
 
+    /// One receive of `payload` (see [`deliver`]).
     pub fn deliver(&self, dev: &Device, ctx: &Ctx, payload: &[u8]) -> Delivery {
         deliver(dev, ctx, self.srq, self.cq, payload)
     }
@@ -250,6 +265,7 @@ impl Srq {
         deliver_n(dev, ctx, self.srq, self.cq, n, b"x");
     }
 
+    /// The SRQ's limit events readable now (see [`limit_events`]).
     pub fn limit_events(&self, ctx: &mut Ctx) -> usize {
         limit_events(ctx, self.srq)
     }
@@ -261,6 +277,8 @@ impl Srq {
     }
 }
 
+/// An event queue entry of `event_type`/`sub_type`, its event data
+/// written by `f`.
 pub fn eqe_with(event_type: EventType, sub_type: u8, f: impl FnOnce(&mut [u8])) -> [u8; 64] {
     let mut e = [0u8; 64];
     eqe::event_type.set(&mut e, event_type.0).unwrap();
@@ -269,6 +287,7 @@ pub fn eqe_with(event_type: EventType, sub_type: u8, f: impl FnOnce(&mut [u8])) 
     e
 }
 
+/// A CQ error event (syndrome 1) about CQ `cqn`.
 pub fn eqe_cq_error(cqn: u32) -> [u8; 64] {
     eqe_with(EventType::CQ_ERROR, 0, |d| {
         cq_error::cqn.set(d, cqn).unwrap();
@@ -276,6 +295,8 @@ pub fn eqe_cq_error(cqn: u32) -> [u8; 64] {
     })
 }
 
+/// An event of type `t` with `qp_events.type` 1 about queue `num` (an SRQ
+/// number for the SRQ events).
 pub fn eqe_queue(t: EventType, num: u32) -> [u8; 64] {
     eqe_with(t, 0, |d| {
         qp_events::r#type.set(d, 1).unwrap();
@@ -291,6 +312,7 @@ pub fn eqe_qp(t: EventType, qpn: u32) -> [u8; 64] {
     })
 }
 
+/// A port change event of `subtype` about port `port`.
 pub fn eqe_port(port: u8, subtype: u8) -> [u8; 64] {
     eqe_with(EventType::PORT_CHANGE, subtype, |d| {
         port_state_change_event::port_num.set(d, port).unwrap();
