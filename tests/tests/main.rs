@@ -61,6 +61,7 @@ mod verbs_qp_events;
 mod verbs_qp_modify;
 mod verbs_qp_post;
 mod verbs_qp_traffic;
+mod verbs_own_rq;
 mod verbs_random;
 mod verbs_srq;
 

@@ -4,8 +4,7 @@
 //! ring with each `wr_id`, RNR on an empty ring then success once a
 //! receive is posted, `post_recv` on a QP with an SRQ refused.
 
-mod verbs_common;
-use verbs_common::*;
+use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{
     AccessFlags, CqHandle, Errno, Mr, PostRecvError, QpAttr, QpAttrMask, QpCap, QpHandle,
