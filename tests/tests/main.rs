@@ -54,6 +54,7 @@ mod verbs_cq_events;
 mod verbs_cq_moderation;
 mod verbs_error_cause;
 mod verbs_fidelity;
+mod verbs_own_rq;
 mod verbs_poll_ex;
 mod verbs_poll_route;
 mod verbs_qp;
@@ -61,7 +62,6 @@ mod verbs_qp_events;
 mod verbs_qp_modify;
 mod verbs_qp_post;
 mod verbs_qp_traffic;
-mod verbs_own_rq;
 mod verbs_random;
 mod verbs_srq;
 
