@@ -43,6 +43,27 @@
 //!
 //! Build for bare metal: `cargo build -p mlx5-driver --target x86_64-unknown-none`.
 //!
+//! ## Which API
+//!
+//! Two supported levels; pick one per program.
+//!
+//! * [`verbs::Verbs`]: libibverbs on mlx5, without a kernel. Handles into
+//!   fixed-capacity tables (no heap), [`verbs::Errno`] values with the
+//!   errno rdma-core's mlx5 provider returns, async events and completion
+//!   channels; [`verbs::Verbs::poll_cq`] and the lazy extended-CQ loop
+//!   ([`verbs::Verbs::start_poll`]) consume completions through one step.
+//!   A refusal by firmware keeps its cause ([`verbs::Verbs::last_error`]).
+//!   For applications written against verbs.
+//! * [`Hca`] with owned [`cq::Cq`], [`srq::Srq`] and [`qp::Qp`]: objects
+//!   the caller holds and lends (`&mut`), caller-owned storage (the QP's
+//!   send table), typed errors ([`Error`] names opcode, status and
+//!   syndrome), [`Hca::exec`] for any raw command. For heap-free embedders
+//!   that want no table lookups: unikernels, appliances, dataplanes.
+//!
+//! The rings (CQ, SRQ, send) and the per-object command encoders under both
+//! are internals: they change without notice, and the benchmarks use them
+//! only to time each layer against a raw baseline (`docs/perf.md`).
+//!
 //! ## Features
 //!
 //! Both off by default; both keep the crate `no_std` and heap-free.

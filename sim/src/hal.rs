@@ -162,6 +162,7 @@ unsafe impl Hal for SimHal {
         }
         drop(st);
         self.dev.shared.cv.notify_all();
+        self.dev.pump_wire();
     }
 
     fn mmio_write64(&self, offset: usize, value: u64) {
@@ -171,6 +172,7 @@ unsafe impl Hal for SimHal {
         st.mmio_write(offset, value, true);
         drop(st);
         self.dev.shared.cv.notify_all();
+        self.dev.pump_wire();
     }
 
     fn alloc_dma_raw(&self, size: usize) -> Result<RawDma, HalError> {
@@ -226,7 +228,10 @@ unsafe impl Hal for SimHal {
             st.clock.vclock_ns += NOW_TICK_NS;
             st.run_due();
         }
-        st.now_ns()
+        let now = st.now_ns();
+        drop(st);
+        self.dev.pump_wire();
+        now
     }
 
     fn delay_us(&self, us: u32) {
@@ -239,6 +244,7 @@ unsafe impl Hal for SimHal {
             }
             st.clock.threaded
         };
+        self.dev.pump_wire();
         if threaded {
             std::thread::sleep(Duration::from_micros(us as u64));
         }

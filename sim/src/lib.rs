@@ -12,7 +12,8 @@
 //! WQE parsing, loopback delivery (force loopback, RoCE, IB), SRQ
 //! consumption, requester/responder/error/flush CQEs, RNR and retry timers
 //! (`docs/fidelity.md` §14), and a frame codec for RoCE v2, RoCE v1 and
-//! InfiniBand ([`wire`]).
+//! InfiniBand with a `Wire` that joins the ports of several devices
+//! ([`wire`], [`Device::connect`]).
 //!
 //! It is **strict**: whatever firmware refuses, the model refuses with the
 //! firmware's status and a syndrome naming the check ([`syndrome`]). Test
@@ -285,6 +286,8 @@ pub enum Violation {
 }
 
 pub(crate) struct Shared {
+    /// The wire the port is joined to (set once by [`Device::connect`]).
+    pub wire: std::sync::OnceLock<wire::Wire>,
     pub st: Mutex<State>,
     pub cv: Condvar,
     pub cmd_work: hal::CmdWork,
@@ -330,6 +333,7 @@ impl Device {
     pub fn new(cfg: SimConfig) -> Device {
         let threaded = cfg.mode == ExecMode::Threaded;
         let shared = Arc::new(Shared {
+            wire: std::sync::OnceLock::new(),
             st: Mutex::new(State::new(cfg)),
             cv: Condvar::new(),
             cmd_work: hal::CmdWork::default(),
@@ -577,6 +581,46 @@ impl Device {
             st.clock.vclock_ns += us * 1000;
             st.run_due();
         }
+        self.pump_wire();
+    }
+
+    /// Join the port to `wire` (a device has one port). Frames the port
+    /// sends go on the wire; frames arriving are checked and processed as a
+    /// card does (`docs/wire.md`). Traffic whose path leads back to this
+    /// function still loops inside it. The wire's link type must match the
+    /// port type; a port joins one wire, once.
+    pub fn connect(&self, wire: &wire::Wire) -> Result<wire::PortId, SimError> {
+        let mut st = self.lock();
+        let ib = st.caps.port_type == mlx5_regs::consts::port::TYPE_IB;
+        if ib != (wire.link() == wire::LinkType::Infiniband) {
+            return Err(SimError::BadState(
+                "the wire's link type does not match the port type",
+            ));
+        }
+        if self.shared.wire.set(wire.clone()).is_err() {
+            return Err(SimError::BadState("the port is already on a wire"));
+        }
+        let id = wire.connect(st.port.lid);
+        let me: std::sync::Weak<dyn wire::Endpoint> =
+            Arc::downgrade(&(self.shared.clone() as Arc<dyn wire::Endpoint>));
+        wire.set_endpoint(id, me);
+        st.port.wire = Some((wire.clone(), id));
+        Ok(id)
+    }
+
+    /// Let the wire deliver what is waiting (every device on it processes
+    /// its frames); called after each doorbell and clock step.
+    pub(crate) fn pump_wire(&self) {
+        if let Some(w) = self.shared.wire.get() {
+            w.pump();
+        }
+    }
+
+    /// Program entry `index` of the port's P_Key table (entry 0 holds
+    /// 0xffff at power-on; the others are invalid). Packets carry the key
+    /// of their QP's `pkey_index`; receivers drop a key that does not match.
+    pub fn set_pkey(&self, index: u16, pkey: u16) {
+        self.lock().port.pkeys.insert(index, pkey);
     }
 
     /// Threaded mode: wait until the device thread has processed everything
@@ -591,6 +635,26 @@ impl Device {
     }
 }
 
+impl wire::Endpoint for Shared {
+    fn poll_wire(&self) {
+        let Some(w) = self.wire.get() else {
+            return;
+        };
+        let mut st = self.lock();
+        let Some((_, port)) = st.port.wire.as_ref().map(|(w, p)| (w.clone(), *p)) else {
+            return;
+        };
+        let link = w.link();
+        let mut buf = std::mem::take(&mut st.port.rx_buf);
+        while w.recv(port, &mut buf) {
+            st.wire_receive(&buf, link);
+        }
+        st.port.rx_buf = buf;
+        drop(st);
+        self.cv.notify_all();
+    }
+}
+
 fn device_thread(s: Arc<Shared>) {
     let mut st = s.lock();
     loop {
@@ -598,6 +662,11 @@ fn device_thread(s: Arc<Shared>) {
             return;
         }
         st.run_due();
+        if let Some(w) = s.wire.get() {
+            drop(st);
+            w.pump();
+            st = s.lock();
+        }
         let wait = st
             .next_due_in_ns()
             .map(|ns| Duration::from_nanos(ns.max(1000)))

@@ -34,6 +34,15 @@ pub(crate) struct Port {
     /// IB LID of the port (IB port type).
     pub lid: u16,
     pub gids: BTreeMap<u16, GidEntry>,
+    /// The P_Key table: entry 0 is the default full-membership key.
+    pub pkeys: BTreeMap<u16, u16>,
+    /// The wire the port is joined to.
+    pub wire: Option<(crate::wire::Wire, crate::wire::PortId)>,
+    /// IPv4 identification of the next RoCE v2 packet.
+    pub ip_id: u16,
+    /// Frame buffers reused by the packet path.
+    pub tx_buf: Vec<u8>,
+    pub rx_buf: Vec<u8>,
 }
 
 /// Largest Ethernet MTU the model's vport accepts (the mlx5 netdev maximum
@@ -63,6 +72,11 @@ impl Port {
             mac,
             lid: 1 + ((h >> 40) & 0x3ff) as u16,
             gids: BTreeMap::new(),
+            pkeys: BTreeMap::from([(0, 0xffff)]),
+            wire: None,
+            ip_id: 0,
+            tx_buf: Vec::new(),
+            rx_buf: Vec::new(),
         }
     }
 

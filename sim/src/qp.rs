@@ -139,6 +139,8 @@ pub(crate) struct Qp {
     pub wait: Option<Wait>,
     /// UMEMs holding the send ring or doorbell record (DevX).
     pub umems: Vec<u32>,
+    /// Packet-level RC state toward a peer on a wire.
+    pub wire: crate::engine::WireQp,
 }
 
 impl Qp {

@@ -41,7 +41,10 @@ impl State {
         };
         self.forget_objects();
         // The vport context is the function's: power-on values again.
+        // The cable stays plugged in.
+        let wire = self.port.wire.take();
         self.port = Port::new(self.cfg.seed);
+        self.port.wire = wire;
         self.pages.held.clear();
         self.pages.queued_requests.clear();
         self.hca = HcaState::Disabled;

@@ -207,7 +207,7 @@ syndromes! {
     QP_FL_NOT_ALLOWED = 0x0900_000b, BAD_PARAM_ERR, false, "address path fl = 1 while the force-loopback capability for the current roce_en is absent";
     QP_ROCE_DISABLED = 0x0900_000c, BAD_PARAM_ERR, false, "RoCE address path (Ethernet port, fl = 0) while roce_en is 0";
     QP_GID_INDEX = 0x0900_000d, BAD_PARAM_ERR, false, "src_addr_index beyond the GID table or naming an unprogrammed entry";
-    QP_RMAC = 0x0900_000e, BAD_PARAM_ERR, false, "rmac zero or not the port's own MAC (one function, loopback only)";
+    QP_RMAC = 0x0900_000e, BAD_PARAM_ERR, false, "rmac zero, or not the port's own MAC while the port is on no wire";
     QP_RLID = 0x0900_000f, BAD_PARAM_ERR, false, "IB address path with rlid 0 or not the port's own LID";
     // ---- vports, RoCE addresses ----
     VPORT_OTHER = 0x0a00_0001, BAD_PARAM_ERR, false, "other_vport / vport_number / port_num not the own vport";

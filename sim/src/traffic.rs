@@ -33,6 +33,32 @@ pub struct TrafficStats {
     /// Receive scatter lists ended by the invalid lkey 0x100
     /// (`MLX5_INVALID_LKEY`, what rdma-core uses).
     pub terminators_invalid_lkey: u64,
+    /// Messages a responder QP received complete from the wire.
+    pub messages_received: u64,
+    /// Packets sent again (go-back-N after a timeout, a sequence NAK or an
+    /// RNR NAK).
+    pub retransmissions: u64,
+    /// NAK PSN sequence errors the requester received.
+    pub seq_naks_received: u64,
+    /// Frames the port put on the wire.
+    pub wire_tx: u64,
+    /// Frames that arrived at the port.
+    pub wire_rx: u64,
+    /// Arrived frames dropped silently (malformed, bad ICRC, not addressed
+    /// to this port, wrong P_Key, unknown QP or QP state, not from the
+    /// QP's peer).
+    pub wire_dropped: u64,
+    /// Packets the engine could not build (a path that fits no frame).
+    pub wire_build_errors: u64,
+    /// Duplicate request packets (re-ACKed, not delivered).
+    pub duplicates: u64,
+    /// ACKs sent by responders.
+    pub acks_sent: u64,
+    /// RNR NAKs sent by responders.
+    pub rnr_naks_sent: u64,
+    /// NAKs sent by responders, by code: PSN sequence error, invalid
+    /// request, remote access error, remote operational error.
+    pub naks_sent: [u64; 4],
     /// Receive scatter lists ended by the device's own
     /// `terminate_scatter_list_mkey` (what Linux uses when offered).
     pub terminators_device_key: u64,

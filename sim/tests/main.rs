@@ -38,6 +38,13 @@ mod devx_refusals;
 mod wire_capture;
 mod wire_codec;
 
+// Two hosts on one wire: who receives a frame and the wire's faults, then
+// RC traffic segmented into packets over every transport, and recovery (or
+// retry exhaustion) under faults and wrong destinations.
+mod two_host_faults;
+mod two_hosts;
+mod wire_segment;
+
 /// Test discovery is off for this crate (`autotests = false`): a file in
 /// this folder that is not declared above would never build or run. This
 /// fails naming it.

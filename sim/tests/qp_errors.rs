@@ -256,13 +256,15 @@ fn err_flushes_every_outstanding_wqe_signaled_or_not() {
 
 #[test]
 fn unreachable_peer_and_psn_mismatch_exhaust_transport_retries() {
-    // Receiver expects another PSN: no ACK, retry_count 7 then 0x15.
+    // The sender is ahead of the PSN the receiver expects (a gap): the
+    // responder's NAK names a PSN the sender never sent, so no ACK, and
+    // retry_count 7 then 0x15.
     let mut p = pair();
     p.rmp.post(1);
     // Make the PSNs disagree by moving the receiver back through RST.
     p.f.ok(&qpn_cmd(Opcode::QP_2RST, p.b.qpn), 16);
     p.f.ok(&rst2init(p.b.qpn), 16);
-    let i = init2rtr(&p.f, Mode::Fl, p.b.qpn, p.a.qpn, 0x999);
+    let i = init2rtr(&p.f, Mode::Fl, p.b.qpn, p.a.qpn, 0x100);
     p.f.ok(&i, 16);
     p.a.post(&p.f, &Wr::send(p.src.iova(), 8, p.key));
     for _ in 0..100 {
@@ -275,6 +277,27 @@ fn unreachable_peer_and_psn_mismatch_exhaust_transport_retries() {
         "first try + 7 retries"
     );
     assert!(p.f.poll_cq(&mut p.rcq).is_none());
+}
+
+#[test]
+fn a_message_behind_the_expected_psn_is_a_duplicate_acked_not_delivered() {
+    // The sender (PSN 0x111) is behind the receiver (0x999): every packet
+    // is a duplicate, so the responder ACKs again and delivers nothing;
+    // the requester completes (IB RC: it cannot tell), no retry.
+    let mut p = pair();
+    p.rmp.post(1);
+    p.f.ok(&qpn_cmd(Opcode::QP_2RST, p.b.qpn), 16);
+    p.f.ok(&rst2init(p.b.qpn), 16);
+    let i = init2rtr(&p.f, Mode::Fl, p.b.qpn, p.a.qpn, 0x999);
+    p.f.ok(&i, 16);
+    p.a.post(&p.f, &Wr::send(p.src.iova(), 8, p.key));
+    let c = p.wait_cqe(true);
+    assert_eq!(cqe64::opcode.get(&c), CqeOpcode::REQ.0);
+    let s = p.f.dev.traffic().stats();
+    assert_eq!((s.duplicates, s.ack_timeouts, s.messages), (1, 0, 0));
+    p.f.hal.delay_us(1000);
+    assert!(p.f.poll_cq(&mut p.rcq).is_none(), "nothing delivered");
+    assert_eq!(p.f.dev.qp(p.a.qpn).unwrap().next_send_psn, 0x112);
 }
 
 #[test]

@@ -8,13 +8,13 @@ use mlx5_sim::Device;
 
 use super::flow::{demo_len, left, poll_eq, range, wait_limit_event, wait_pending, Flow, Kind};
 use super::objects::{
-    alloc_bufs, create_cq, create_pair, create_srq, loopback_path, state_name, Objects, BUF, NBUF,
-    SEND_WR,
+    alloc_bufs, create_cq, create_pair, create_srq, state_name, Objects, BUF, NBUF, SEND_WR,
 };
 use super::{arm_text, destroy_step, say_other, Summary};
-use crate::error::CliError;
-use crate::report::Report;
-use crate::session::TracedHca;
+use crate::common::error::CliError;
+use crate::common::loopback::loopback_path;
+use crate::common::report::Report;
+use crate::common::session::TracedHca;
 
 /// Who carries the messages, for the narration.
 pub(super) fn carrier(model: Option<&Device>) -> &'static str {

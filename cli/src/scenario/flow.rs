@@ -15,8 +15,8 @@ use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::CqeOpcode;
 
 use super::objects::{Parts, BUF, NBUF};
-use crate::error::CliError;
-use crate::session::TracedHca;
+use crate::common::error::CliError;
+use crate::common::session::TracedHca;
 
 /// `wr_id` of the send of message `seq` is `SEND_WR_BASE + seq`, so send
 /// and receive ids never look alike in the narration.
@@ -117,6 +117,11 @@ impl Flow {
         }
     }
 
+    /// Sends posted and not yet completed (each holds a send-buffer slot).
+    pub fn in_flight(&self) -> usize {
+        self.sends.len()
+    }
+
     /// The number the next message gets.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
@@ -143,10 +148,7 @@ impl Flow {
             .collect();
         srq.post(&reqs).map_err(|f| {
             CliError::failed(
-                format!(
-                    "posting receive wr_id {} failed: {:?}",
-                    ids[f.index], f.error
-                ),
+                format!("posting receive wr_id {} failed: {}", ids[f.index], f.error),
                 "the SRQ is full or the request has too many scatter entries",
             )
         })?;
@@ -167,10 +169,10 @@ impl Flow {
         if self.sends.len() + msgs.len() > NBUF {
             return Err(CliError::failed(
                 format!(
-                    "internal error: {} sends would be in flight, the send buffer has {NBUF} slots",
+                    "{} sends would be in flight, the send buffer has {NBUF} slots",
                     self.sends.len() + msgs.len()
                 ),
-                "this is a bug in mlx5; please report it",
+                "poll to complete the sends in flight before posting more",
             ));
         }
         let mut posted = Vec::with_capacity(msgs.len());
@@ -241,7 +243,7 @@ impl Flow {
         res.map_err(|f| {
             CliError::failed(
                 format!(
-                    "post_send refused message {} (request {} of the list): {:?} (errno {})",
+                    "post_send refused message {} (request {} of the list): {} (errno {})",
                     posted[f.index].seq,
                     f.index,
                     f.error,
@@ -281,7 +283,7 @@ impl Flow {
         let rc = match p.receiver.complete_recv(p.srq, c) {
             Ok(rc) => rc,
             Err(e) => {
-                self.problem(format!("a receive completion the driver refused: {e:?}"));
+                self.problem(format!("a receive completion the driver refused: {e}"));
                 return None;
             }
         };
@@ -356,7 +358,7 @@ impl Flow {
                 let sc = match p.sender.complete_send(c) {
                     Ok(sc) => sc,
                     Err(e) => {
-                        self.problem(format!("a send completion the driver refused: {e:?}"));
+                        self.problem(format!("a send completion the driver refused: {e}"));
                         continue;
                     }
                 };

@@ -10,10 +10,12 @@ use mlx5_driver::Event;
 use mlx5_hal::Hal;
 use mlx5_sim::Device;
 
-use crate::error::CliError;
-use crate::report::Report;
-use crate::session::{after_failed_bring_up, bring_up, narrate_bring_up, teardown, Env, TracedHca};
-use crate::trace::Tracer;
+use crate::common::error::CliError;
+use crate::common::report::Report;
+use crate::common::session::{
+    after_failed_bring_up, bring_up, narrate_bring_up, teardown, Env, TracedHca,
+};
+use crate::common::trace::Tracer;
 
 pub(crate) mod demo;
 pub mod flow;
@@ -68,7 +70,7 @@ pub fn run<H: Hal>(
         }
     };
     narrate_bring_up(&hca, waited, t, r);
-    sum.loopback = objects::loopback_name(&hca);
+    sum.loopback = crate::common::loopback::loopback_name(&hca);
     let mut objs = Objects::new();
     let mut flow = Flow::new();
     let body = match which {

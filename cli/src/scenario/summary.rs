@@ -4,10 +4,10 @@
 use serde_json::{json, Value};
 
 use super::flow::Flow;
-use crate::error::CliError;
-use crate::report::Report;
-use crate::session::{Env, TeardownSummary};
-use crate::trace::Tracer;
+use crate::common::error::CliError;
+use crate::common::report::Report;
+use crate::common::session::{Env, TeardownSummary};
+use crate::common::trace::Tracer;
 
 /// What a scenario did.
 #[derive(Debug, Clone, Default)]

@@ -144,7 +144,8 @@ impl<
     /// transition's required attributes, and nothing but them, its optional
     /// ones and `STATE`), then the values (port, read/atomic depths, the
     /// address vector, the widths of firmware's fields). A failed check is
-    /// `EINVAL` with nothing changed, as is a refusal by firmware; SQD and
+    /// `EINVAL` with nothing changed, as is a refusal by firmware (whose
+    /// opcode, status and syndrome [`Verbs::last_error`] gives); SQD and
     /// alternate paths are `EOPNOTSUPP`; RESET to RESET does nothing. Moving
     /// to RESET also removes the QP's unpolled completions from its CQs
     /// (rdma-core); a QP that reached RTS accepts sends until it is reset.

@@ -258,6 +258,7 @@ impl State {
                 sq_ci: 0,
                 wait: None,
                 umems,
+                wire: Default::default(),
             },
         );
         create_qp_out::qpn.set(out, qpn).expect("24-bit");

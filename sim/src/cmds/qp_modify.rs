@@ -201,8 +201,10 @@ impl State {
                 bad_param(sy::QP_FL_NOT_ALLOWED),
             )?;
         } else if ib {
+            // Off a wire the port reaches only itself (docs/fidelity.md §16).
+            let on_wire = self.port.wire.is_some();
             ensure(
-                path.rlid != 0 && path.rlid == self.port.lid,
+                path.rlid != 0 && (on_wire || path.rlid == self.port.lid),
                 bad_param(sy::QP_RLID),
             )?;
         } else {
@@ -212,8 +214,9 @@ impl State {
                     && self.port.gids.contains_key(&(path.src_addr_index as u16)),
                 bad_param(sy::QP_GID_INDEX),
             )?;
+            let on_wire = self.port.wire.is_some();
             ensure(
-                path.rmac != [0; 6] && path.rmac == self.port.mac,
+                path.rmac != [0; 6] && (on_wire || path.rmac == self.port.mac),
                 bad_param(sy::QP_RMAC),
             )?;
         }

@@ -12,10 +12,14 @@
 //! `ibv_get_async_event(3)` describe them. Choices where the sources are
 //! silent: `docs/fidelity.md` §14.
 
+mod frames;
+mod receive;
 mod recv;
+mod requester;
 mod respond;
 mod wqe;
 
+pub(crate) use receive::WireQp;
 pub(crate) use recv::ScatterError;
 
 use mlx5_regs::consts::{cqe_syndrome, ctx, rq_type, CqeOpcode};
@@ -157,9 +161,16 @@ impl State {
                 return false;
             }
         };
+        if self.on_wire() && !self.local_destination(qpn) {
+            return self.wire_exec(qpn, w, &payload);
+        }
         match self.respond(qpn, &w, &payload) {
             Outcome::Done => {
                 self.stats.messages += 1;
+                self.req_done(qpn, &w, payload.len() as u32);
+                true
+            }
+            Outcome::Duplicate => {
                 self.req_done(qpn, &w, payload.len() as u32);
                 true
             }
@@ -263,6 +274,7 @@ impl State {
         if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.sq_ci = index.wrapping_add(wqebbs);
             q.wait = None;
+            q.wire.tx = None;
         }
         self.push_req_err(qpn, index, opcode, synd);
         self.qp_enter_error(qpn);
@@ -334,6 +346,7 @@ impl State {
         let was = q.state;
         q.state = QpState::Err;
         q.wait = None;
+        q.wire = WireQp::default();
         let srq_attached = q.rq_type == rq_type::SRQ;
         self.flush_sq(qpn);
         self.flush_rq(qpn);
@@ -463,6 +476,7 @@ impl State {
         if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.state = QpState::Reset;
             q.wait = None;
+            q.wire = WireQp::default();
             q.sq_ci = 0;
             if let Some(r) = q.rq.as_mut() {
                 r.ci = 0;

@@ -22,6 +22,8 @@ const M24: u32 = 0x00ff_ffff;
 pub(super) enum Outcome {
     /// Accepted (and the responder CQE written where one is due).
     Done,
+    /// A duplicate: acknowledged, nothing delivered.
+    Duplicate,
     /// RNR NAK with the responder's `min_rnr_nak` timer code.
     Rnr(u8),
     /// Nothing came back (peer unreachable, not connected, PSN mismatch).
@@ -54,12 +56,25 @@ impl Recv {
     }
 }
 
+/// Where a message's PSNs stand at the responder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Psn {
+    /// It starts at the expected PSN.
+    Expected,
+    /// Every packet is behind it.
+    Duplicate,
+}
+
 impl State {
-    /// The responder QP of `sqpn`'s connection, if a packet reaches it.
-    fn route(&self, sqpn: u32) -> Option<u32> {
-        let s = self.objects.qps.get(&sqpn)?;
+    /// `sqpn`'s path leads back into this function (force loopback, the
+    /// port's own LID, or one of its own GIDs with its MAC): the packets
+    /// loop inside the card instead of leaving by the port.
+    pub(super) fn local_destination(&self, sqpn: u32) -> bool {
+        let Some(s) = self.objects.qps.get(&sqpn) else {
+            return false;
+        };
         let p = &s.path;
-        let reachable = if p.fl {
+        if p.fl {
             // Force loopback never leaves the function.
             true
         } else if self.caps.port_type == port::TYPE_IB {
@@ -75,25 +90,90 @@ impl State {
                     .gids
                     .values()
                     .any(|g| g.gid == p.rgid && g.mac == self.port.mac)
-        };
-        if !reachable {
-            return None;
         }
-        let t = self.objects.qps.get(&s.remote_qpn)?;
-        let receiving = matches!(t.state, QpState::Rtr | QpState::Rts | QpState::Sqer);
-        (t.st == qp_st::RC
-            && receiving
-            && t.remote_qpn == sqpn
-            && t.next_rcv_psn == s.next_send_psn)
-            .then_some(s.remote_qpn)
     }
 
-    /// Deliver `payload` of WQE `wq` from `sqpn` to its peer.
+    /// The responder QP of `sqpn`'s connection if a packet reaches it, and
+    /// how the message of `npkts` packets stands against its expected PSN.
+    fn route(&self, sqpn: u32, npkts: u32) -> Option<(u32, Psn)> {
+        if !self.local_destination(sqpn) {
+            return None;
+        }
+        let s = self.objects.qps.get(&sqpn)?;
+        let t = self.objects.qps.get(&s.remote_qpn)?;
+        let receiving = matches!(t.state, QpState::Rtr | QpState::Rts | QpState::Sqer);
+        if t.st != qp_st::RC || !receiving || t.remote_qpn != sqpn {
+            return None;
+        }
+        let last = (s.next_send_psn + npkts - 1) & M24;
+        let at = if t.next_rcv_psn == s.next_send_psn {
+            Psn::Expected
+        } else if crate::wire::psn_diff(last, t.next_rcv_psn) < 0 {
+            Psn::Duplicate
+        } else {
+            // Ahead (a gap) or straddling: the responder's NAK names a PSN
+            // the requester never sent, so nothing it can act on.
+            return None;
+        };
+        Some((s.remote_qpn, at))
+    }
+
+    /// Deliver `payload` of WQE `wq` from `sqpn` to its peer in this
+    /// function; both PSNs advance by the message's packet count. A message
+    /// whose PSNs are all behind the responder's is a duplicate: ACKed
+    /// again, not delivered (IBTA vol. 1 §9.7.5.1.2; rxe `check_psn`).
     pub(super) fn respond(&mut self, sqpn: u32, wq: &Wqe, payload: &[u8]) -> Outcome {
-        let Some(tq) = self.route(sqpn) else {
+        let len = payload.len() as u64;
+        let mtu = mlx5_regs::consts::mtu::bytes(self.objects.qps[&sqpn].mtu).unwrap_or(256) as u64;
+        let npkts = len.div_ceil(mtu).max(1) as u32;
+        let Some((tq, at)) = self.route(sqpn, npkts) else {
             return Outcome::NoAck;
         };
-        let t = self.objects.qps.get(&tq).expect("routed").clone();
+        if at == Psn::Duplicate {
+            self.stats.duplicates += 1;
+            if let Some(s) = self.objects.qps.get_mut(&sqpn) {
+                s.next_send_psn = (s.next_send_psn + npkts) & M24;
+            }
+            return Outcome::Duplicate;
+        }
+        let l3 = self.roce_l3_bits(sqpn);
+        let out = self.deliver_message(tq, sqpn, wq, payload, l3);
+        if matches!(out, Outcome::Done) {
+            // Packets of this message: both PSNs advance by the same count.
+            if let Some(s) = self.objects.qps.get_mut(&sqpn) {
+                s.next_send_psn = (s.next_send_psn + npkts) & M24;
+            }
+            if let Some(r) = self.objects.qps.get_mut(&tq) {
+                r.next_rcv_psn = (r.next_rcv_psn + npkts) & M24;
+            }
+        }
+        out
+    }
+
+    /// Hand a whole message from `sqpn` (`wq` says what it is) to responder
+    /// QP `tq`: rights and keys, a receive WQE, scatter or write, the
+    /// responder CQE (whose `flags_rqpn` carries `l3_bits`).
+    pub(super) fn deliver_message(
+        &mut self,
+        tq: u32,
+        sqpn: u32,
+        wq: &Wqe,
+        payload: &[u8],
+        l3_bits: u32,
+    ) -> Outcome {
+        let t = self
+            .objects
+            .qps
+            .get(&tq)
+            .expect("delivered to an existing QP");
+        let (t_rwe, t_pd, t_rq_type, t_srqn, t_min_rnr, t_own) = (
+            t.rwe,
+            t.pd,
+            t.rq_type,
+            t.srqn,
+            t.min_rnr_nak,
+            t.rq.is_some(),
+        );
         let len = payload.len() as u64;
         let rdma = matches!(wq.opcode, w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM);
         let needs_recv = wq.opcode != w::OPCODE_RDMA_WRITE;
@@ -109,10 +189,10 @@ impl State {
         let mut wplan = Vec::new();
         if rdma {
             let (va, rkey) = wq.remote.expect("parsed with a remote address");
-            if !t.rwe {
+            if !t_rwe {
                 return access(EventType::WQ_ACCESS_ERROR);
             }
-            match self.key_translate(rkey, t.pd, va, len, Access::RemoteWrite) {
+            match self.key_translate(rkey, t_pd, va, len, Access::RemoteWrite) {
                 Ok(p) => wplan = p,
                 Err(_) => return access(EventType::WQ_ACCESS_ERROR),
             }
@@ -124,9 +204,9 @@ impl State {
         // the QP's SRQ or its own ring.
         let mut recv = None;
         if needs_recv {
-            let from = match (t.rq_type, t.srqn) {
+            let from = match (t_rq_type, t_srqn) {
                 (rq_type::SRQ, Some(n)) => Recv::Srq(n),
-                (rq_type::NON_ZERO, _) if t.rq.is_some() => Recv::Own,
+                (rq_type::NON_ZERO, _) if t_own => Recv::Own,
                 _ => {
                     return Outcome::Failed {
                         synd: cqe_syndrome::REMOTE_INVAL_REQ_ERR,
@@ -143,7 +223,7 @@ impl State {
                         };
                     }
                     if self.srq_available(srqn) == 0 {
-                        return Outcome::Rnr(t.min_rnr_nak);
+                        return Outcome::Rnr(t_min_rnr);
                     }
                     self.srq_take(srqn).map_err(|why| {
                         self.srq_catastrophe_event(srqn, why);
@@ -152,7 +232,7 @@ impl State {
                 }
                 Recv::Own => {
                     if self.rq_available(tq) == 0 {
-                        return Outcome::Rnr(t.min_rnr_nak);
+                        return Outcome::Rnr(t_min_rnr);
                     }
                     // An unreadable receive WQE: the responder QP's
                     // catastrophic error.
@@ -176,7 +256,7 @@ impl State {
                 Recv::Srq(_) => &bytes[16..],
                 Recv::Own => &bytes[..],
             };
-            match self.plan_scatter(segs, t.pd, len, &what) {
+            match self.plan_scatter(segs, t_pd, len, &what) {
                 Ok(plan) => self.write_plan(&plan, payload, &what),
                 Err(e) => {
                     let (rsynd, ssynd) = match e {
@@ -202,17 +282,8 @@ impl State {
         if rdma {
             self.write_plan(&wplan, payload, &what);
         }
-        // Packets of this message: both PSNs advance by the same count.
-        let mtu = mlx5_regs::consts::mtu::bytes(self.objects.qps[&sqpn].mtu).unwrap_or(256) as u64;
-        let npkts = len.div_ceil(mtu).max(1) as u32;
-        if let Some(s) = self.objects.qps.get_mut(&sqpn) {
-            s.next_send_psn = (s.next_send_psn + npkts) & M24;
-        }
-        if let Some(r) = self.objects.qps.get_mut(&tq) {
-            r.next_rcv_psn = (r.next_rcv_psn + npkts) & M24;
-        }
         if let Some((from, idx, _)) = recv {
-            self.resp_cqe(tq, sqpn, from.srqn(), idx, wq, len as u32);
+            self.resp_cqe(tq, sqpn, from.srqn(), idx, wq, len as u32, l3_bits);
             if let Recv::Srq(srqn) = from {
                 self.srq_check_limit(srqn);
             }
@@ -241,7 +312,17 @@ impl State {
         }
     }
 
-    fn resp_cqe(&mut self, tq: u32, sqpn: u32, srqn: u32, idx: u16, wq: &Wqe, len: u32) {
+    #[allow(clippy::too_many_arguments)]
+    fn resp_cqe(
+        &mut self,
+        tq: u32,
+        sqpn: u32,
+        srqn: u32,
+        idx: u16,
+        wq: &Wqe,
+        len: u32,
+        l3_bits: u32,
+    ) {
         let Some(t) = self.objects.qps.get(&tq) else {
             return;
         };
@@ -259,7 +340,7 @@ impl State {
             .set(&mut c, if v1 { uidx } else { srqn })
             .expect("24-bit");
         cqe64::wqe_counter.set(&mut c, idx).expect("16-bit");
-        let flags = self.roce_l3_bits(sqpn) | (sqpn & M24);
+        let flags = l3_bits | (sqpn & M24);
         cqe64::flags_rqpn.set(&mut c, flags).expect("32-bit");
         if op != CqeOpcode::RESP_SEND {
             cqe64::imm_inval_pkey.set(&mut c, wq.imm).expect("32-bit");

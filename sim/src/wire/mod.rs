@@ -33,6 +33,7 @@
 mod crc;
 mod frame;
 mod pcap;
+mod segment;
 mod transport;
 
 pub use crc::{vcrc, GRH_LEN, ICRC_LEN, IPV4_LEN, LRH_LEN, UDP_LEN, VCRC_LEN};
@@ -43,6 +44,8 @@ pub use frame::{
 pub use pcap::{
     read_pcap, PcapRecord, PcapWriter, LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, SNAPLEN,
 };
+pub(crate) use segment::Endpoint;
+pub use segment::{Fault, Faults, PortId, Wire, WireStats};
 pub use transport::{
     headers_of, opcode, pad_for, psn_diff, syndrome, AckKind, Aeth, AtomicEth, Bth, Deth,
     ExtHeaders, HeaderSet, Reth, AETH_LEN, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN, BTH_LEN,

@@ -11,6 +11,7 @@ use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Device, SimConfig, SimHal};
 
 pub mod devx;
+pub mod hosts;
 pub mod qp;
 pub mod wire;
 

@@ -316,9 +316,15 @@ impl Run {
             } else {
                 self.plan_psn[&peer]
             };
-            // Now and then a PSN the peer will not send: no ACK.
+            // Now and then a PSN the peer does not send: past it, the
+            // peer's messages are duplicates (ACKed, not delivered); before
+            // it, they are ahead (no ACK).
             if self.rng.below(20) == 0 {
-                (psn + 1) & 0xff_ffff
+                if self.rng.below(2) == 0 {
+                    (psn + 1) & 0xff_ffff
+                } else {
+                    psn.wrapping_sub(1) & 0xff_ffff
+                }
             } else {
                 psn
             }

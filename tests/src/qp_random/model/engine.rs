@@ -70,11 +70,22 @@ impl Model {
                 return false;
             }
         }
-        let Some(t) = self.route(s) else {
+        let len = w.payload.len() as u32;
+        let npkts = len.div_ceil(self.mtu).max(1);
+        let Some((t, duplicate)) = self.route(s, npkts) else {
             self.counts.ack_timeouts += 1;
             self.wait(s, WaitKind::Ack);
             return false;
         };
+        if duplicate {
+            // Every packet behind the responder's PSN: ACKed again, not
+            // delivered; the requester completes.
+            if let Some(q) = self.qps.get_mut(&s) {
+                q.send_psn = (q.send_psn + npkts) & PSN;
+            }
+            self.req_done(s);
+            return true;
+        }
         if w.rdma() {
             let (_, rkey) = w.remote.expect("RDMA has a remote address");
             if !self.qps[&t].rwe || !self.key_ok(rkey, Need::Remote) {
@@ -102,7 +113,6 @@ impl Model {
             sq.consumed += 1;
             recv = Some((srq, r));
         }
-        let len = w.payload.len() as u32;
         if let (Some((srq, r)), false) = (&recv, w.rdma()) {
             if let Err(length) = self.scatter_check(&r.segs, len) {
                 let (rs, ss) = if length {
@@ -134,7 +144,6 @@ impl Model {
             let at = (raddr - self.rdma_base) as usize;
             self.rdma[at..at + w.payload.len()].copy_from_slice(&w.payload);
         }
-        let npkts = len.div_ceil(self.mtu).max(1);
         if let Some(q) = self.qps.get_mut(&s) {
             q.send_psn = (q.send_psn + npkts) & PSN;
         }
@@ -173,13 +182,25 @@ impl Model {
         true
     }
 
-    /// The peer of `s` if a packet reaches it and it accepts it: it exists,
-    /// receives (RTR/RTS), is connected back and expects `s`'s PSN.
-    fn route(&self, s: u32) -> Option<u32> {
+    /// The peer of `s` if a packet reaches it and it answers: it exists,
+    /// receives (RTR/RTS), is connected back, and expects `s`'s PSN
+    /// (false) or has already seen every one of the message's `npkts` PSNs
+    /// (true: a duplicate). A message ahead of it gets no usable answer.
+    fn route(&self, s: u32, npkts: u32) -> Option<(u32, bool)> {
         let q = &self.qps[&s];
         let t = self.qps.get(&q.remote)?;
-        (matches!(t.fw, Fw::Rtr | Fw::Rts) && t.remote == s && t.rcv_psn == q.send_psn)
-            .then_some(q.remote)
+        if !(matches!(t.fw, Fw::Rtr | Fw::Rts) && t.remote == s) {
+            return None;
+        }
+        let last = (q.send_psn + npkts - 1) & PSN;
+        let behind = ((last.wrapping_sub(t.rcv_psn) << 8) as i32 >> 8) < 0;
+        if t.rcv_psn == q.send_psn {
+            Some((q.remote, false))
+        } else if behind {
+            Some((q.remote, true))
+        } else {
+            None
+        }
     }
 
     /// Err(true): longer than the list; Err(false): a key refuses. Every

@@ -1,0 +1,594 @@
+//! The application: the command line (`args`), and `main`, which parses
+//! it, opens the device and hands it to the subcommand's module under
+//! `crate::cmd`, then prints the error and exits with its code.
+//!
+//! A new subcommand is one variant of [`args::Command`], one module under
+//! `crate::cmd`, and one arm in [`subcommand`] (or in `dispatch`, when it
+//! needs no device).
+
+pub mod args;
+
+use crate::cmd::caps::{devinfo, table as caps};
+use crate::cmd::{
+    command as rawcmd, decode as decodecmd, devices, gendoc, replay, run as script, selftest,
+    stats as linuxstats,
+};
+use crate::common::{record, report, session, target, trace};
+use crate::regs::discover;
+use crate::scenario;
+use mlx5_driver::HcaConfig;
+use mlx5_hal::Hal;
+use mlx5_sim::Device;
+use serde_json::{json, Value};
+
+use clap::CommandFactory;
+
+use crate::app::args::{install_panic_hook, parse_args, print_json, Cli, Command};
+use crate::common::error::{CliError, EXIT_FAILED, EXIT_OK};
+use crate::common::report::Report;
+use crate::common::session::{bring_up, teardown, Env};
+use crate::common::target::{parse_faults, Target};
+use crate::common::trace::{Live, Tracer};
+use crate::scenario::Scenario;
+
+/// Run the tool on the process's arguments and exit with its code.
+pub fn main() -> ! {
+    install_panic_hook();
+    let cli = parse_args();
+    let (mut value, mut res) = dispatch(&cli);
+    // Output that could not be written is a failure of the run, unless a
+    // more specific one came first.
+    if let Some(w) = report::write_error() {
+        if res.is_ok() {
+            res = Err(CliError::Output { what: w });
+        } else {
+            eprintln!("mlx5: error: cannot write the results to stdout: {w}");
+        }
+    }
+    let code = match &res {
+        Ok(()) => EXIT_OK,
+        Err(e) => e.exit_code(),
+    };
+    if cli.global.json {
+        let mut doc = match value.take() {
+            Value::Object(m) => Value::Object(m),
+            Value::Null => json!({}),
+            other => json!({ "result": other }),
+        };
+        doc["ok"] = json!(res.is_ok());
+        doc["exit_code"] = json!(code);
+        if let Err(e) = &res {
+            doc["error"] = e.to_json();
+        }
+        print_json(&doc);
+    }
+    if let Err(e) = &res {
+        eprintln!("mlx5: error: {}", e.message());
+        if let Some(h) = e.hint() {
+            eprintln!("mlx5: what to do: {h}");
+        }
+    }
+    // The JSON document itself may be what could not be written.
+    if let (Ok(()), Some(w)) = (&res, report::write_error()) {
+        eprintln!("mlx5: error: cannot write the results to stdout: {w}");
+        std::process::exit(EXIT_FAILED);
+    }
+    std::process::exit(code);
+}
+
+type Outcome = (Value, Result<(), CliError>);
+
+/// `mlx5 decode` when that is the subcommand.
+fn decode_from_cli(c: &Command, json: bool) -> Option<(Value, Result<(), CliError>)> {
+    let Command::Decode {
+        file,
+        kind,
+        opcode,
+        op_mod,
+        all_fields,
+    } = c
+    else {
+        return None;
+    };
+    Some(decodecmd::run(&decodecmd::Opts {
+        file,
+        kind: *kind,
+        opcode: opcode.as_deref(),
+        op_mod: *op_mod,
+        all_fields: *all_fields,
+        json,
+    }))
+}
+
+fn dispatch(cli: &Cli) -> Outcome {
+    let g = &cli.global;
+    // Generated from the argument definitions, without a device.
+    match &cli.command {
+        Command::Completions { shell } => {
+            return gendoc::completions(Cli::command(), *shell, g.json)
+        }
+        Command::Man { subcommand } => {
+            let top = Cli::command().version(args::version());
+            return gendoc::man(top, subcommand.as_deref(), g.json);
+        }
+        _ => {}
+    }
+    let target = match Target::parse(&g.device) {
+        Ok(t) => t,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    let faults = match parse_faults(&target, &g.fail_opcode, &g.stall_opcode, g.fatal_after) {
+        Ok(f) => f,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    // Listing the functions needs no device.
+    if let Command::Devices {
+        sysfs_root,
+        dev_root,
+    } = &cli.command
+    {
+        return devices::run(sysfs_root, dev_root, g.json);
+    }
+    // Decoding needs no device.
+    if let Some(out) = decode_from_cli(&cli.command, g.json) {
+        return out;
+    }
+    let model_opts = target::ModelOpts {
+        seed: g.seed,
+        issi0: g.issi0,
+        threaded: g.threaded,
+        dma_limit: g.dma_limit,
+    };
+    if let Err(e) = model_opts.check(&target) {
+        return (Value::Null, Err(e));
+    }
+    if let Command::Diff { a, b } = &cli.command {
+        return replay::diff(a, b, g.json);
+    }
+    // Discovery needs no device.
+    if let Command::Cmd {
+        name,
+        list,
+        show_fields,
+        ..
+    } = &cli.command
+    {
+        if *list {
+            return (discover::list(g.json), Ok(()));
+        }
+        if *show_fields {
+            let name = name.as_deref().unwrap_or_default();
+            return match target::parse_opcode(name) {
+                Ok(op) if op.layouts().is_some() => (discover::fields(op, g.json), Ok(())),
+                Ok(op) => (
+                    Value::Null,
+                    Err(CliError::usage(
+                        format!("{op} has no layout in mlx5-regs"),
+                        "`mlx5 cmd --list` lists the commands with one",
+                    )),
+                ),
+                Err(e) => (Value::Null, Err(e)),
+            };
+        }
+    }
+    // A script is read and checked before the device is opened.
+    let script = match &cli.command {
+        Command::Run { file, .. } => match script::top::load(file) {
+            Ok(l) => Some(l),
+            Err(e) => return (Value::Null, Err(e)),
+        },
+        _ => None,
+    };
+    let script = script.as_deref().unwrap_or(&[]);
+    let mut cfg = HcaConfig::default();
+    if let Some(ms) = g.cmd_timeout_ms {
+        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
+    }
+    let live = match &cli.command {
+        Command::Trace { hexdump, .. } if !g.json => Some(Live { hexdump: *hexdump }),
+        _ => None,
+    };
+    let progress = !g.quiet;
+    match &target {
+        Target::Sim(p) => {
+            let dev = target::model(*p, &model_opts);
+            faults.apply(&dev);
+            let tracer = Tracer::new(
+                live,
+                progress && live.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                faults.fatal_after.map(|n| (n, dev.clone())),
+            );
+            let env = Env {
+                target: &target,
+                model: Some(&dev),
+                cfg,
+            };
+            let mut out = subcommand(cli, dev.hal(), &env, &tracer, &faults, script);
+            add_device(&mut out.0, &target, Some(&dev), &faults);
+            if !model_opts.given().is_empty() {
+                out.0["model_options"] = model_opts.to_json();
+            }
+            // The self-test judges its fault options itself, before it
+            // writes its report.
+            if !matches!(cli.command, Command::Selftest { .. }) {
+                check_faults_fired(&mut out, &faults, &dev, &tracer);
+            }
+            out
+        }
+        Target::Vfio(addr) => {
+            let plat = match target::open_vfio(addr) {
+                Ok(p) => p,
+                Err(e) => {
+                    let mut v = json!({"device": target.label()});
+                    if let Command::Selftest { report } = &cli.command {
+                        let opts = selftest::Opts {
+                            json: g.json,
+                            progress,
+                            report: report.clone(),
+                            faults: &faults,
+                        };
+                        v = selftest::unopened(&target, &e, &opts);
+                        v["device"] = json!(target.label());
+                    }
+                    return (v, Err(e));
+                }
+            };
+            let tracer = Tracer::new(
+                live,
+                progress && live.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                None,
+            );
+            // A VF skips the PF-only HOST_ENDIANNESS write (Linux).
+            let mut cfg = cfg;
+            cfg.virtual_function = mlx5_vfio::pci::is_virtual_function(plat.device_info().device);
+            let env = Env {
+                target: &target,
+                model: None,
+                cfg,
+            };
+            let mut out = subcommand(cli, plat, &env, &tracer, &faults, script);
+            add_device(&mut out.0, &target, None, &faults);
+            out
+        }
+    }
+}
+
+/// A fault option that never fired tested nothing: say so, and fail the
+/// run (exit 4) unless it already failed for another reason.
+fn check_faults_fired(out: &mut Outcome, faults: &target::Faults, dev: &Device, t: &Tracer) {
+    let unfired = faults.unfired(dev, t.fatal_fired(), t.count());
+    if unfired.is_empty() {
+        return;
+    }
+    if let Value::Object(m) = &mut out.0 {
+        m.insert("unfired_faults".into(), json!(unfired));
+    }
+    match &out.1 {
+        Ok(()) => {
+            out.1 = Err(CliError::FaultNotFired {
+                what: unfired.join("; "),
+            })
+        }
+        Err(_) => {
+            for u in &unfired {
+                eprintln!("mlx5: note: {u}");
+            }
+        }
+    }
+}
+
+fn add_device(v: &mut Value, target: &Target, dev: Option<&Device>, faults: &target::Faults) {
+    if let Value::Object(m) = v {
+        m.insert("device".into(), json!(target.label()));
+        m.insert("device_description".into(), json!(target.describe()));
+        if dev.is_some() && faults.any() {
+            m.insert(
+                "injected_faults".into(),
+                json!({
+                    "fail": faults.fail.iter().map(|(o, s, y, n)| json!({
+                        "opcode": o.to_string(), "status": s.name(), "syndrome": format!("{y:#x}"),
+                        "nth": n,
+                    })).collect::<Vec<_>>(),
+                    "stall": faults.stall.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
+                    "fatal_after": faults.fatal_after,
+                }),
+            );
+        }
+    }
+}
+
+fn subcommand<H: Hal>(
+    cli: &Cli,
+    hal: H,
+    env: &Env<'_>,
+    t: &Tracer,
+    faults: &target::Faults,
+    script: &[script::parse::Line],
+) -> Outcome {
+    let g = &cli.global;
+    let progress = !g.quiet;
+    match &cli.command {
+        Command::Selftest { report } => {
+            let opts = selftest::Opts {
+                json: g.json,
+                progress,
+                report: report.clone(),
+                faults,
+            };
+            selftest::run(hal, env, t, &opts)
+        }
+        Command::Demo => {
+            let mut r = Report::new(g.json, true, progress);
+            if !g.json {
+                outln!(
+                    "mlx5 demo on {} ({})",
+                    env.target.describe(),
+                    env.target.label()
+                );
+            }
+            let res = scenario::run(Scenario::Demo, hal, env, t, &mut r);
+            finish_scenario(res, env, t, &mut r, None)
+        }
+        Command::Trace {
+            scenario,
+            hexdump,
+            save,
+        } => {
+            let mut r = Report::new(g.json, true, progress);
+            if !g.json {
+                outln!(
+                    "mlx5 trace of the {} scenario on {} ({}); latencies are {}",
+                    scenario.name(),
+                    env.target.describe(),
+                    env.target.label(),
+                    latency_kind(env)
+                );
+            }
+            let mut res = scenario::run(*scenario, hal, env, t, &mut r);
+            if let Some(path) = save {
+                let recs = record::from_records(&t.records());
+                let head = record::header(
+                    &env.target.label(),
+                    &env.target.describe(),
+                    scenario.name(),
+                    recs.len(),
+                );
+                let saved = record::save(path, &head, &recs);
+                res.1 = res.1.and(saved);
+            }
+            let commands: Vec<Value> = t
+                .records()
+                .iter()
+                .map(|c| trace::to_json(c, *hexdump))
+                .collect();
+            finish_scenario(
+                res,
+                env,
+                t,
+                &mut r,
+                Some(("commands", Value::from(commands))),
+            )
+        }
+        Command::Stats { scenario } => {
+            let mut r = Report::new(g.json, false, progress);
+            let res = scenario::run(*scenario, hal, env, t, &mut r);
+            if !g.json {
+                outln!(
+                    "mlx5 stats after the {} scenario on {} ({}); latencies are {}\n",
+                    scenario.name(),
+                    env.target.describe(),
+                    env.target.label(),
+                    latency_kind(env)
+                );
+            }
+            let table = linuxstats::table(t, g.json);
+            let mut out = finish_scenario(res, env, t, &mut r, Some(("opcodes", table)));
+            if !g.json {
+                match &out.1 {
+                    Ok(()) => outln!("\nscenario result: OK"),
+                    Err(e) => outln!("\nscenario result: FAILED ({})", e.message()),
+                }
+            }
+            if let Value::Object(m) = &mut out.0 {
+                m.remove("steps");
+            }
+            out
+        }
+        Command::Run { all_fields, .. } => {
+            script::run(hal, env, t, g.json, progress, script, *all_fields)
+        }
+        Command::Shell => script::shell(hal, env, t, progress),
+        Command::Decode { .. }
+        | Command::Diff { .. }
+        | Command::Devices { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
+            unreachable!(
+                "decode, diff, devices, completions and man run before the device is opened"
+            )
+        }
+        Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
+        Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
+        Command::Cmd {
+            name,
+            fields,
+            all_fields,
+            ..
+        } => cmd_cmd(
+            hal,
+            env,
+            t,
+            g.json,
+            progress,
+            name.as_deref().unwrap_or_default(),
+            fields,
+            *all_fields,
+        ),
+    }
+}
+
+fn latency_kind(env: &Env<'_>) -> &'static str {
+    if env.model.is_some() {
+        "the model's virtual clock, not real firmware timing"
+    } else {
+        "wall-clock time"
+    }
+}
+
+fn finish_scenario(
+    (sum, res): (scenario::Summary, Result<(), CliError>),
+    env: &Env<'_>,
+    t: &Tracer,
+    r: &mut Report,
+    extra: Option<(&str, Value)>,
+) -> Outcome {
+    let checks = scenario::conclude(&sum, env, t, r, res.as_ref().err());
+    let result = res.and(checks);
+    let mut v = json!({
+        "steps": r.take_steps(),
+        "summary": sum.to_json(),
+        "commands_sent": t.count(),
+    });
+    if let Some((k, x)) = extra {
+        v[k] = x;
+    }
+    (v, result)
+}
+
+fn caps_cmd<H: Hal>(
+    hal: H,
+    env: &Env<'_>,
+    t: &Tracer,
+    json_mode: bool,
+    progress: bool,
+    all: bool,
+) -> Outcome {
+    let mut r = Report::new(json_mode, false, progress);
+    let (hca, _) = match bring_up(hal, env, t, &mut r) {
+        Ok(x) => x,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    let caps = *hca.caps();
+    let max = hca.max_caps().copied();
+    let fw = hca.fw_version();
+    let issi = hca.issi();
+    let pages = hca.pages_held_by_firmware();
+    let info = match devinfo::query(&hca, env) {
+        Ok(i) => i,
+        Err(e) => {
+            // Still give the pages back; the query's error is the one to report.
+            let _ = teardown(hca, env, &mut r);
+            return (Value::Null, Err(e));
+        }
+    };
+    if !json_mode {
+        outln!(
+            "Capabilities of {} ({})",
+            env.target.describe(),
+            env.target.label()
+        );
+        outln!("  firmware {fw}, ISSI {issi}, firmware holds {pages} pages after bring-up");
+        outln!("  (current values after SET_HCA_CAP; where the maximum differs it is shown)");
+        devinfo::print(&info, &caps);
+        caps::print(&caps, max.as_ref());
+        if all {
+            outln!("\nEvery non-zero cmd_hca_cap field (current)");
+            for (k, v) in caps::raw_fields(&caps) {
+                outln!("  {k} = {v}");
+            }
+        }
+    }
+    let mut v = json!({
+        "firmware_version": fw.to_string(),
+        "psid": info.psid,
+        "pci_device_id": info.pci_device_id.map(|i| format!("{i:#06x}")),
+        "port_state": info.ports.iter().map(|p| devinfo::state_text(p.state)).collect::<Vec<_>>(),
+        "ibv_devinfo": devinfo::ibv_json(&caps, fw, &info),
+        "issi": issi,
+        "pages_held_by_firmware": pages,
+        "capabilities": caps::to_json(&caps),
+        "max_capabilities": max.as_ref().map(caps::to_json),
+    });
+    if all {
+        let m: serde_json::Map<String, Value> = caps::raw_fields(&caps)
+            .into_iter()
+            .map(|(k, v)| (k, Value::from(v)))
+            .collect();
+        v["cmd_hca_cap"] = Value::Object(m);
+    }
+    let (s, td) = teardown(hca, env, &mut r);
+    if !json_mode {
+        print_teardown(&s);
+    }
+    let res = td.and_then(|()| {
+        if s.clean() {
+            Ok(())
+        } else {
+            Err(CliError::check("teardown did not get every page back"))
+        }
+    });
+    (v, res)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cmd_cmd<H: Hal>(
+    hal: H,
+    env: &Env<'_>,
+    t: &Tracer,
+    json_mode: bool,
+    progress: bool,
+    name: &str,
+    fields: &[String],
+    all: bool,
+) -> Outcome {
+    // Check the command line before touching the device.
+    if let Err(e) = rawcmd::check(name, fields) {
+        return (Value::Null, Err(e));
+    }
+    let mut r = Report::new(json_mode, true, progress);
+    let (hca, _) = match bring_up(hal, env, t, &mut r) {
+        Ok(x) => x,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    if !json_mode {
+        outln!(
+            "on {} ({}): firmware {}, ISSI {}, after {} bring-up commands",
+            env.target.describe(),
+            env.target.label(),
+            hca.fw_version(),
+            hca.issi(),
+            t.count()
+        );
+    }
+    let before = t.count();
+    let (mut v, res) = rawcmd::run(&hca, t, env.model.is_some(), name, fields, all, &mut r);
+    let sent = t.count() - before;
+    let mut quiet = Report::new(json_mode, false, progress);
+    let (s, td) = teardown(hca, env, &mut quiet);
+    if let Value::Object(m) = &mut v {
+        m.insert("commands_sent".into(), json!(sent));
+    }
+    if !json_mode {
+        print_teardown(&s);
+    }
+    let res = res.and(td);
+    (v, res)
+}
+
+/// The one-line teardown result of `caps` and `cmd`.
+fn print_teardown(s: &session::TeardownSummary) {
+    match &s.failed {
+        None => outln!(
+            "\nteardown: {} pages given, {} returned{}",
+            s.pages_given,
+            s.pages_returned,
+            if s.clean() { ", all back" } else { "" }
+        ),
+        Some(why) => outln!(
+            "\nteardown failed ({why}): {} pages given, {} returned, {} still held by firmware",
+            s.pages_given,
+            s.pages_returned,
+            s.pages_left
+        ),
+    }
+}
