@@ -112,7 +112,7 @@ opcodes! {
     SET_HCA_CAP = 0x109 => (set_hca_cap_in, set_hca_cap_out),
     QUERY_ISSI = 0x10a => (query_issi_in, query_issi_out),
     SET_ISSI = 0x10b => (set_issi_in, set_issi_out),
-    SET_DRIVER_VERSION = 0x10d,
+    SET_DRIVER_VERSION = 0x10d => (set_driver_version_in, set_driver_version_out),
     CREATE_MKEY = 0x200 => (create_mkey_in, create_mkey_out),
     QUERY_MKEY = 0x201 => (query_mkey_in, query_mkey_out),
     DESTROY_MKEY = 0x202 => (destroy_mkey_in, destroy_mkey_out),

@@ -155,6 +155,19 @@ layouts! {
         status: u8 @ 0 : 8,
         syndrome: u32 @ 32 : 32,
     }
+    /// Input of the `SET_DRIVER_VERSION` command (`mlx5_ifc.h`
+    /// `set_driver_version_in`): a NUL-padded string such as Linux's
+    /// `Linux,mlx5_core,<version>` (`mlx5_set_driver_version`).
+    set_driver_version_in (80) {
+        opcode: u16 @ 0 : 16,
+        op_mod: u16 @ 48 : 16,
+        driver_version: bytes @ 128 : 512,
+    }
+    /// Output of the `SET_DRIVER_VERSION` command.
+    set_driver_version_out (16) {
+        status: u8 @ 0 : 8,
+        syndrome: u32 @ 32 : 32,
+    }
     /// Input of the `QUERY_PAGES` command.
     query_pages_in (16) {
         opcode: u16 @ 0 : 16,

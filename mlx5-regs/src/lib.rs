@@ -70,6 +70,8 @@ all!(
     query_issi_out,
     set_issi_in,
     set_issi_out,
+    set_driver_version_in,
+    set_driver_version_out,
     query_pages_in,
     query_pages_out,
     manage_pages_in,

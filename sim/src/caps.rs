@@ -88,8 +88,9 @@ pub struct Caps {
     pub driver_version: bool,
     pub pkey_table_size: u16,
     pub drain_sigerr: bool,
+    /// RoCE; reported only on an Ethernet port, where the RoCE page is
+    /// served ([`Caps::has_roce_page`]).
     pub roce: bool,
-    pub eth_net_offloads: bool,
     pub rc: bool,
     pub uc: bool,
     pub ud: bool,
@@ -108,7 +109,9 @@ pub struct Caps {
     pub regular_pages: i32,
     /// Number of MSI-X vectors (bound for `eqc.intr`).
     pub msix_vectors: u16,
-    /// MTT entries may carry access bits (`create_mkey_in.pg_access`).
+    /// On-demand paging: MTT entries may carry access bits
+    /// (`create_mkey_in.pg_access`). With it the ODP page (`QUERY_HCA_CAP`
+    /// type 2) is served, all zero: no transport takes page faults.
     pub pg: bool,
     /// Force-loopback RC QPs allowed while RoCE is disabled (general page).
     pub fl_rc_qp_when_roce_disabled: bool,
@@ -197,7 +200,6 @@ impl Caps {
             pkey_table_size: 0,
             drain_sigerr: true,
             roce: true,
-            eth_net_offloads: true,
             rc: true,
             uc: true,
             ud: true,
@@ -327,8 +329,11 @@ impl Caps {
             driver_version = self.driver_version,
             pkey_table_size = self.pkey_table_size,
             drain_sigerr = self.drain_sigerr,
-            roce = self.roce,
-            eth_net_offloads = self.eth_net_offloads,
+            // Never a bit whose page the model does not serve: `roce` only
+            // with the RoCE page (an Ethernet port); `eth_net_offloads` never
+            // (no Ethernet offloads page; Linux fails its probe if the page is
+            // refused, `mlx5_query_hca_caps`). docs/fidelity.md §3.
+            roce = self.has_roce_page(),
             rc = self.rc,
             uc = self.uc,
             ud = self.ud,
@@ -352,9 +357,9 @@ impl Caps {
         );
     }
 
-    /// True when the RoCE capability page exists: cap `roce` on an Ethernet
+    /// True when the RoCE capability page exists and `roce` is reported: cap `roce` on an Ethernet
     /// port (Linux reads the page only then, `mlx5_core` `handle_hca_cap_roce`).
-    pub(crate) fn has_roce_page(&self) -> bool {
+    pub fn has_roce_page(&self) -> bool {
         self.roce && self.port_type == mlx5_regs::consts::port::TYPE_ETH
     }
 

@@ -36,6 +36,9 @@ struct Region {
 const GUARD: u64 = 16 * PAGE_SIZE as u64;
 
 pub(crate) struct DmaSpace {
+    /// Memory a host (a VMM) owns: every device access goes through it and
+    /// the owned allocator is off ([`crate::host`]).
+    pub external: Option<Box<dyn crate::host::DeviceMemory>>,
     next: u64,
     regions: BTreeMap<u64, Region>,
     pub live_bytes: usize,
@@ -57,6 +60,7 @@ impl DmaSpace {
         // 32 random bits at 43:12 so two seeds give different layouts.
         let base = 0x00a5_0000_0000_0000 | ((mix(seed) & 0xffff_ffff) << 12);
         DmaSpace {
+            external: None,
             next: base,
             regions: BTreeMap::new(),
             live_bytes: 0,
@@ -67,6 +71,9 @@ impl DmaSpace {
 
     /// Allocate `size` bytes (rounded up to pages). Returns (host, iova, len).
     pub fn alloc(&mut self, size: usize) -> Option<(usize, u64, usize)> {
+        if self.external.is_some() {
+            return None;
+        }
         let len = size.div_ceil(PAGE_SIZE) * PAGE_SIZE;
         if self.live_bytes.checked_add(len)? > self.limit {
             return None;
@@ -119,11 +126,17 @@ impl DmaSpace {
 
     /// True if the range is mapped.
     pub fn mapped(&self, iova: u64, len: usize) -> bool {
+        if let Some(m) = &self.external {
+            return m.mapped(iova, len);
+        }
         self.translate(iova, len).is_some()
     }
 
     /// Device read. `None` = IOMMU fault (the caller records it).
     pub fn read(&self, iova: u64, buf: &mut [u8]) -> Option<()> {
+        if let Some(m) = &self.external {
+            return m.read(iova, buf).then_some(());
+        }
         let p = self.translate(iova, buf.len())?;
         if buf.len() == 4 && iova.is_multiple_of(4) {
             // SAFETY: `p` points at 4 mapped, 4-aligned bytes (host and IOVA
@@ -142,6 +155,9 @@ impl DmaSpace {
 
     /// Device write. `None` = IOMMU fault.
     pub fn write(&self, iova: u64, data: &[u8]) -> Option<()> {
+        if let Some(m) = &self.external {
+            return m.write(iova, data).then_some(());
+        }
         let p = self.translate(iova, data.len())?;
         for (i, b) in data.iter().enumerate() {
             // SAFETY: `p + i` lies in the mapped range checked by `translate`.

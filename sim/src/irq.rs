@@ -83,6 +83,9 @@ impl State {
             g.raised[intr as usize] += 1;
             drop(g);
             self.irq.cv.notify_all();
+            if let Some(hook) = self.irq_hook.as_mut() {
+                hook(intr);
+            }
         } else {
             g.undelivered += 1;
         }

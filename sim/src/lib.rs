@@ -24,7 +24,8 @@
 //!
 //! Two execution modes ([`ExecMode`]): synchronous (a command runs inside the
 //! doorbell write; virtual clock) and threaded (a device thread processes
-//! doorbells on its own; real clock).
+//! doorbells on its own; real clock). [`host`] hosts the model in a virtual
+//! machine monitor instead: DMA, interrupts and the clock are the VMM's.
 //!
 //! ## Example
 //!
@@ -65,6 +66,7 @@ mod cmds;
 mod dma;
 mod engine;
 mod hal;
+pub mod host;
 pub mod hostile;
 mod inject;
 mod irq;
@@ -283,6 +285,10 @@ pub enum Violation {
     /// unreadable, producer counter beyond the ring): the QP went to ERR
     /// with a catastrophic-error event.
     SendQueue(String),
+    /// A host's MMIO access the device does not decode (outside BAR0,
+    /// unaligned, or of a width the register does not take): ignored, reads
+    /// return all ones ([`host`]).
+    Mmio(String),
 }
 
 pub(crate) struct Shared {
@@ -429,6 +435,12 @@ impl Device {
     /// Firmware state.
     pub fn hca_state(&self) -> HcaState {
         self.lock().hca
+    }
+
+    /// The string the driver gave with SET_DRIVER_VERSION since power-on or
+    /// the last reset (`None` if it sent none).
+    pub fn driver_version(&self) -> Option<String> {
+        self.lock().driver_version.clone()
     }
 
     /// Current ISSI.

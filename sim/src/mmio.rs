@@ -89,17 +89,23 @@ impl State {
         if !self.clock.threaded {
             self.run_due();
         }
+        // The internal timer (`initial_seg.internal_timer_h/l`, docs/firmware.md
+        // §1.2): free-running at `device_frequency_khz`, as Linux's clock code
+        // reads it (`mlx5_read_internal_timer`).
+        if offset == 0x1000 || offset == 0x1004 {
+            let ticks =
+                (self.now_ns() as u128 * self.caps.device_frequency_khz as u128 / 1_000_000) as u64;
+            return if offset == 0x1000 {
+                (ticks >> 32) as u32
+            } else {
+                ticks as u32
+            };
+        }
         if offset + 4 <= initial_seg::SIZE {
             let img = self.init_seg_image();
             return u32::from_be_bytes(img[offset..offset + 4].try_into().expect("4 bytes"));
         }
-        let now = self.now_ns();
-        match offset {
-            // internal timer (docs/firmware.md §1.2): free-running, ns resolution here.
-            0x1000 => (now >> 32) as u32,
-            0x1004 => now as u32,
-            _ => 0,
-        }
+        0
     }
 
     /// An MMIO write from the driver: applied now (synchronous mode, or a

@@ -50,6 +50,7 @@ impl State {
         self.hca = HcaState::Disabled;
         self.reset_function();
         self.host_be = false;
+        self.driver_version = None;
         // The command queue is forgotten: the driver programs it again.
         self.cmdq.reset();
         self.mmio_queue.clear();

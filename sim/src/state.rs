@@ -94,6 +94,8 @@ pub(crate) struct State {
     pub issi: u16,
     /// Host endianness the driver set through the HOST_ENDIANNESS register.
     pub host_be: bool,
+    /// The string of the last SET_DRIVER_VERSION since power-on or reset.
+    pub driver_version: Option<String>,
     /// Firmware page accounting.
     pub pages: Pages,
     /// Every firmware object and the rules between them (`objects/`).
@@ -113,6 +115,9 @@ pub(crate) struct State {
     pub stats: crate::traffic::TrafficStats,
     /// Interrupt lines (`irq.rs`).
     pub irq: std::sync::Arc<crate::irq::IrqLines>,
+    /// A host's interrupt hook ([`crate::host`]): called with the vector of
+    /// every interrupt the device sends.
+    pub irq_hook: Option<crate::host::IrqHook>,
 }
 
 impl State {
@@ -138,6 +143,7 @@ impl State {
             hca: HcaState::Disabled,
             issi: 0,
             host_be: false,
+            driver_version: None,
             pages: Pages::default(),
             objects: Objects::new(h),
             resd_lkey: 0x2000 | (((h >> 32) & 0xff) as u32) << 8,
@@ -147,6 +153,7 @@ impl State {
             dropped: 0,
             stats: Default::default(),
             irq: Default::default(),
+            irq_hook: None,
             cfg,
         };
         st.clock.created_ns = st.now_ns();

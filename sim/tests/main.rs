@@ -13,6 +13,11 @@ mod cmdq;
 mod idle_clock;
 mod reset;
 
+// What Linux's mlx5_core sends while it probes, byte for byte; the device
+// host interface a VMM uses (DMA callbacks, interrupt hook, clock, reset).
+mod host_interface;
+mod linux_probe;
+
 // Event and completion queues, shared receive queues.
 mod eq_cq;
 mod srq_traffic;

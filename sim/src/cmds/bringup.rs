@@ -301,8 +301,9 @@ impl State {
 
     pub(super) fn query_hca_cap(&mut self, inp: &[u8], op_mod: u16, out: &mut [u8]) -> R {
         let roce = op_mod >> 1 == om::CAP_ROCE && self.caps.has_roce_page();
+        let odp = op_mod >> 1 == om::CAP_ODP && self.caps.pg;
         ensure(
-            op_mod >> 1 == om::CAP_GENERAL || roce,
+            op_mod >> 1 == om::CAP_GENERAL || roce || odp,
             bad_param(sy::CAP_TYPE),
         )?;
         ensure(
@@ -313,6 +314,12 @@ impl State {
             bad_param(sy::CAP_OTHER_FUNC),
         )?;
         let blk = query_hca_cap_out::capability.get_mut(out);
+        if odp {
+            // The ODP page with no transport able to take page faults: all
+            // zero, maximum and current alike (docs/fidelity.md §3).
+            blk.fill(0);
+            return Ok(());
+        }
         if roce {
             let cur = (op_mod & 1 == om::HCA_CAP_CUR).then_some(self.cur.sw_r_roce_src_udp_port);
             self.caps
@@ -329,8 +336,9 @@ impl State {
 
     pub(super) fn set_hca_cap(&mut self, inp: &[u8], op_mod: u16) -> R {
         let roce = op_mod >> 1 == om::CAP_ROCE && self.caps.has_roce_page();
+        let odp = op_mod >> 1 == om::CAP_ODP && self.caps.pg;
         ensure(
-            op_mod >> 1 == om::CAP_GENERAL || roce,
+            op_mod >> 1 == om::CAP_GENERAL || roce || odp,
             bad_param(sy::CAP_TYPE),
         )?;
         ensure(
@@ -345,6 +353,13 @@ impl State {
             bad_param(sy::CAP_OTHER_FUNC),
         )?;
         let given = set_hca_cap_in::capability.get(inp);
+        if odp {
+            // Every ODP maximum is zero: setting any bit goes above it.
+            return ensure(
+                given.iter().all(|&b| b == 0),
+                bad_param(sy::SET_CAP_ABOVE_MAX),
+            );
+        }
         if roce {
             return self.set_roce_cap(given);
         }
@@ -369,6 +384,21 @@ impl State {
             && (!new.uar_4k || self.caps.uar_4k);
         ensure(within, bad_param(sy::SET_CAP_ABOVE_MAX))?;
         self.cur = new;
+        Ok(())
+    }
+
+    /// SET_DRIVER_VERSION (with cap `driver_version`): the firmware keeps the
+    /// string (up to its first NUL) for its diagnostics; Linux sends
+    /// `Linux,mlx5_core,<major>.<minor>.<sublevel>` right after INIT_HCA
+    /// (`mlx5_set_driver_version`).
+    pub(super) fn set_driver_version(&mut self, inp: &[u8]) -> R {
+        ensure(
+            self.caps.driver_version,
+            bad_op(per_opcode(sy::UNKNOWN_OPCODE, Opcode::SET_DRIVER_VERSION.0)),
+        )?;
+        let s = set_driver_version_in::driver_version.get(inp);
+        let n = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+        self.driver_version = Some(String::from_utf8_lossy(&s[..n]).into_owned());
         Ok(())
     }
 
