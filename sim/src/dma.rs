@@ -124,6 +124,11 @@ impl DmaSpace {
         Some((r.host + off as usize) as *mut u8)
     }
 
+    /// Every mapped region as (IOVA, length), in address order.
+    pub fn regions(&self) -> Vec<(u64, usize)> {
+        self.regions.iter().map(|(&a, r)| (a, r.len)).collect()
+    }
+
     /// True if the range is mapped.
     pub fn mapped(&self, iova: u64, len: usize) -> bool {
         if let Some(m) = &self.external {

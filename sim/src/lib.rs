@@ -493,6 +493,22 @@ impl Device {
         self.lock().records.trace.clear();
     }
 
+    /// A copy of every mapped DMA region as (IOVA, bytes), in address
+    /// order: what a test compares before and after traffic to show which
+    /// bytes the device (or the driver) changed.
+    pub fn dma_snapshot(&self) -> Vec<(u64, Vec<u8>)> {
+        let s = self.lock();
+        s.dma
+            .regions()
+            .into_iter()
+            .map(|(iova, len)| {
+                let mut b = vec![0u8; len];
+                s.dma.read(iova, &mut b).expect("a mapped region reads");
+                (iova, b)
+            })
+            .collect()
+    }
+
     /// The IOVA base of the DMA space (for tests).
     pub fn iova_base(&self) -> u64 {
         self.lock().dma.base

@@ -47,6 +47,8 @@ mod qp_resize;
 mod qp_ring;
 
 // The verbs facade (`verbs::Verbs`).
+mod mr_hostile;
+mod mr_protect;
 mod verbs;
 mod verbs_channels;
 mod verbs_cq;

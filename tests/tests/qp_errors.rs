@@ -269,10 +269,10 @@ fn rdma_write_lands_exactly_and_bad_rkeys_are_remote_access_errors() {
         let cfg = RigConfig::new(Profile::ConnectX4Lx, mode);
         let what = cfg.name();
         let mut rig = Rig::new(cfg);
-        let rw = rig
-            .hca
-            .create_mkey(MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE)
-            .unwrap();
+        let rights = MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE;
+        let (first, last) = (rig.dst.iova(0), rig.dst.iova(rig.dst.count() - 1));
+        let span = last + rig.dst.size() as u64 - first;
+        let rw = rig.hca.register(first, span, rights).unwrap();
 
         // Good: 100 bytes at offset 8 of buffer 2, nothing else changes; no
         // receive consumed. Then WRITE with immediate: one receive.
@@ -326,8 +326,12 @@ fn rdma_write_lands_exactly_and_bad_rkeys_are_remote_access_errors() {
         let stale = rw.key() ^ 0x80;
         bad_rdma_write(&mut rig, stale, target, &format!("{what}: stale rkey"));
         reconnect(&mut rig);
+        // A key registered over memory the device cannot reach: the
+        // access faults in the IOMMU.
         let outside = rig.dev.iova_base() - 0x10_0000;
-        bad_rdma_write(&mut rig, rw.key(), outside, &format!("{what}: unmapped"));
+        let far = rig.hca.register(outside, 4096, rights).unwrap();
+        bad_rdma_write(&mut rig, far.key(), outside, &format!("{what}: unmapped"));
+        rig.hca.destroy_mkey(far).map_err(|e| e.error()).unwrap();
         rig.hca.destroy_mkey(rw).map_err(|e| e.error()).unwrap();
         rig.finish_with_faults(&what, 1);
     }

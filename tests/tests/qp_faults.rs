@@ -169,7 +169,12 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
     hca.connect_loopback_pair(tx, rx)?;
 
     // A key made and destroyed on demand.
-    let key = hca.create_mkey(MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE)?;
+    let bufs = Bufs::new(dev, 2, 128);
+    let key = hca.register(
+        bufs.iova(0),
+        128,
+        MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE,
+    )?;
     if let Err(failed) = hca.destroy_mkey(key) {
         let (key, e) = failed.into_parts();
         hca.destroy_mkey(key)?;
@@ -177,7 +182,6 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
     }
 
     // One SEND, checked byte for byte.
-    let bufs = Bufs::new(dev, 2, 128);
     bufs.write(0, &payload(3, 100));
     let sge = [hca.sge(bufs.iova(1), 128)];
     srq.post(&[RecvRequest {

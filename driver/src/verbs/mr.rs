@@ -1,10 +1,11 @@
 //! `ibv_reg_mr` / `ibv_dereg_mr` over the driver's memory keys.
 //!
-//! A key of this driver is a physical-address key (`crate::mkey`): it
-//! covers the whole device address space, the way Linux's kernel DMA key
-//! does, so a region's `addr` and `length` are recorded and checked for
-//! sanity but do not limit what the key reaches. The rights are what the
-//! key grants; local read is always granted, as in IB.
+//! A region is a translated (MTT) key over exactly `[addr, addr + length)`
+//! ([`crate::Hca::register`]): the device refuses an access through its
+//! lkey or rkey outside those bytes, without the right, or from another
+//! PD. Its virtual address is the device address (no `ZERO_BASED`). The
+//! rights are what the key grants; local read is always granted, as in
+//! IB. The all-memory DMA key is never handed out here.
 
 use mlx5_hal::Hal;
 
@@ -70,7 +71,11 @@ impl<
     ///   libibverbs does not define, `length` 0, or a region that wraps the
     ///   address space: `EINVAL`;
     /// * `ON_DEMAND` (no paging support), `MW_BIND` (no memory windows),
-    ///   `ZERO_BASED` (a physical-address key cannot be): `EOPNOTSUPP`.
+    ///   `ZERO_BASED` (the region's address is its device address):
+    ///   `EOPNOTSUPP`;
+    /// * a region needing more pages than one CREATE_MKEY of this driver
+    ///   carries (over 62 GiB, [`crate::mkey::cmd::MAX_MTT_ENTRIES`]):
+    ///   `EINVAL`, as Linux's `ib_reg_mr` beyond `max_mr_size`.
     pub fn reg_mr(&mut self, addr: u64, length: u64, access: AccessFlags) -> Result<Mr, Errno> {
         use AccessFlags as A;
         let access = AccessFlags(access.0 & !A::OPTIONAL_RANGE.0);
@@ -98,7 +103,10 @@ impl<
                 rights |= r;
             }
         }
-        let mkey = self.hca.create_mkey(rights)?;
+        if crate::mkey::cmd::MttLayout::for_region(addr, length).is_none() {
+            return Err(Errno::EINVAL);
+        }
+        let mkey = self.hca.register(addr, length, rights)?;
         Ok(Mr {
             mkey,
             addr,

@@ -185,14 +185,24 @@ impl State {
             synd: cqe_syndrome::REMOTE_ACCESS_ERR,
             responder: Some((tq, Some(event))),
         };
-        // RDMA WRITE: responder access rights and the rkey first.
+        // RDMA WRITE: responder access rights and the rkey first. The key
+        // check is whole: variant, PD, right, and [va, va + len) inside the
+        // key's range, so an access straddling the end writes nothing. A
+        // zero-length WRITE names no memory and needs no rkey (the IBTA
+        // leaves the R_Key of a zero-length RETH unchecked, and rxe's
+        // `check_rkey` skips it); the QP's remote-write right still applies.
         let mut wplan = Vec::new();
         if rdma {
             let (va, rkey) = wq.remote.expect("parsed with a remote address");
             if !t_rwe {
                 return access(EventType::WQ_ACCESS_ERROR);
             }
-            match self.key_translate(rkey, t_pd, va, len, Access::RemoteWrite) {
+            let translated = if len == 0 {
+                Ok(Vec::new())
+            } else {
+                self.key_translate(rkey, t_pd, va, len, Access::RemoteWrite)
+            };
+            match translated {
                 Ok(p) => wplan = p,
                 Err(_) => return access(EventType::WQ_ACCESS_ERROR),
             }

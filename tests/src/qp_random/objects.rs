@@ -92,7 +92,10 @@ impl Run {
             access |= MkeyAccess::REMOTE_WRITE;
         }
         let fault = !access.is_empty() && self.maybe_fault(Opcode::CREATE_MKEY);
-        match self.hca.create_mkey(access) {
+        // A translated key over the run's one buffer (every slot and the
+        // RDMA area lie in it), as `ibv_reg_mr` makes.
+        let (at, len) = (self.mem.iova(), self.mem.len() as u64);
+        match self.hca.register(at, len, access) {
             Ok(k) => {
                 assert!(
                     !access.is_empty() && !fault,

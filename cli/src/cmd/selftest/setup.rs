@@ -208,12 +208,15 @@ pub fn srq<H: Hal>(
     Ok(())
 }
 
-/// Check a key as firmware has it (QUERY_MKEY): physical addresses over
-/// the whole address space, the HCA's PD, the rights asked for.
+/// Check a key as firmware has it (QUERY_MKEY): the HCA's PD, the rights
+/// asked for, and either physical addresses over the whole address space
+/// (`range` `None`: the DMA key) or a translated key over exactly `range`
+/// (start, length).
 fn query_key<H: Hal>(
     hca: &TracedHca<'_, H>,
     key: u32,
     rights: MkeyAccess,
+    range: Option<(u64, u64)>,
     what: &str,
     r: &mut Report,
 ) -> Result<Vec<String>, CliError> {
@@ -249,14 +252,34 @@ fn query_key<H: Hal>(
         ),
     ];
     let mut wrong = Vec::new();
-    if mode != 0 {
-        wrong.push(format!(
-            "{what}: access mode {mode} (expected 0, physical addresses)"
-        ));
-    }
-    if !mkc::length64.get(m) {
-        wrong.push(format!("{what}: length64 clear"));
-    }
+    let shape = match range {
+        None => {
+            if mode != 0 {
+                wrong.push(format!(
+                    "{what}: access mode {mode} (expected 0, physical addresses)"
+                ));
+            }
+            if !mkc::length64.get(m) {
+                wrong.push(format!("{what}: length64 clear"));
+            }
+            "physical addresses, whole address space".to_string()
+        }
+        Some((start, len)) => {
+            if mode != 1 {
+                wrong.push(format!("{what}: access mode {mode} (expected 1, MTT)"));
+            }
+            let (have_start, have_len) = (mkc::start_addr.get(m), mkc::len.get(m));
+            if mkc::length64.get(m) || (have_start, have_len) != (start, len) {
+                wrong.push(format!(
+                    "{what}: covers {have_len:#x} bytes at {have_start:#x} (expected {len:#x} at {start:#x})"
+                ));
+            }
+            format!(
+                "translated, {have_len:#x} bytes at {have_start:#x} in {} B pages",
+                1u64 << mkc::log_page_size.get(m)
+            )
+        }
+    };
     if mkc::pd.get(m) != hca.pd() {
         wrong.push(format!(
             "{what}: PD {:#x} (expected {:#x})",
@@ -280,7 +303,7 @@ fn query_key<H: Hal>(
     }
     let rights: Vec<&str> = got.iter().filter(|g| g.0).map(|g| g.2).collect();
     r.say(format!(
-        "QUERY_MKEY {key:#x} ({what}): physical addresses, whole address space, PD {:#x}, {}",
+        "QUERY_MKEY {key:#x} ({what}): {shape}, PD {:#x}, {}",
         mkc::pd.get(m),
         rights.join(", ")
     ));
@@ -295,28 +318,30 @@ pub fn memory_key<H: Hal>(
     r: &mut Report,
 ) -> Result<(), CliError> {
     let rights = MkeyAccess::LOCAL_READ | MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE;
+    let t = s
+        .objs
+        .tbufs
+        .insert(alloc_bufs(hca, "RDMA WRITE target")?)
+        .iova();
+    let span = (NBUF * BUF) as u64;
     let key = hca
-        .create_mkey(rights)
+        .register(t, span, rights)
         .map_err(|e| CliError::driver("creating the memory key", e))?;
     let k = s.objs.key.insert(key).key();
     r.say(format!(
         "CREATE_MKEY: key {k:#x} (local read and write, remote write) on PD {:#x}",
         hca.pd()
     ));
-    let t = s
-        .objs
-        .tbufs
-        .insert(alloc_bufs(hca, "RDMA WRITE target")?)
-        .iova();
     r.say(format!(
-        "RDMA WRITE target: {NBUF} x {BUF} bytes at IOVA {t:#x}, reached through key {k:#x}"
+        "RDMA WRITE target: {NBUF} x {BUF} bytes at IOVA {t:#x}, reached through key {k:#x} and only there"
     ));
-    let mut wrong = query_key(hca, k, rights, "new key", r)?;
+    let mut wrong = query_key(hca, k, rights, Some((t, span)), "new key", r)?;
     if let Some(dma) = hca.dma_lkey() {
         wrong.extend(query_key(
             hca,
             dma,
             MkeyAccess::LOCAL_READ | MkeyAccess::LOCAL_WRITE,
+            None,
             "DMA key",
             r,
         )?);

@@ -88,7 +88,10 @@ impl Model {
         }
         if w.rdma() {
             let (_, rkey) = w.remote.expect("RDMA has a remote address");
-            if !self.qps[&t].rwe || !self.key_ok(rkey, Need::Remote) {
+            // A zero-length RDMA WRITE names no memory: the rkey is not
+            // checked (IBTA, rxe `check_rkey`), the QP's right is.
+            let key_needed = !w.payload.is_empty();
+            if !self.qps[&t].rwe || (key_needed && !self.key_ok(rkey, Need::Remote)) {
                 self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
                 return false;
             }

@@ -1,0 +1,370 @@
+//! Memory regions protect: an rkey opens exactly the registered bytes with
+//! exactly the registered rights, on every model profile (`ibv_reg_mr(3)`;
+//! rdma-core `tests/test_mr.py`; Linux `reg_create`,
+//! `drivers/infiniband/hw/mlx5/mr.c`).
+
+use mlx5_tests::verbs_common::*;
+
+use mlx5_driver::mkey::MkeyAccess;
+use mlx5_driver::verbs::{
+    AccessFlags, Mr, QpAttr, QpAttrMask, QpState, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
+    WrOpcode,
+};
+use mlx5_driver::Error;
+use mlx5_hal::{DmaRegion, Hal};
+use mlx5_sim::{Device, Profile, SimHal};
+use mlx5_tests::PROFILES;
+
+/// The target buffer: three pages of guard pattern, the region in the
+/// middle page, starting off its page boundary.
+const TARGET: usize = 3 * 4096;
+const MR_AT: usize = 4096 + 40;
+const MR_LEN: usize = 1000;
+const GUARD: u8 = 0xa5;
+
+fn rights() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
+}
+
+/// A pair, a guarded target buffer and an MR over part of it.
+struct Setup {
+    p: Pair,
+    target: DmaRegion<SimHal>,
+    mr: Mr,
+}
+
+impl Setup {
+    fn new(dev: &Device, ctx: &mut Ctx) -> Setup {
+        let p = Pair::new(dev, ctx, cap(8, 1, 0));
+        let target = dev.hal().alloc_dma(TARGET).unwrap();
+        target.fill(0, TARGET, GUARD);
+        let mr = ctx
+            .reg_mr(target.iova() + MR_AT as u64, MR_LEN as u64, rights())
+            .unwrap();
+        Setup { p, target, mr }
+    }
+
+    fn start(&self) -> u64 {
+        self.target.iova() + MR_AT as u64
+    }
+
+    fn end(&self) -> u64 {
+        self.start() + MR_LEN as u64
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut v = vec![0u8; TARGET];
+        self.target.read_bytes(0, &mut v);
+        v
+    }
+
+    /// RDMA WRITE of `len` bytes of the send area to `raddr` through
+    /// `rkey`; the one completion.
+    fn write(&self, dev: &Device, ctx: &mut Ctx, raddr: u64, len: u32, rkey: u32) -> WcStatus {
+        self.p.fill(0, len as usize, 7);
+        let sg = [self.p.sge(0, len)];
+        let wr = SendWr {
+            opcode: WrOpcode::RdmaWrite,
+            remote_addr: raddr,
+            rkey,
+            ..send(1, &sg)
+        };
+        ctx.post_send(self.p.a, &[wr]).unwrap();
+        let s = poll_n(dev, ctx, self.p.scq, 1);
+        assert_eq!(s.len(), 1, "one completion");
+        s[0].status
+    }
+
+    fn destroy(self, ctx: &mut Ctx) {
+        ctx.dereg_mr(self.mr).map_err(|(_, e)| e).unwrap();
+        self.p.destroy(ctx);
+        drop(self.target);
+    }
+}
+
+/// Both QPs back to RESET and connected again (what an application does
+/// after an error), with the async events of the error acknowledged.
+fn recover(ctx: &mut Ctx, p: &Pair) {
+    for ev in async_events(ctx) {
+        ctx.ack_async_event(&ev).unwrap();
+    }
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    for q in [p.a, p.b] {
+        ctx.modify_qp(q, &reset, QpAttrMask::STATE).unwrap();
+    }
+    drain(ctx, p.scq);
+    drain(ctx, p.rcq);
+    ctx.connect_loopback(p.a, p.b).unwrap();
+}
+
+fn state(ctx: &mut Ctx, q: mlx5_driver::verbs::QpHandle) -> QpState {
+    ctx.query_qp(q).unwrap().0.qp_state
+}
+
+/// A refused RDMA WRITE: remote access error, the requester in error,
+/// the target buffer byte for byte as before; then recover.
+fn refused(dev: &Device, ctx: &mut Ctx, s: &Setup, raddr: u64, len: u32, rkey: u32, what: &str) {
+    let before = s.bytes();
+    assert_eq!(
+        s.write(dev, ctx, raddr, len, rkey),
+        WcStatus::RemAccessErr,
+        "{what}"
+    );
+    assert_eq!(
+        state(ctx, s.p.a),
+        QpState::Err,
+        "{what}: requester in error"
+    );
+    assert!(s.bytes() == before, "{what}: target buffer changed");
+    recover(ctx, &s.p);
+}
+
+#[test]
+fn rdma_writes_reach_exactly_the_registered_bytes() {
+    for prof in PROFILES {
+        let (dev, mut ctx) = open(prof);
+        let s = Setup::new(&dev, &mut ctx);
+        let what = format!("{prof:?}");
+        let rkey = s.mr.rkey();
+        let (start, end) = (s.start(), s.end());
+        let len = MR_LEN as u32;
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            end,
+            1,
+            rkey,
+            &format!("{what}: a byte past the end"),
+        );
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            start - 1,
+            1,
+            rkey,
+            &format!("{what}: a byte before"),
+        );
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            end - 8,
+            16,
+            rkey,
+            &format!("{what}: straddling the end"),
+        );
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            start - 8,
+            16,
+            rkey,
+            &format!("{what}: straddling the start"),
+        );
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            start,
+            len + 1,
+            rkey,
+            &format!("{what}: one byte too long"),
+        );
+        assert!(
+            s.bytes().iter().all(|&b| b == GUARD),
+            "{what}: nothing written"
+        );
+        // Exactly the region: written, the guard bytes around it unchanged.
+        assert_eq!(
+            s.write(&dev, &mut ctx, start, len, rkey),
+            WcStatus::Success,
+            "{what}"
+        );
+        let data = s.p.fill(0, MR_LEN, 7);
+        let got = s.bytes();
+        assert_eq!(&got[MR_AT..MR_AT + MR_LEN], &data[..], "{what}: written");
+        assert!(
+            got[..MR_AT]
+                .iter()
+                .chain(&got[MR_AT + MR_LEN..])
+                .all(|&b| b == GUARD),
+            "{what}: guard bytes changed"
+        );
+        assert!(
+            dev.iommu_faults().is_empty(),
+            "{what}: the key refused, not the IOMMU"
+        );
+        s.destroy(&mut ctx);
+        close(&dev, ctx, &what);
+    }
+}
+
+#[test]
+fn an_mr_without_remote_write_refuses_writes() {
+    for prof in PROFILES {
+        let (dev, mut ctx) = open(prof);
+        let s = Setup::new(&dev, &mut ctx);
+        let what = format!("{prof:?}");
+        let ro = ctx
+            .reg_mr(
+                s.start(),
+                MR_LEN as u64,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+            )
+            .unwrap();
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            s.start(),
+            8,
+            ro.rkey(),
+            &format!("{what}: no remote write"),
+        );
+        ctx.dereg_mr(ro).map_err(|(_, e)| e).unwrap();
+        s.destroy(&mut ctx);
+        close(&dev, ctx, &what);
+    }
+}
+
+#[test]
+fn a_deregistered_rkey_opens_nothing_even_over_the_same_buffer() {
+    for prof in PROFILES {
+        let (dev, mut ctx) = open(prof);
+        let s = Setup::new(&dev, &mut ctx);
+        let what = format!("{prof:?}");
+        let old = ctx.reg_mr(s.start(), MR_LEN as u64, rights()).unwrap();
+        let stale = old.rkey();
+        ctx.dereg_mr(old).map_err(|(_, e)| e).unwrap();
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            s.start(),
+            8,
+            stale,
+            &format!("{what}: after dereg_mr"),
+        );
+        let again = ctx.reg_mr(s.start(), MR_LEN as u64, rights()).unwrap();
+        assert_ne!(again.rkey(), stale, "{what}: a new key");
+        refused(
+            &dev,
+            &mut ctx,
+            &s,
+            s.start(),
+            8,
+            stale,
+            &format!("{what}: after re-registering"),
+        );
+        assert_eq!(
+            s.write(&dev, &mut ctx, s.start(), 8, again.rkey()),
+            WcStatus::Success,
+            "{what}: the new key works"
+        );
+        ctx.dereg_mr(again).map_err(|(_, e)| e).unwrap();
+        s.destroy(&mut ctx);
+        close(&dev, ctx, &what);
+    }
+}
+
+#[test]
+fn an_lkey_used_outside_its_mr_fails_the_send_locally() {
+    for prof in PROFILES {
+        let (dev, mut ctx) = open(prof);
+        let s = Setup::new(&dev, &mut ctx);
+        let what = format!("{prof:?}");
+        let before = s.bytes();
+        // The target MR's lkey, gathering 16 bytes that straddle its end.
+        let sg = [Sge {
+            addr: s.end() - 8,
+            length: 16,
+            lkey: s.mr.lkey(),
+        }];
+        let wr = SendWr {
+            opcode: WrOpcode::RdmaWrite,
+            remote_addr: s.start(),
+            rkey: s.mr.rkey(),
+            ..send(5, &sg)
+        };
+        ctx.post_send(s.p.a, &[wr]).unwrap();
+        let c = poll_n(&dev, &mut ctx, s.p.scq, 1);
+        assert_eq!(
+            (c[0].wr_id, c[0].status),
+            (5, WcStatus::LocProtErr),
+            "{what}"
+        );
+        assert_eq!(state(&mut ctx, s.p.a), QpState::Err, "{what}");
+        assert!(s.bytes() == before, "{what}: nothing written");
+        recover(&mut ctx, &s.p);
+        s.destroy(&mut ctx);
+        close(&dev, ctx, &what);
+    }
+}
+
+#[test]
+fn a_zero_length_write_with_immediate_needs_no_rkey() {
+    for prof in PROFILES {
+        let (dev, mut ctx) = open(prof);
+        let s = Setup::new(&dev, &mut ctx);
+        let what = format!("{prof:?}");
+        s.p.post_recv(&mut ctx, 0, 1);
+        for (wr_id, opcode) in [(7, WrOpcode::RdmaWriteWithImm), (8, WrOpcode::RdmaWrite)] {
+            let wr = SendWr {
+                wr_id,
+                opcode,
+                send_flags: SendFlags::SIGNALED,
+                imm_data: 0x1234_5678,
+                remote_addr: 0,
+                rkey: 0,
+                ..SendWr::EMPTY
+            };
+            ctx.post_send(s.p.a, &[wr]).unwrap();
+            let c = poll_n(&dev, &mut ctx, s.p.scq, 1);
+            assert_eq!(
+                (c[0].wr_id, c[0].status),
+                (wr_id, WcStatus::Success),
+                "{what}"
+            );
+        }
+        let r = poll_n(&dev, &mut ctx, s.p.rcq, 1);
+        assert_eq!(r.len(), 1, "{what}: one receive, for the immediate");
+        assert_eq!(
+            (r[0].status, r[0].opcode, r[0].byte_len, r[0].imm_data),
+            (
+                WcStatus::Success,
+                WcOpcode::RecvRdmaWithImm,
+                0,
+                Some(0x1234_5678)
+            ),
+            "{what}"
+        );
+        assert!(s.bytes().iter().all(|&b| b == GUARD), "{what}");
+        s.destroy(&mut ctx);
+        close(&dev, ctx, &what);
+    }
+}
+
+#[test]
+fn the_physical_address_key_is_never_made_with_remote_rights() {
+    let (dev, ctx) = open(Profile::ConnectX6Dx);
+    let before = dev.objects().mkeys;
+    for right in [
+        MkeyAccess::REMOTE_WRITE,
+        MkeyAccess::REMOTE_READ,
+        MkeyAccess::REMOTE_ATOMIC,
+    ] {
+        let e = ctx
+            .hca()
+            .create_mkey(MkeyAccess::LOCAL_WRITE | right)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{right:?}: {e}");
+    }
+    assert_eq!(dev.objects().mkeys, before, "nothing created");
+    close(&dev, ctx, "pa key");
+}
