@@ -46,6 +46,9 @@ mod qp_random;
 mod qp_resize;
 mod qp_ring;
 
+// Two hosts on one wire (RoCE v2/v1, InfiniBand), through the verbs facade.
+mod two_hosts;
+
 // The verbs facade (`verbs::Verbs`).
 mod mr_hostile;
 mod mr_protect;
