@@ -53,6 +53,7 @@ mod two_hosts;
 mod mr_hostile;
 mod mr_protect;
 mod verbs;
+mod verbs_addresses;
 mod verbs_channels;
 mod verbs_cq;
 mod verbs_cq_events;
