@@ -7,7 +7,8 @@
 //!    be in the mask, and nothing but them, its optional ones and `STATE`;
 //!    `CUR_STATE` only from RTR, RTS, SQD or SQE;
 //! 2. the values: port, read/atomic depths (Linux `mlx5_ib_modify_qp`), the
-//!    address vector (uverbs, `mlx5_set_path`), and the field widths
+//!    address vector (uverbs, `mlx5_set_path`; the source GID index against
+//!    the table, a RoCE destination MAC), and the field widths
 //!    firmware has (timeouts, retry counts, PSNs, QP numbers);
 //! 3. RESET → RESET succeeds with nothing to do (Linux).
 //!
@@ -16,8 +17,7 @@
 //! command: RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, 2ERR or 2RST,
 //! the optional fields in `opt_param_mask` as Linux's `opt_mask` allows.
 //! Firmware's own refusals (a partition key index beyond its table, an MTU
-//! above the port's, an unprogrammed GID index, a QP whose state the
-//! device changed meanwhile) come back as their errno, `EINVAL`, with the
+//! above the port's, a QP whose state the device changed meanwhile) come back as their errno, `EINVAL`, with the
 //! QP unchanged.
 
 use mlx5_hal::Hal;
