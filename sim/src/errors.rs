@@ -43,7 +43,7 @@ impl std::error::Error for SimError {}
 
 /// A protocol violation by the driver that firmware would notice but cannot
 /// report through a command status (ignored doorbells, scribbled pages, EQ
-/// overruns, ...). Exposed by [`Device::violations`].
+/// overruns, ...). Exposed by [`Device::violations`](crate::Device::violations).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Violation {
@@ -83,6 +83,6 @@ pub enum Violation {
     SendQueue(String),
     /// A host's MMIO access the device does not decode (outside BAR0,
     /// unaligned, or of a width the register does not take): ignored, reads
-    /// return all ones ([`host`]).
+    /// return all ones ([`host`](crate::host)).
     Mmio(String),
 }
