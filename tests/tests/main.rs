@@ -49,6 +49,7 @@ mod qp_ring;
 
 // Two hosts on one wire (RoCE v2/v1, InfiniBand), through the verbs facade.
 mod two_hosts;
+mod two_hosts_wrong;
 
 // The verbs facade (`verbs::Verbs`).
 mod mr_hostile;
