@@ -7,6 +7,18 @@
 //! [`crate::verbs::Verbs`] or [`crate::Hca`] with its owned objects (see
 //! "Which API" on the crate page). The benchmarks reach in here only to
 //! time each layer against a raw baseline (`docs/perf.md`).
+//!
+//! The supported modules do not reach the internals; these fail to build:
+//!
+//! ```compile_fail
+//! use mlx5_driver::cq::CqRing;
+//! ```
+//! ```compile_fail
+//! use mlx5_driver::qp::cmd;
+//! ```
+//! ```compile_fail
+//! use mlx5_driver::cmd::encode;
+//! ```
 
 /// The command encoders and parsers of bring-up, pages, EQs and the
 /// general commands (one `fn` per command, independent of the transport).
