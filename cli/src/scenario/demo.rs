@@ -6,11 +6,11 @@ use mlx5_driver::srq::LimitArm;
 use mlx5_hal::Hal;
 use mlx5_sim::Device;
 
-use super::flow::{demo_len, left, poll_eq, range, wait_limit_event, wait_pending, Flow, Kind};
+use super::flow::{demo_len, left, poll_eq, range, wait_limit_event, wait_pending, Kind};
 use super::objects::{
     alloc_bufs, create_cq, create_pair, create_srq, state_name, Objects, BUF, NBUF, SEND_WR,
 };
-use super::{arm_text, destroy_step, say_other, Summary};
+use super::{arm_text, destroy_step, say_other, State, Step, Summary};
 use crate::common::error::CliError;
 use crate::common::loopback::loopback_path;
 use crate::common::report::Report;
@@ -112,33 +112,75 @@ pub(crate) fn create_qps<H: Hal>(
     Ok(())
 }
 
-pub(super) fn demo<H: Hal>(
+/// The demo's steps, in order: each narrates itself through the report.
+pub(super) fn steps<H: Hal>() -> Vec<Step<H>> {
+    vec![
+        Step::new("create", "Create the CQs, the SRQ and the buffers", create),
+        Step::new("connect", "Create and connect the queue pair", connect),
+        Step::new("post", "Post receives", post),
+        Step::new("arm", "Arm the SRQ limit and the receive CQ", arm),
+        Step::new("traffic", "Send 20 messages", traffic),
+        Step::new("poll", "Poll completions", poll),
+        Step::new(
+            "limit",
+            "SRQ limit event by consumption, through EQ polling, and re-arm",
+            limit,
+        ),
+        Step::new(
+            "resize",
+            "Resize the receive CQ while completions are waiting",
+            resize,
+        ),
+        Step::new("destroy", "Destroy everything", destroy),
+    ]
+}
+
+fn create<H: Hal>(
     hca: &TracedHca<'_, H>,
-    objs: &mut Objects<H>,
-    flow: &mut Flow,
-    model: Option<&Device>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    _sum: &mut Summary,
+) -> Result<(), CliError> {
+    create_queues(hca, &mut st.objs, 255, 63, r)?;
+    Ok(())
+}
+
+fn connect<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
     r: &mut Report,
     sum: &mut Summary,
 ) -> Result<(), CliError> {
-    r.step("create", "Create the CQs, the SRQ and the buffers");
-    create_queues(hca, objs, 255, 63, r)?;
-
-    r.step("connect", "Create and connect the queue pair");
-    create_qps(hca, objs, 0, r)?;
-    let mut p = objs.parts()?;
+    create_qps(hca, &mut st.objs, 0, r)?;
+    let p = st.objs.parts()?;
     sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
-    let srq_name = if p.srq.is_rmp() { "RMP" } else { "SRQ" };
+    Ok(())
+}
 
-    r.step("post", "Post receives");
-    flow.post_recvs(hca, p.srq, p.rbufs, 32)?;
+fn post<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    _sum: &mut Summary,
+) -> Result<(), CliError> {
+    let p = st.objs.parts()?;
+    st.flow.post_recvs(hca, p.srq, p.rbufs, 32)?;
     r.say(format!(
         "posted 32 receive requests (wr_id 0..=31), one {BUF}-byte buffer each, lkey {:#x}; {} outstanding",
         hca.default_lkey(),
         p.srq.outstanding()
     ));
     r.set("posted", 32);
+    Ok(())
+}
 
-    r.step("arm", "Arm the SRQ limit and the receive CQ");
+fn arm<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    let p = st.objs.parts()?;
     let arm = hca
         .arm_srq_limit(p.srq, 8)
         .map_err(|e| CliError::driver("arming the SRQ limit", e))?;
@@ -155,16 +197,25 @@ pub(super) fn demo<H: Hal>(
     r.say("receive CQ armed: exactly one completion event follows the next completion");
     r.set("limit", 8);
     r.set("lwm", lwm);
-
     sum.traffic = true;
-    r.step("traffic", "Send 20 messages");
+    Ok(())
+}
+
+fn traffic<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    _sum: &mut Summary,
+) -> Result<(), CliError> {
+    let mut p = st.objs.parts()?;
+    let srq_name = if p.srq.is_rmp() { "RMP" } else { "SRQ" };
     let msgs: Vec<(Kind, usize)> = (0..20).map(|s| (Kind::Send, demo_len(s))).collect();
-    flow.post(hca, &mut p, &msgs)?;
+    st.flow.post(hca, &mut p, &msgs)?;
     wait_pending(hca, p.rcq, 20, "receive")?;
     wait_pending(hca, p.scq, 20, "send")?;
     r.say(format!(
         "post_send: 20 SENDs (wr_id 1000..=1019, 32..255 bytes from the send buffers) in one call, one doorbell; {} carried each from QP {:#x} to QP {:#x}, which took the next {srq_name} WQE, scattered the payload into its buffer and wrote a receive CQE; the sender got a send CQE per message",
-        carrier(model),
+        carrier(st.model),
         p.sender.qpn(),
         p.receiver.qpn()
     ));
@@ -177,8 +228,17 @@ pub(super) fn demo<H: Hal>(
     r.set("sent", 20);
     r.set("recv_waiting", p.rcq.pending());
     r.set("send_waiting", p.scq.pending());
+    Ok(())
+}
 
-    r.step("poll", "Poll completions");
+fn poll<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    let mut p = st.objs.parts()?;
+    let srq_name = if p.srq.is_rmp() { "RMP" } else { "SRQ" };
     let (limit, comp, other) = poll_eq(hca, Some(p.srq.srqn()), Some(p.rcq.cqn()))?;
     sum.limit_events += limit;
     sum.comp_events += comp;
@@ -187,7 +247,7 @@ pub(super) fn demo<H: Hal>(
         p.rcq.cqn()
     ));
     say_other(r, &other);
-    let (seqs, ids) = flow.complete_all(hca, &mut p)?;
+    let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
     r.say(format!(
         "receive CQ: polled {} completions ({}): RESP_SEND from QP {:#x}, wr_id in posting order, byte counts and payloads checked byte for byte; each WQE returned to the {srq_name}",
         seqs.len(),
@@ -202,15 +262,22 @@ pub(super) fn demo<H: Hal>(
     r.set("completion_events", comp);
     r.set("received", seqs.len());
     r.set("send_completions", ids.len());
+    Ok(())
+}
 
-    r.step(
-        "limit",
-        "SRQ limit event by consumption, through EQ polling, and re-arm",
-    );
+fn limit<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    let mut p = st.objs.parts()?;
+    let srq_name = if p.srq.is_rmp() { "RMP" } else { "SRQ" };
     let mut fired_after = None;
     for i in 1..=5u64 {
         let want = p.rcq.pending() + 1;
-        flow.post(hca, &mut p, &[(Kind::Send, demo_len(flow.next_seq()))])?;
+        st.flow
+            .post(hca, &mut p, &[(Kind::Send, demo_len(st.flow.next_seq()))])?;
         wait_pending(hca, p.rcq, want, "receive")?;
         let (limit, comp, other) = poll_eq(hca, Some(p.srq.srqn()), Some(p.rcq.cqn()))?;
         sum.comp_events += comp;
@@ -245,7 +312,7 @@ pub(super) fn demo<H: Hal>(
     r.say(format!(
         "query_srq: lwm = {lwm} (the limit is one-shot: firmware disarmed it)"
     ));
-    let (seqs, ids) = flow.complete_all(hca, &mut p)?;
+    let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
     r.say(format!(
         "polled {} receive completions ({}) and {} send completions ({})",
         seqs.len(),
@@ -253,7 +320,7 @@ pub(super) fn demo<H: Hal>(
         ids.len(),
         range("wr_id", &ids)
     ));
-    flow.post_recvs(hca, p.srq, p.rbufs, 24)?;
+    st.flow.post_recvs(hca, p.srq, p.rbufs, 24)?;
     let arm = hca
         .arm_srq_limit(p.srq, 8)
         .map_err(|e| CliError::driver("re-arming the SRQ limit", e))?;
@@ -270,16 +337,21 @@ pub(super) fn demo<H: Hal>(
     r.set("limit_event_after_message", fired_after.map(|(i, _)| i));
     r.set("limit_events", sum.limit_events);
     r.set("rearmed", sum.limit_rearmed);
+    Ok(())
+}
 
-    r.step(
-        "resize",
-        "Resize the receive CQ while completions are waiting",
-    );
-    let received_before = flow.received;
+fn resize<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    let mut p = st.objs.parts()?;
+    let received_before = st.flow.received;
     let msgs: Vec<(Kind, usize)> = (0..12)
-        .map(|i| (Kind::Send, demo_len(flow.next_seq() + i)))
+        .map(|i| (Kind::Send, demo_len(st.flow.next_seq() + i)))
         .collect();
-    flow.post(hca, &mut p, &msgs)?;
+    st.flow.post(hca, &mut p, &msgs)?;
     wait_pending(hca, p.rcq, 12, "receive")?;
     let waiting = p.rcq.pending();
     let from = p.rcq.capacity();
@@ -293,11 +365,11 @@ pub(super) fn demo<H: Hal>(
         p.rcq.capacity()
     ));
     let msgs: Vec<(Kind, usize)> = (0..4)
-        .map(|i| (Kind::Send, demo_len(flow.next_seq() + i)))
+        .map(|i| (Kind::Send, demo_len(st.flow.next_seq() + i)))
         .collect();
-    flow.post(hca, &mut p, &msgs)?;
-    let (seqs, ids) = flow.complete_all(hca, &mut p)?;
-    let got = flow.received - received_before;
+    st.flow.post(hca, &mut p, &msgs)?;
+    let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
+    let got = st.flow.received - received_before;
     r.say(format!(
         "4 messages after the resize; polled {} receive completions ({}): the {waiting} from before the resize, then the 4 after, in order; {} lost",
         seqs.len(),
@@ -315,7 +387,16 @@ pub(super) fn demo<H: Hal>(
     r.set("waiting", waiting);
     r.set("received", got);
     r.set("lost", 16u64.saturating_sub(got));
+    Ok(())
+}
 
-    r.step("destroy", "Destroy everything");
-    destroy_step(hca, objs, model, r)
+/// Destroy every object and say what the model holds (every scenario ends
+/// with it).
+pub(super) fn destroy<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    _sum: &mut Summary,
+) -> Result<(), CliError> {
+    destroy_step(hca, &mut st.objs, st.model, r)
 }

@@ -48,8 +48,70 @@ impl Scenario {
     }
 }
 
-/// Run a scenario end to end. The summary comes back also when the run
-/// fails, with the page and object accounting known at that point.
+/// What the steps of a scenario share: the objects made so far, the
+/// traffic so far and the model (when the target is the model).
+pub(crate) struct State<'m, H: Hal> {
+    pub(crate) objs: Objects<H>,
+    pub(crate) flow: Flow,
+    pub(crate) model: Option<&'m Device>,
+}
+
+/// One step's work: it narrates itself through the report and adds what it
+/// saw to the summary.
+pub(crate) type StepFn<H> = for<'a, 'h, 'm> fn(
+    &'a TracedHca<'h, H>,
+    &'a mut State<'m, H>,
+    &'a mut Report,
+    &'a mut Summary,
+) -> Result<(), CliError>;
+
+/// One step of a scenario: its id and title (the report's step heading)
+/// and its work.
+pub(crate) struct Step<H: Hal> {
+    id: &'static str,
+    title: &'static str,
+    run: StepFn<H>,
+}
+
+impl<H: Hal> Step<H> {
+    pub(crate) const fn new(id: &'static str, title: &'static str, run: StepFn<H>) -> Self {
+        Step { id, title, run }
+    }
+}
+
+impl Scenario {
+    /// The scenario's steps between bring-up and teardown, in order.
+    fn steps<H: Hal>(self) -> Vec<Step<H>> {
+        match self {
+            Scenario::Demo => demo::steps(),
+            Scenario::Limit => vec![
+                Step::new(
+                    "create",
+                    "Create the CQs, the SRQ, the buffers and the QP pair",
+                    |hca, st, r, sum| create_all(hca, st, 15, r, sum),
+                ),
+                Step::new("arm", "Post 10 receives, arm the limit at 7", limit_arm),
+                Step::new("limit", "Send until the limit event", limit_event),
+                Step::new("destroy", "Destroy everything", demo::destroy),
+            ],
+            Scenario::Resize => vec![
+                Step::new(
+                    "create",
+                    "Create the CQs, the SRQ, the buffers and the QP pair",
+                    |hca, st, r, sum| create_all(hca, st, 63, r, sum),
+                ),
+                Step::new("traffic", "Send 40 messages, poll none", resize_traffic),
+                Step::new("resize", "Resize with completions waiting", resize_cq),
+                Step::new("destroy", "Destroy everything", demo::destroy),
+            ],
+        }
+    }
+}
+
+/// Run a scenario end to end: bring-up, its steps in order (stopping at
+/// the first failure, then destroying what was made), teardown. The
+/// summary comes back also when the run fails, with the page and object
+/// accounting known at that point.
 pub fn run<H: Hal>(
     which: Scenario,
     hal: H,
@@ -71,17 +133,19 @@ pub fn run<H: Hal>(
     };
     narrate_bring_up(&hca, waited, t, r);
     sum.loopback = crate::common::loopback::loopback_name(&hca);
-    let mut objs = Objects::new();
-    let mut flow = Flow::new();
-    let body = match which {
-        Scenario::Demo => demo::demo(&hca, &mut objs, &mut flow, env.model, r, &mut sum),
-        Scenario::Limit => limit(&hca, &mut objs, &mut flow, env.model, r, &mut sum),
-        Scenario::Resize => resize(&hca, &mut objs, &mut flow, env.model, r, &mut sum),
+    let mut st = State {
+        objs: Objects::new(),
+        flow: Flow::new(),
+        model: env.model,
     };
-    sum.absorb(&flow, env.model);
+    let body = which.steps().iter().try_for_each(|step| {
+        r.step(step.id, step.title);
+        (step.run)(&hca, &mut st, r, &mut sum)
+    });
+    sum.absorb(&st.flow, env.model);
     if let Err(e) = &body {
         r.say(format!("stopped: {}", e.message()));
-        let (undone, _) = objs.destroy(&hca);
+        let (undone, _) = st.objs.destroy(&hca);
         if !undone.is_empty() {
             r.say(format!("after the failure: {}", undone.join(", ")));
         }
@@ -135,40 +199,55 @@ pub(crate) fn destroy_step<H: Hal>(
     Ok(())
 }
 
-// ------------------------------------------------------------ limit
-
-/// rdma-core's case: 10 receives posted, limit 7, the event after the 4th
-/// message.
-fn limit<H: Hal>(
+/// The limit and resize scenarios' first step: a 63-entry CQ pair, an SRQ
+/// of `srq_wr` and the connected QP pair.
+fn create_all<H: Hal>(
     hca: &TracedHca<'_, H>,
-    objs: &mut Objects<H>,
-    flow: &mut Flow,
-    model: Option<&Device>,
+    st: &mut State<'_, H>,
+    srq_wr: u32,
     r: &mut Report,
     sum: &mut Summary,
 ) -> Result<(), CliError> {
-    r.step(
-        "create",
-        "Create the CQs, the SRQ, the buffers and the QP pair",
-    );
-    demo::create_queues(hca, objs, 63, 15, r)?;
-    demo::create_qps(hca, objs, 0, r)?;
-    let mut p = objs.parts()?;
+    demo::create_queues(hca, &mut st.objs, 63, srq_wr, r)?;
+    demo::create_qps(hca, &mut st.objs, 0, r)?;
+    let p = st.objs.parts()?;
     sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
-    r.step("arm", "Post 10 receives, arm the limit at 7");
-    flow.post_recvs(hca, p.srq, p.rbufs, 10)?;
+    Ok(())
+}
+
+// ------------------------------------------------------------ limit
+// rdma-core's case: 10 receives posted, limit 7, the event after the 4th
+// message.
+
+fn limit_arm<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    let p = st.objs.parts()?;
+    st.flow.post_recvs(hca, p.srq, p.rbufs, 10)?;
     let arm = hca
         .arm_srq_limit(p.srq, 7)
         .map_err(|e| CliError::driver("arming the SRQ limit", e))?;
     r.say(format!("10 posted; limit 7: {}", arm_text(arm)));
     sum.traffic = true;
-    r.step("limit", "Send until the limit event");
+    Ok(())
+}
+
+fn limit_event<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    let mut p = st.objs.parts()?;
     for i in 1..=4u64 {
         let want = p.rcq.pending() + 1;
-        flow.post(
+        st.flow.post(
             hca,
             &mut p,
-            &[(Kind::Send, flow::demo_len(flow.next_seq()))],
+            &[(Kind::Send, flow::demo_len(st.flow.next_seq()))],
         )?;
         wait_pending(hca, p.rcq, want, "receive")?;
         let (limit, _, other) = poll_eq(hca, Some(p.srq.srqn()), None)?;
@@ -176,7 +255,7 @@ fn limit<H: Hal>(
         sum.limit_events += limit;
         r.say(format!(
             "message {i} ({} carried it): {} receives posted, {limit} limit event(s)",
-            demo::carrier(model),
+            demo::carrier(st.model),
             left(p.srq, p.rcq)
         ));
     }
@@ -193,13 +272,13 @@ fn limit<H: Hal>(
             ));
         }
     }
-    let (seqs, ids) = flow.complete_all(hca, &mut p)?;
+    let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
     r.say(format!(
         "polled {} receive and {} send completions",
         seqs.len(),
         ids.len()
     ));
-    flow.post_recvs(hca, p.srq, p.rbufs, 4)?;
+    st.flow.post_recvs(hca, p.srq, p.rbufs, 4)?;
     let arm = hca
         .arm_srq_limit(p.srq, 7)
         .map_err(|e| CliError::driver("re-arming the SRQ limit", e))?;
@@ -213,42 +292,40 @@ fn limit<H: Hal>(
         arm_text(arm)
     ));
     r.set("limit_events", sum.limit_events);
-    r.step("destroy", "Destroy everything");
-    destroy_step(hca, objs, model, r)
+    Ok(())
 }
 
 // ------------------------------------------------------------ resize
+// A 63-entry receive CQ resized to 255 with 40 completions waiting, 5
+// more after.
 
-/// A 63-entry receive CQ resized to 255 with 40 completions waiting, 5
-/// more after.
-fn resize<H: Hal>(
+fn resize_traffic<H: Hal>(
     hca: &TracedHca<'_, H>,
-    objs: &mut Objects<H>,
-    flow: &mut Flow,
-    model: Option<&Device>,
+    st: &mut State<'_, H>,
     r: &mut Report,
     sum: &mut Summary,
 ) -> Result<(), CliError> {
-    r.step(
-        "create",
-        "Create the CQs, the SRQ, the buffers and the QP pair",
-    );
-    demo::create_queues(hca, objs, 63, 63, r)?;
-    demo::create_qps(hca, objs, 0, r)?;
-    let mut p = objs.parts()?;
-    sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
-    flow.post_recvs(hca, p.srq, p.rbufs, 48)?;
+    let mut p = st.objs.parts()?;
+    st.flow.post_recvs(hca, p.srq, p.rbufs, 48)?;
     sum.traffic = true;
-    r.step("traffic", "Send 40 messages, poll none");
     let msgs: Vec<(Kind, usize)> = (0..40).map(|s| (Kind::Send, flow::demo_len(s))).collect();
-    flow.post(hca, &mut p, &msgs)?;
+    st.flow.post(hca, &mut p, &msgs)?;
     wait_pending(hca, p.rcq, 40, "receive")?;
     r.say(format!(
         "{} carried 40 messages; {} receive completions waiting",
-        demo::carrier(model),
+        demo::carrier(st.model),
         p.rcq.pending()
     ));
-    r.step("resize", "Resize with completions waiting");
+    Ok(())
+}
+
+fn resize_cq<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    let mut p = st.objs.parts()?;
     let (from, waiting) = (p.rcq.capacity(), p.rcq.pending());
     hca.resize_cq(p.rcq, 255)
         .map_err(|e| CliError::driver("resizing the CQ", e))?;
@@ -258,14 +335,13 @@ fn resize<H: Hal>(
     ));
     sum.resize = Some((from, p.rcq.capacity(), waiting));
     let msgs: Vec<(Kind, usize)> = (40..45).map(|s| (Kind::Send, flow::demo_len(s))).collect();
-    flow.post(hca, &mut p, &msgs)?;
-    let (seqs, ids) = flow.complete_all(hca, &mut p)?;
+    st.flow.post(hca, &mut p, &msgs)?;
+    let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
     r.say(format!(
         "5 more after the resize; polled {} receive completions ({}) in order and {} send completions",
         seqs.len(),
         range("messages", &seqs),
         ids.len()
     ));
-    r.step("destroy", "Destroy everything");
-    destroy_step(hca, objs, model, r)
+    Ok(())
 }
