@@ -9,8 +9,10 @@
 //! - `facade_poll_arriving/{facade,ring,checked}`: receive completions the
 //!   device hands over one at a time, polled with 16 slots per call (each
 //!   call finds one: a latency-bound loop passing a burst array);
-//! - `facade_post/{n}_sge/{k}_per_call/{facade,ring,raw}`: receive posts,
-//!   k requests per call (ring: `SrqRing::post_list`);
+//! - `facade_post/{n}_sge/{k}_per_call/{facade,ring,raw,post_recv}`:
+//!   receive posts, k requests per call (ring: `SrqRing::post_list`;
+//!   post_recv: `Verbs::post_recv` on a QP's own receive queue, to compare
+//!   with `facade`, `post_srq_recv`);
 //! - `facade_recv_loop/{facade,ring,checked,raw}/B`: poll B, repost B;
 //! - `facade_send/{1_sge,4_sge,inline_64}/{k}_per_call/{facade,ring,raw}`:
 //!   signaled SENDs, k per call (ring: `Qp::post_send`);
@@ -30,6 +32,7 @@ use criterion::{
 use mlx5_bench::facade::{
     raw_empty, raw_poll_recv, recv_wrs, sges, write_recv_cqes, RawWc, Rig, RingRig,
 };
+use mlx5_bench::facade_own_rq::OwnRqRig;
 use mlx5_bench::facade_recv::{Checking, Complete, RingSide, Trusting, LOOP_P, LOOP_WR};
 use mlx5_bench::facade_send::{
     write_req_cqes, RawSq, RingSendRig, SendRig, SendShape, SendWorkload, SEND_WR,
@@ -268,6 +271,22 @@ fn post(c: &mut Criterion) {
                         // Untimed: the device completes them all in order.
                         rig.device_completes(n);
                         rig.poll_block(&mut wc, n);
+                    }
+                    total
+                });
+            });
+            g.bench_function("post_recv", |b| {
+                let mut rig = OwnRqRig::new(8, WR, max_sge);
+                let wrs = recv_wrs(n, &sge);
+                let mut wc = vec![WorkCompletion::EMPTY; 64];
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let t = Instant::now();
+                        rig.post_chunks(&wrs, per_call);
+                        total += t.elapsed();
+                        // Untimed: the device completes them all in order.
+                        rig.complete_all(n, &mut wc);
                     }
                     total
                 });

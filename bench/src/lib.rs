@@ -7,6 +7,7 @@ use mlx5_hal::host::HostHal;
 use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
 
 pub mod facade;
+pub mod facade_own_rq;
 pub mod facade_recv;
 pub mod facade_send;
 

@@ -25,7 +25,7 @@
 //! * **Reset**: [`Device::host_reset`] puts the function back to power-on
 //!   (system reset and function-level reset alike).
 //! * **No panics on the guest's behalf**: a bad MMIO access (outside BAR0,
-//!   unaligned, or a width the register does not take) is a recorded
+//!   unaligned, a write narrower than 4 bytes) is a recorded
 //!   [`Violation::Mmio`]; a read of it returns all ones, as a PCIe read the
 //!   device does not claim.
 
@@ -94,14 +94,18 @@ impl Device {
             .map(|d| st.clock.vclock_ns.saturating_add(d))
     }
 
-    /// A host's MMIO read of `width` bytes (4 or 8) at BAR0 `offset`, at host
-    /// time `now_ns`. The value is the register's (big-endian on the bus).
-    /// An access the device does not decode is recorded and reads all ones.
+    /// A host's MMIO read of `width` bytes (1, 2, 4 or 8, naturally aligned)
+    /// at BAR0 `offset`, at host time `now_ns`. The value is the register's
+    /// (big-endian on the bus); a 1- or 2-byte read returns those bytes of
+    /// the 32-bit word, as a PCIe read with byte enables does (Linux reads
+    /// the health buffer's `rfr_severity` and `synd` with `ioread8` and
+    /// `ext_synd` with `ioread16be`). An access the device does not decode
+    /// is recorded and reads all ones.
     pub fn host_mmio_read(&self, now_ns: u64, offset: u64, width: u32) -> u64 {
         self.host_tick(now_ns);
         let mut st = self.lock();
         let size = st.bar0_size() as u64;
-        let ok = matches!(width, 4 | 8)
+        let ok = matches!(width, 1 | 2 | 4 | 8)
             && offset.is_multiple_of(width as u64)
             && offset.checked_add(width as u64).is_some_and(|e| e <= size);
         if !ok {
@@ -115,10 +119,15 @@ impl Device {
             };
         }
         let off = offset as usize;
-        if width == 4 {
-            st.mmio_read32(off) as u64
-        } else {
-            ((st.mmio_read32(off) as u64) << 32) | st.mmio_read32(off + 4) as u64
+        match width {
+            8 => ((st.mmio_read32(off) as u64) << 32) | st.mmio_read32(off + 4) as u64,
+            4 => st.mmio_read32(off) as u64,
+            _ => {
+                // Byte k of the big-endian word is bits 31-8k..24-8k.
+                let word = st.mmio_read32(off & !3) as u64;
+                let shift = 8 * (4 - (off & 3) as u32 - width);
+                (word >> shift) & ((1u64 << (8 * width)) - 1)
+            }
         }
     }
 

@@ -73,6 +73,21 @@ pub(crate) struct Wait {
     pub left: Option<u8>,
 }
 
+/// A QP's own receive ring (`rq_type` regular): WQEs of data segments,
+/// consumed in order up to the doorbell record's receive counter.
+#[derive(Debug, Clone)]
+pub(crate) struct RecvQueue {
+    /// The QP buffer (the receive ring is at its start).
+    pub buf: QBuf,
+    /// log2 of the WQEs.
+    pub log_size: u8,
+    /// log2 of the stride in bytes (`log_rq_stride` + 4).
+    pub log_stride: u8,
+    /// Consumer counter (16 bits): the next WQE to take, also the WQE
+    /// counter its completion carries.
+    pub ci: u16,
+}
+
 /// A queue pair.
 #[derive(Debug, Clone)]
 pub(crate) struct Qp {
@@ -90,6 +105,8 @@ pub(crate) struct Qp {
     pub log_page_size: u8,
     pub page_offset: u8,
     pub rq_type: u8,
+    /// The own receive ring when `rq_type` = 0.
+    pub rq: Option<RecvQueue>,
     /// SRQ/RMP number when `rq_type` = 1.
     pub srqn: Option<u32>,
     pub xrcd: u32,

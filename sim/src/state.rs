@@ -214,6 +214,7 @@ impl State {
         }
         // RNR / ACK timers of the traffic engine, CQ moderation timers.
         self.qp_run_due();
+        self.rq_flush_due();
         self.cq_moderation_run_due();
     }
 

@@ -175,14 +175,14 @@ syndromes! {
     QP_UNSUPPORTED = 0x0800_0004, BAD_PARAM_ERR, false, "CREATE_QP asks for an unmodelled feature (input_qpn, qpc_ext, ece, umem, offloads, cross-channel, signature, DC, non-zero opt_param_mask)";
     QP_UAR = 0x0800_0005, BAD_RES_ERR, false, "qpc.uar_page is not an allocated UAR";
     QP_CQN_SND = 0x0800_0006, BAD_RES_ERR, false, "qpc.cqn_snd is not an existing CQ (needed with a send queue)";
-    QP_CQN_RCV = 0x0800_0007, BAD_RES_ERR, false, "qpc.cqn_rcv is not an existing CQ (needed with an SRQ)";
+    QP_CQN_RCV = 0x0800_0007, BAD_RES_ERR, false, "qpc.cqn_rcv is not an existing CQ (needed with an SRQ or an own receive queue)";
     QP_SRQN = 0x0800_0008, BAD_RES_ERR, false, "srqn_rmpn_xrqn names no SRQ (ISSI 0) / RMP (ISSI 1) in the ready state";
-    QP_RQ_TYPE = 0x0800_0009, BAD_PARAM_ERR, false, "rq_type not SRQ (1) or zero-length (3), or a QP with neither send nor receive queue";
+    QP_RQ_TYPE = 0x0800_0009, BAD_PARAM_ERR, false, "rq_type not regular (0), SRQ (1) or zero-length (3), or a QP with neither send nor receive queue";
     QP_RQ_FIELDS = 0x0800_000a, BAD_PARAM_ERR, false, "log_rq_size/log_rq_stride not 0 without an own RQ, or srqn set without rq_type SRQ";
     QP_SQ_FIELDS = 0x0800_000b, BAD_PARAM_ERR, false, "no_sq with log_sq_size not 0";
     QP_SQ_SIZE = 0x0800_000c, BAD_PARAM_ERR, false, "log_sq_size above log_max_qp_sz";
     QP_PAGE_SIZE = 0x0800_000d, BAD_PARAM_ERR, false, "qpc.log_page_size above the model's limit";
-    QP_PAS_SHORT = 0x0800_000e, BAD_INP_LEN_ERR, false, "CREATE_QP input too short for the page list the send ring needs";
+    QP_PAS_SHORT = 0x0800_000e, BAD_INP_LEN_ERR, false, "CREATE_QP input too short for the page list the QP buffer (receive ring, then send ring) needs";
     QP_PAS_ALIGN = 0x0800_000f, BAD_PARAM_ERR, false, "QP page address not aligned to the page size";
     QP_DBR_ALIGN = 0x0800_0010, BAD_PARAM_ERR, false, "qpc.dbr_addr not 8-byte aligned";
     QP_TS_FORMAT = 0x0800_0011, BAD_PARAM_ERR, false, "qpc.ts_format not allowed by the timestamp capability";
@@ -191,6 +191,8 @@ syndromes! {
     QP_PM_STATE = 0x0800_0014, BAD_PARAM_ERR, false, "pm_state not MIGRATED (3): no alternate path is modelled";
     QP_XRCD = 0x0800_0015, BAD_RES_ERR, false, "qpc.xrcd neither 0 nor an allocated XRC domain";
     QP_NOT_FOUND = 0x0800_0016, BAD_RES_ERR, false, "qpn names no QP";
+    QP_RQ_SIZE = 0x0800_0017, BAD_PARAM_ERR, false, "own receive queue with log_rq_size above log_max_qp_sz";
+    QP_RQ_STRIDE = 0x0800_0018, BAD_PARAM_ERR, false, "own receive queue whose WQE (16 << log_rq_stride bytes) is above max_wqe_sz_rq";
     // ---- QP transitions ----
     QP_BAD_STATE = 0x0900_0001, BAD_QP_STATE_ERR, false, "transition not legal from the QP's current state";
     QP_OPT_PARAM = 0x0900_0002, BAD_PARAM_ERR, false, "opt_param_mask has bits outside the transition's allowed set";

@@ -274,7 +274,7 @@ impl State {
         };
         // The side door has no QP: keys are checked against the SRQ's PD.
         let what = format!("receive scatter srqn {srqn:#x} WQE {idx}");
-        let result = match self.plan_scatter(&wqe, pd, payload.len() as u64, &what) {
+        let result = match self.plan_scatter(&wqe[16..], pd, payload.len() as u64, &what) {
             Ok(plan) => {
                 self.write_plan(&plan, payload, &what);
                 Delivery::Completed { wqe_index: idx }

@@ -159,7 +159,7 @@ fn bad_mmio_accesses_are_recorded_never_panics() {
     let bar = 1u64 << (dev.caps().uar_sz as u32 + 12);
     assert_eq!(dev.host_mmio_read(0, bar, 4), 0xffff_ffff);
     assert_eq!(dev.host_mmio_read(0, 2, 4), 0xffff_ffff);
-    assert_eq!(dev.host_mmio_read(0, 0, 2), 0xffff);
+    assert_eq!(dev.host_mmio_read(0, 0, 3), 0xff_ffff);
     assert_eq!(dev.host_mmio_read(0, u64::MAX - 3, 4), 0xffff_ffff);
     dev.host_mmio_write(0, bar - 4, 8, 0);
     dev.host_mmio_write(0, 0x18, 1, 1);
@@ -170,6 +170,28 @@ fn bad_mmio_accesses_are_recorded_never_panics() {
         "{v:?}"
     );
     assert_eq!(dev.hca_state(), HcaState::Disabled);
+}
+
+#[test]
+fn narrow_reads_return_their_bytes_of_the_big_endian_word() {
+    // Linux reads the health buffer's rfr_severity and synd with ioread8
+    // and ext_synd with ioread16be (`drivers/net/ethernet/mellanox/mlx5/
+    // core/health.c`): a healthy device answers 0 there, and any narrow
+    // read is the matching bytes of the 32-bit register.
+    let (dev, _, _) = hosted();
+    let now = 10_000_000_000;
+    let word = dev.host_mmio_read(now, 0, 4);
+    assert_eq!(dev.host_mmio_read(now, 0, 1), word >> 24);
+    assert_eq!(dev.host_mmio_read(now, 1, 1), (word >> 16) & 0xff);
+    assert_eq!(dev.host_mmio_read(now, 3, 1), word & 0xff);
+    assert_eq!(dev.host_mmio_read(now, 0, 2), word >> 16);
+    assert_eq!(dev.host_mmio_read(now, 2, 2), word & 0xffff);
+    // Health buffer (0x200-0x23f): rfr_severity at 0x238, synd at 0x23d,
+    // ext_synd at 0x23e are all zero on a healthy device.
+    assert_eq!(dev.host_mmio_read(now, 0x238, 1), 0);
+    assert_eq!(dev.host_mmio_read(now, 0x23d, 1), 0);
+    assert_eq!(dev.host_mmio_read(now, 0x23e, 2), 0);
+    assert!(dev.violations().is_empty(), "{:?}", dev.violations());
 }
 
 fn gen_eqe(f: &mut Fw, eqn: u8) {

@@ -94,6 +94,64 @@ fn create_query_destroy_and_shapes() {
 }
 
 #[test]
+fn create_qp_with_an_own_receive_ring_checks_it_against_the_caps() {
+    let mut e = env(Profile::ConnectX5);
+    // The RMP's command, made into an own ring of 8 64-byte WQEs (512
+    // bytes) before the 16-WQEBB send ring: one 4 KiB page holds both.
+    let base = e.cmd();
+    let own = |log_size: u8, log_stride: u8| {
+        let mut i = base.clone();
+        let c = create_qp_in::qpc.get_mut(&mut i);
+        qpc::rq_type.set(c, 0).unwrap();
+        qpc::srqn_rmpn_xrqn.set(c, 0).unwrap();
+        qpc::log_rq_size.set(c, log_size).unwrap();
+        qpc::log_rq_stride.set(c, log_stride).unwrap();
+        i
+    };
+    let o = e.f.ok(&own(3, 2), OL);
+    let qpn = create_qp_out::qpn.get(&o);
+    e.dbr.write_be32(0, 3);
+    let q = e.f.ok(&qpn_cmd(Opcode::QUERY_QP, qpn), query_qp_out::SIZE);
+    let c = query_qp_out::qpc.get(&q);
+    assert_eq!(
+        (
+            qpc::rq_type.get(c),
+            qpc::log_rq_size.get(c),
+            qpc::log_rq_stride.get(c)
+        ),
+        (0, 3, 2)
+    );
+    assert_eq!(
+        (qpc::sw_rq_counter.get(c), qpc::hw_rq_counter.get(c)),
+        (3, 0)
+    );
+    assert_eq!(&q[0x110..0x118], &e.ring.iova().to_be_bytes());
+    e.f.ok(&qpn_cmd(Opcode::DESTROY_QP, qpn), 16);
+    // A WQE above max_wqe_sz_rq (512 on this profile): 1 KiB.
+    e.f.refused(&own(3, 6), OL, CmdStatus::BAD_PARAM_ERR, sy::QP_RQ_STRIDE);
+    e.f.ok(&own(0, 5), OL);
+    // More WQEs than 2^log_max_qp_sz.
+    e.f.dev.caps_mut(|c| c.log_max_qp_sz = 4);
+    e.f.refused(&own(5, 0), OL, CmdStatus::BAD_PARAM_ERR, sy::QP_RQ_SIZE);
+    e.f.dev.caps_mut(|c| c.log_max_qp_sz = 15);
+    // The page list must cover the receive ring and the send ring: 4 KiB
+    // of WQEs before 1 KiB of send ring need two pages, one is given.
+    e.f.refused(&own(8, 0), OL, CmdStatus::BAD_INP_LEN_ERR, sy::QP_PAS_SHORT);
+    // A receive ring needs a receive CQ.
+    let mut i = own(3, 2);
+    qpc::cqn_rcv
+        .set(create_qp_in::qpc.get_mut(&mut i), 0)
+        .unwrap();
+    e.f.refused(&i, OL, CmdStatus::BAD_RES_ERR, sy::QP_CQN_RCV);
+    // rq_type 2 (cyclic) is not offered.
+    let mut i = own(3, 2);
+    qpc::rq_type
+        .set(create_qp_in::qpc.get_mut(&mut i), 2)
+        .unwrap();
+    e.f.refused(&i, OL, CmdStatus::BAD_PARAM_ERR, sy::QP_RQ_TYPE);
+}
+
+#[test]
 fn create_qp_refusals() {
     let mut e = env(Profile::ConnectX5);
     let good = e.cmd();
@@ -113,7 +171,8 @@ fn create_qp_refusals() {
     bad!(pm_state = 0, BAD_PARAM_ERR, QP_PM_STATE);
     bad!(uar_page = 3, BAD_RES_ERR, QP_UAR);
     bad!(counter_set_id = 1, BAD_RES_ERR, QP_COUNTER_SET);
-    bad!(rq_type = 0, BAD_PARAM_ERR, QP_RQ_TYPE);
+    // A regular RQ may not name an SRQ.
+    bad!(rq_type = 0, BAD_PARAM_ERR, QP_RQ_FIELDS);
     bad!(rq_type = 2, BAD_PARAM_ERR, QP_RQ_TYPE);
     bad!(log_rq_size = 3, BAD_PARAM_ERR, QP_RQ_FIELDS);
     bad!(log_rq_stride = 1, BAD_PARAM_ERR, QP_RQ_FIELDS);

@@ -56,6 +56,7 @@ mod verbs_cq_events;
 mod verbs_cq_moderation;
 mod verbs_error_cause;
 mod verbs_fidelity;
+mod verbs_own_rq;
 mod verbs_poll_ex;
 mod verbs_poll_route;
 mod verbs_qp;

@@ -3,8 +3,9 @@
 //!
 //! A scenario (bring-up with its DMA key, XRC domain and loopback set-up;
 //! CQs, an SRQ, a sender and an SRQ-attached receiver connected in
-//! loopback; a memory key; a SEND checked byte for byte; QUERY_QP; 2ERR;
-//! 2RST; destroy everything; teardown with its vport/RoCE undo) runs once
+//! loopback; a memory key; a SEND checked byte for byte; a QP with its own
+//! receive queue connected to itself, a SEND into that queue, a flush of
+//! its posted receives; QUERY_QP; 2ERR; 2RST; destroy everything; teardown with its vport/RoCE undo) runs once
 //! cleanly to record the commands it issues, then once per command with
 //! exactly that command failed by the model. Each faulted run must return
 //! the typed error naming that opcode, status and syndrome; the driver's
@@ -19,7 +20,7 @@ use std::cell::Cell;
 
 use mlx5_driver::cq::{Cq, CqOptions};
 use mlx5_driver::mkey::MkeyAccess;
-use mlx5_driver::qp::{Qp, QpLinks, QpState, SendQueueCaps, SendSlot};
+use mlx5_driver::qp::{Qp, QpLinks, QpState, RecvQueueCaps, SendQueueCaps, SendSlot};
 use mlx5_driver::srq::{RecvRequest, Srq};
 use mlx5_driver::{Error, Hca};
 use mlx5_regs::{CmdStatus, Opcode};
@@ -35,6 +36,8 @@ struct Objs {
     srq: Option<Srq<SimHal>>,
     tx: Option<Qp<SimHal, Vec<SendSlot>>>,
     rx: Option<Qp<SimHal>>,
+    /// A QP with its own receive queue (send CQ `scq`, receive CQ `rcq`).
+    own: Option<Qp<SimHal, Vec<SendSlot>>>,
 }
 
 fn sim_state(s: QpState) -> SimState {
@@ -72,6 +75,27 @@ impl Objs {
         }
         if let Some(q) = &self.rx {
             assert_eq!(dev.qp_state(q.qpn()), Some(sim_state(q.state())), "rx");
+        }
+        if let Some(q) = &self.own {
+            assert_eq!(dev.qp_state(q.qpn()), Some(sim_state(q.state())), "own");
+        }
+        if let Some(mut qp) = self.own.take() {
+            loop {
+                let links = QpLinks {
+                    send_cq: self.scq.as_mut(),
+                    recv_cq: self.rcq.as_mut(),
+                    ..QpLinks::default()
+                };
+                match hca.destroy_qp(qp, links) {
+                    Ok(_) => break,
+                    Err(failed) => {
+                        let (back, e) = failed.into_parts();
+                        assert!(first.is_none(), "destroy failed twice: {e}");
+                        first = Some(e);
+                        qp = back;
+                    }
+                }
+            }
         }
         if let Some(mut qp) = self.tx.take() {
             loop {
@@ -181,6 +205,50 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
     let c = wait_cqes(hca, scq, 1);
     assert_eq!(tx.complete_send(&c[0]).unwrap().wr_id, 3);
     bufs.assert_guards("fault scenario");
+
+    // A QP with its own receive queue, connected to itself: a SEND into
+    // the queue, then a flush of the receives still posted.
+    let links = QpLinks {
+        send_cq: Some(&mut *scq),
+        recv_cq: Some(&mut *rcq),
+        ..QpLinks::default()
+    };
+    let rq = RecvQueueCaps {
+        max_recv_wr: 4,
+        max_recv_sge: 1,
+    };
+    let own = o.own.insert(hca.create_qp_with(
+        Some(caps),
+        Some(rq),
+        links,
+        vec![SendSlot::EMPTY; g.wqebbs()],
+    )?);
+    hca.connect_loopback_self(own)?;
+    let wrs: Vec<RecvRequest> = (20..23)
+        .map(|wr_id| RecvRequest { wr_id, sges: &sge })
+        .collect();
+    hca.post_recv(own, &wrs).unwrap();
+    own.post_send(&[mlx5_driver::qp::SendRequest {
+        wr_id: 4,
+        op: mlx5_driver::qp::SendOp::Send,
+        payload: mlx5_driver::qp::Payload::Sges(&send),
+        signaled: true,
+        solicited: false,
+    }])
+    .unwrap();
+    let c = wait_cqes(hca, rcq, 1);
+    let r = own.complete_own_recv(&c[0]).unwrap();
+    assert_eq!((r.wr_id, r.byte_len), (20, 100));
+    let c = wait_cqes(hca, scq, 1);
+    assert_eq!(own.complete_send(&c[0]).unwrap().wr_id, 4);
+    hca.qp_to_error(own)?;
+    let c = wait_cqes(hca, rcq, 2);
+    for (cqe, want) in c.iter().zip([21, 22]) {
+        let r = own.complete_own_recv(cqe).unwrap();
+        assert_eq!(r.wr_id, want);
+        assert!(r.error().is_some(), "flushed");
+    }
+    assert_eq!(own.outstanding_recvs(), 0);
 
     assert_eq!(hca.query_qp(tx)?.state, QpState::Rts);
     hca.qp_to_error(tx)?;

@@ -146,12 +146,13 @@ fn create_qp_refusals_have_their_errno_and_create_nothing() {
             attr(
                 QpCap {
                     max_recv_wr: 4,
+                    max_recv_sge: 1 + dev.caps().max_wqe_sz_rq as u32 / 16,
                     ..cap(8, 1, 0)
                 },
                 None,
             ),
-            Errno::EOPNOTSUPP,
-            "a receive queue of its own",
+            Errno::EINVAL,
+            "a receive queue of its own with a WQE above max_wqe_sz_rq",
         ),
         (
             QpInitAttr {

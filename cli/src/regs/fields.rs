@@ -80,7 +80,12 @@ pub(crate) fn resolve(layout: &'static Layout, path: &str) -> Result<Place, CliE
                 .iter()
                 .filter(|n| {
                     let last = n.rsplit('.').next().unwrap_or("").trim_end_matches("[i]");
-                    let stem = &want[..want.len().min(5)];
+                    // The first five characters (not bytes: a name typed
+                    // with non-ASCII letters must not be cut inside one).
+                    let stem = want
+                        .char_indices()
+                        .nth(5)
+                        .map_or(want.as_str(), |(i, _)| &want[..i]);
                     last.contains(want.as_str())
                         || (want.len() >= 4 && want.contains(last) && last.len() >= 4)
                         || (stem.len() >= 3 && last.starts_with(stem))

@@ -31,7 +31,7 @@ use mlx5_regs::consts::errno;
 use mlx5_regs::{CmdStatus, DeliveryStatus, Opcode, RegError};
 
 use crate::cq::{CqeError, ResizeCopyError};
-use crate::qp::{BadSendCqe, PostSendFailure, QpState, SqSizeError};
+use crate::qp::{BadSendCqe, PostSendFailure, QpState, RqSizeError, SqSizeError};
 use crate::srq::{BadRecvCqe, PostFailure};
 
 pub use destroy::DestroyError;
@@ -189,6 +189,9 @@ pub enum Error {
     },
     /// A send queue size the device cannot hold (Linux `calc_sq_size`).
     SqSize(SqSizeError),
+    /// A receive queue size the device cannot hold (rdma-core
+    /// `mlx5_calc_rq_size`).
+    RqSize(RqSizeError),
     /// Teardown could not take every page back from firmware.
     ReclaimStalled {
         /// Pages firmware still holds.
@@ -246,6 +249,7 @@ impl Error {
             Error::QpState { .. } => errno::EINVAL,
             Error::SqSize(SqSizeError::RingTooLarge) => errno::ENOMEM,
             Error::SqSize(_) => errno::EINVAL,
+            Error::RqSize(_) => errno::EINVAL,
             Error::RecvPost(f) => f.error.errno(),
             Error::SendPost(f) => f.error.errno(),
             Error::BadRecvCqe(_) | Error::BadSendCqe(_) | Error::Completion(_) => errno::EIO,
@@ -365,6 +369,7 @@ impl fmt::Display for Error {
                 write!(f, "QP {qpn:#x} is in state {state:?}: {op} refused")
             }
             Error::SqSize(e) => write!(f, "send queue size: {e}"),
+            Error::RqSize(e) => write!(f, "receive queue size: {e}"),
             Error::ReclaimStalled { pages_left } => {
                 write!(f, "page reclaim stalled with {pages_left} pages left")
             }
@@ -387,6 +392,7 @@ impl core::error::Error for Error {
             Error::Layout(e) => Some(e),
             Error::ResizeCopy(e) => Some(e),
             Error::SqSize(e) => Some(e),
+            Error::RqSize(e) => Some(e),
             Error::RecvPost(e) => Some(e),
             Error::SendPost(e) => Some(e),
             Error::BadRecvCqe(e) => Some(e),

@@ -97,6 +97,7 @@ impl fmt::Display for PostError {
                 write!(f, "{given} scatter entries, a WQE holds {max}")
             }
             PostError::DeviceDead => f.write_str("the device is dead"),
+            PostError::NoReceiveQueue => f.write_str("the QP has no receive queue of its own"),
         }
     }
 }

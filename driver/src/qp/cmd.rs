@@ -24,12 +24,14 @@ pub struct CreateQpParams {
     pub pd: u32,
     /// UAR whose BlueFlame registers ring the send doorbell.
     pub uar_page: u32,
-    /// The send ring: log2 of its WQEBBs, its pages, the send CQ. `None`:
-    /// a receive-only QP (`no_sq`).
-    pub send: Option<(u8, PageList, u32)>,
-    /// The receive side: (SRQ or RMP number, receive CQ, XRC domain or 0).
-    /// `None`: no receive queue (`rq_type` zero-length).
-    pub srq: Option<(u32, u32, u32)>,
+    /// The send ring: log2 of its WQEBBs, the send CQ. `None`: a
+    /// receive-only QP (`no_sq`).
+    pub send: Option<(u8, u32)>,
+    /// The receive side.
+    pub recv: RecvSide,
+    /// The pages of the QP buffer (receive ring first, then the send
+    /// ring); `None` when the QP has neither.
+    pub pages: Option<PageList>,
     /// `user_index`: 0xffffff keeps version-0 CQEs when the device's
     /// `cqe_version` is 1; `None` leaves the field 0 (version-0 devices).
     pub user_index: Option<u32>,
@@ -37,6 +39,31 @@ pub struct CreateQpParams {
     pub ts_format: u8,
     /// Device address of the 8-byte doorbell record.
     pub dbr_addr: u64,
+}
+
+/// The receive side of a QP at CREATE_QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvSide {
+    /// No receive queue (`rq_type` zero-length).
+    None,
+    /// An SRQ/RMP (`rq_type` SRQ, no receive ring).
+    Srq {
+        /// SRQ or RMP number.
+        srqn: u32,
+        /// Receive CQ.
+        cqn: u32,
+        /// XRC domain, or 0.
+        xrcd: u32,
+    },
+    /// The QP's own ring at the start of the QP buffer (`rq_type` regular).
+    Own {
+        /// log2 of its WQEs (`log_rq_size`).
+        log_size: u8,
+        /// log2 of its stride in bytes (`log_rq_stride` + 4).
+        log_stride: u8,
+        /// Receive CQ.
+        cqn: u32,
+    },
 }
 
 /// Input length of CREATE_QP with `n` pages.
@@ -47,11 +74,12 @@ pub const fn create_qp_len(n: usize) -> usize {
 pub const CREATE_QP_OUT: usize = create_qp_out::SIZE;
 
 /// CREATE_QP (RC): the QPC fields Linux `create_kernel_qp` sets, with the
-/// receive side either an SRQ/RMP (`rq_type` 1, no receive ring) or none
-/// (`rq_type` 3), and the page list of the send ring at 0x110. Returns the
+/// receive side an SRQ/RMP (`rq_type` 1, no receive ring), the QP's own
+/// ring (`rq_type` 0 with `log_rq_size` and `log_rq_stride`) or none
+/// (`rq_type` 3), and the page list of the QP buffer at 0x110. Returns the
 /// input length.
 pub fn create_qp(buf: &mut [u8], p: &CreateQpParams) -> Result<usize, RegError> {
-    let pages = p.send.map_or(0, |(_, pages, _)| pages.count);
+    let pages = p.pages.map_or(0, |pages| pages.count);
     let len = create_qp_len(pages);
     let b = command_prefix(buf, len, Opcode::CREATE_QP, 0)?;
     let q = create_qp_in::qpc.get_mut(b);
@@ -67,23 +95,34 @@ pub fn create_qp(buf: &mut [u8], p: &CreateQpParams) -> Result<usize, RegError> 
     }
     qpc::dbr_addr.set(q, p.dbr_addr)?;
     match p.send {
-        Some((log_wqebbs, pages, cqn)) => {
+        Some((log_wqebbs, cqn)) => {
             qpc::log_sq_size.set(q, log_wqebbs)?;
-            qpc::log_page_size.set(q, pages.log_page_size)?;
             qpc::cqn_snd.set(q, cqn)?;
         }
         None => qpc::no_sq.set(q, true)?,
     }
-    match p.srq {
-        Some((srqn, cqn, xrcd)) => {
+    match p.recv {
+        RecvSide::Srq { srqn, cqn, xrcd } => {
             qpc::rq_type.set(q, rq_type::SRQ)?;
             qpc::srqn_rmpn_xrqn.set(q, srqn)?;
             qpc::cqn_rcv.set(q, cqn)?;
             qpc::xrcd.set(q, xrcd)?;
         }
-        None => qpc::rq_type.set(q, rq_type::ZERO_LEN)?,
+        RecvSide::Own {
+            log_size,
+            log_stride,
+            cqn,
+        } => {
+            // rq_type 0 (regular) is the field's zero; the stride is
+            // log2(bytes) − 4 (Linux `create_kernel_qp`).
+            qpc::log_rq_size.set(q, log_size)?;
+            qpc::log_rq_stride.set(q, log_stride.wrapping_sub(4))?;
+            qpc::cqn_rcv.set(q, cqn)?;
+        }
+        RecvSide::None => qpc::rq_type.set(q, rq_type::ZERO_LEN)?,
     }
-    if let Some((_, pages, _)) = p.send {
+    if let Some(pages) = p.pages {
+        qpc::log_page_size.set(q, pages.log_page_size)?;
         for (i, pa) in pages.iter().enumerate() {
             create_qp_in::pas.set(b, i, pa)?;
         }

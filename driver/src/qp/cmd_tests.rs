@@ -44,8 +44,9 @@ fn create_qp_sender_with_zero_length_rq() {
     let p = CreateQpParams {
         pd: 0x11,
         uar_page: 0x22,
-        send: Some((7, pages(3), 0x33)),
-        srq: None,
+        send: Some((7, 0x33)),
+        recv: RecvSide::None,
+        pages: Some(pages(3)),
         user_index: Some(0xff_ffff),
         ts_format: 0,
         dbr_addr: 0xaaaa_bbbb_cccc_d000,
@@ -91,7 +92,12 @@ fn create_qp_receiver_on_an_srq_without_send_queue() {
         pd: 5,
         uar_page: 1,
         send: None,
-        srq: Some((0x44, 0x55, 0x66)),
+        recv: RecvSide::Srq {
+            srqn: 0x44,
+            cqn: 0x55,
+            xrcd: 0x66,
+        },
+        pages: None,
         user_index: None,
         ts_format: 1,
         dbr_addr: 0x1000,
@@ -105,6 +111,48 @@ fn create_qp_receiver_on_an_srq_without_send_queue() {
     assert_eq!(be32(&buf, 0xb0), 0x66, "xrcd");
     assert_eq!(be32(&buf, 0xb4), 0x55, "cqn_rcv");
     assert_eq!(be32(&buf, 0xc4), (1 << 24) | 0x44, "rq_type SRQ + srqn");
+}
+
+#[test]
+fn create_qp_with_its_own_receive_ring_before_the_send_ring() {
+    let mut buf = [0u8; 0x200];
+    let p = CreateQpParams {
+        pd: 0x11,
+        uar_page: 0x22,
+        send: Some((6, 0x33)),
+        recv: RecvSide::Own {
+            log_size: 5,
+            log_stride: 6,
+            cqn: 0x44,
+        },
+        pages: Some(pages(2)),
+        user_index: None,
+        ts_format: 0,
+        dbr_addr: 0x2000,
+    };
+    let len = create_qp(&mut buf, &p).unwrap();
+    assert_eq!(len, 0x110 + 2 * 8);
+    let b = &buf[..len];
+    // log_rq_size bits 22:19, log_rq_stride (log2 bytes − 4) bits 18:16,
+    // log_sq_size bits 14:11, rlky bit 4.
+    assert_eq!(be32(b, 0x20), (5 << 19) | (2 << 16) | (6 << 11) | (1 << 4));
+    assert_eq!(be32(b, 0x2c), 1 << 24, "log_page_size");
+    assert_eq!(be32(b, 0x94), 0x33, "cqn_snd");
+    assert_eq!(be32(b, 0xb0), 0, "no xrcd without an SRQ");
+    assert_eq!(be32(b, 0xb4), 0x44, "cqn_rcv");
+    assert_eq!(be32(b, 0xc4), 0, "rq_type regular, no SRQ");
+    assert_eq!(be64(b, 0x110), 0x7_0000_0000);
+    assert_eq!(be64(b, 0x118), 0x7_0000_2000);
+    only_these(
+        b,
+        &[
+            (0, 2),
+            (0x18, 0x30),
+            (0x94, 0x98),
+            (0xb4, 0xc0),
+            (0x110, 0x120),
+        ],
+    );
 }
 
 #[test]

@@ -13,9 +13,10 @@ use mlx5_regs::doorbell::{bf_reg_offset, uar_page_offset, QP_DBR_SIZE};
 use mlx5_regs::Opcode;
 
 use super::attr::{log2_ceil, InitAttr, QpState, RtrAttr, RtsAttr, Transition};
-use super::cmd::{self, CreateQpParams, QpQuery, RtrFields, RtsFields};
+use super::cmd::{self, CreateQpParams, QpQuery, RecvSide, RtrFields, RtsFields};
 use super::opt::{self, QpOptional};
 use super::queue::{Qp, QpLinks};
+use super::recv::{RecvQueueCaps, RecvRing, RqGeometry};
 use super::ring::{SendQueueCaps, SendRing, SqGeometry};
 use super::wr::{SendError, SendRequest, SendSlot};
 use super::PostSendFailure;
@@ -23,6 +24,7 @@ use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
 use crate::pagelist::MAX_CONTEXT_PAGES;
+use crate::srq::{PostError, PostFailure, RecvRequest};
 use crate::stats::CmdObserver;
 
 /// Refuse a transition from the QP's state before any command is sent.
@@ -55,10 +57,32 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         SqGeometry::for_request(req, caps.max_wqe_sz_sq, caps.log_max_qp_sz).map_err(Error::SqSize)
     }
 
+    /// The own receive ring a request would get on this device (rounded as
+    /// [`RqGeometry::for_request`] does).
+    pub fn recv_queue_geometry(&self, req: &RecvQueueCaps) -> Result<RqGeometry, Error> {
+        let caps = self.caps();
+        RqGeometry::for_request(req, caps.max_wqe_sz_rq, caps.log_max_qp_sz).map_err(Error::RqSize)
+    }
+
+    /// Create an RC QP in RESET, receiving through an SRQ (in `links`) or
+    /// not at all: [`Hca::create_qp_with`] without a receive queue of its
+    /// own.
+    pub fn create_qp<T: AsMut<[SendSlot]>>(
+        &self,
+        send: Option<SendQueueCaps>,
+        links: QpLinks<'_, H>,
+        table: T,
+    ) -> Result<Qp<H, T>, Error> {
+        self.create_qp_with(send, None, links, table)
+    }
+
     /// Create an RC QP in RESET.
     ///
     /// * `send`: the send queue to size, or `None` for a receive-only QP
     ///   (`no_sq`);
+    /// * `recv`: the QP's own receive queue to size ([`Qp::post_recv`]),
+    ///   or `None`; not with an SRQ. Its ring comes first in the QP
+    ///   buffer, the send ring right after it (Linux `_create_kernel_qp`);
     /// * `links`: its CQs and SRQ ([`QpLinks`]); each counts the QP as a
     ///   user until [`Hca::destroy_qp`];
     /// * `table`: the caller's send table, at least
@@ -70,9 +94,10 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// devices with CQE version 1 (version-0 CQEs, as Linux asks for kernel
     /// QPs), a timestamp format the capability allows, and an 8-byte
     /// doorbell record.
-    pub fn create_qp<T: AsMut<[SendSlot]>>(
+    pub fn create_qp_with<T: AsMut<[SendSlot]>>(
         &self,
         send: Option<SendQueueCaps>,
+        recv: Option<RecvQueueCaps>,
         links: QpLinks<'_, H>,
         mut table: T,
     ) -> Result<Qp<H, T>, Error> {
@@ -82,12 +107,20 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             srq,
         } = links;
         let caps = *self.caps();
-        if send.is_none() && srq.is_none() {
-            return Err(Error::InvalidArgument("a QP needs a send queue or an SRQ"));
-        }
-        if srq.is_none() && recv_cq.is_some() {
+        if recv.is_some() && srq.is_some() {
             return Err(Error::InvalidArgument(
-                "a receive CQ needs an SRQ (the QP has no receive queue of its own)",
+                "a QP receives through an SRQ or its own receive queue, not both",
+            ));
+        }
+        let receives = srq.is_some() || recv.is_some();
+        if send.is_none() && !receives {
+            return Err(Error::InvalidArgument(
+                "a QP needs a send queue, an SRQ or a receive queue",
+            ));
+        }
+        if !receives && recv_cq.is_some() {
+            return Err(Error::InvalidArgument(
+                "a receive CQ needs an SRQ or a receive queue",
             ));
         }
         let cqn_snd = match (&send, &send_cq) {
@@ -98,16 +131,20 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             }
             (None, None) => None,
         };
-        let cqn_rcv = match (&srq, &recv_cq, &send_cq) {
-            (None, _, _) => None,
-            (Some(_), Some(r), _) => Some((r.cqn(), true)),
-            (Some(_), None, Some(s)) => Some((s.cqn(), false)),
-            (Some(_), None, None) => {
-                return Err(Error::InvalidArgument("an SRQ needs a receive CQ"))
+        let cqn_rcv = match (receives, &recv_cq, &send_cq) {
+            (false, _, _) => None,
+            (true, Some(r), _) => Some((r.cqn(), true)),
+            (true, None, Some(s)) => Some((s.cqn(), false)),
+            (true, None, None) => {
+                return Err(Error::InvalidArgument("a receive side needs a receive CQ"))
             }
         };
         let geo = match &send {
             Some(req) => Some(self.send_queue_geometry(req)?),
+            None => None,
+        };
+        let rq_geo = match &recv {
+            Some(req) => Some(self.recv_queue_geometry(req)?),
             None => None,
         };
         if let Some(g) = geo {
@@ -130,25 +167,53 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let dbr = hal.alloc_dma(QP_DBR_SIZE)?;
         let uar = self.uar();
         let bf = uar_page_offset(uar) + bf_reg_offset(0, log_bf);
+        let rq_bytes = rq_geo.map_or(0, |g| g.bytes());
         let mut pages = None;
         let mut sq = None;
-        if let Some(g) = geo {
-            let (ring, list) = SendRing::new(&hal, g, MAX_CONTEXT_PAGES, bf, 1 << log_bf)?;
-            pages = Some(list);
-            sq = Some(ring);
+        let mut rq = None;
+        match (geo, rq_geo) {
+            (Some(g), _) => {
+                let (ring, list, rq_base) =
+                    SendRing::after_recv(&hal, g, rq_bytes, MAX_CONTEXT_PAGES, bf, 1 << log_bf)?;
+                pages = Some(list);
+                sq = Some(ring);
+                if let Some(r) = rq_geo {
+                    rq = Some(RecvRing::new(&hal, r, rq_base, None)?);
+                }
+            }
+            (None, Some(r)) => {
+                let (buf, base, list) =
+                    crate::pagelist::alloc_paged(&hal, rq_bytes, MAX_CONTEXT_PAGES)?;
+                pages = Some(list);
+                rq = Some(RecvRing::new(&hal, r, base, Some(buf))?);
+            }
+            (None, None) => {}
+        }
+        if let Some(r) = rq.as_mut() {
+            r.set_terminator(self.srq_terminator());
         }
         let srqn = srq.as_ref().map(|s| s.srqn());
         let params = CreateQpParams {
             pd: self.pd(),
             uar_page: uar,
-            send: match (geo, pages, cqn_snd) {
-                (Some(g), Some(p), Some(c)) => Some((g.log_wqebbs, p, c)),
+            send: match (geo, cqn_snd) {
+                (Some(g), Some(c)) => Some((g.log_wqebbs, c)),
                 _ => None,
             },
-            srq: match (srqn, cqn_rcv) {
-                (Some(s), Some((c, _))) => Some((s, c, self.xrcd().unwrap_or(0))),
-                _ => None,
+            recv: match (srqn, rq_geo, cqn_rcv) {
+                (Some(s), _, Some((c, _))) => RecvSide::Srq {
+                    srqn: s,
+                    cqn: c,
+                    xrcd: self.xrcd().unwrap_or(0),
+                },
+                (None, Some(r), Some((c, _))) => RecvSide::Own {
+                    log_size: r.log_wqe_cnt,
+                    log_stride: r.log_stride,
+                    cqn: c,
+                },
+                _ => RecvSide::None,
             },
+            pages,
             user_index: (caps.cqe_version == 1).then_some(qp_ctx::DEFAULT_USER_INDEX),
             ts_format: self.qp_ts_format(),
             dbr_addr: dbr.iova(),
@@ -171,6 +236,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             qpn,
             state: QpState::Reset,
             sq,
+            rq,
             slots: table,
             dbr,
             hal,
@@ -473,6 +539,25 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             });
         }
         qp.post_send(reqs)
+    }
+
+    /// [`Qp::post_recv`] on a device that may have died: once the HCA is
+    /// dead nothing is posted and the first request fails with
+    /// [`PostError::DeviceDead`] (`EIO`, as Linux `mlx5_ib_post_recv` on
+    /// an internal error).
+    #[inline(always)]
+    pub fn post_recv<T: AsMut<[SendSlot]>>(
+        &self,
+        qp: &mut Qp<H, T>,
+        reqs: &[RecvRequest<'_>],
+    ) -> Result<(), PostFailure> {
+        if self.is_dead() && !reqs.is_empty() {
+            return Err(PostFailure {
+                index: 0,
+                error: PostError::DeviceDead,
+            });
+        }
+        qp.post_recv(reqs)
     }
 
     /// Connect a QP to itself in the loopback mode of bring-up

@@ -1,10 +1,12 @@
-//! RC queue pairs: a send ring, an SRQ (or nothing) as the
-//! receive side, the state machine, the send data path and requester
+//! RC queue pairs: a send ring, an SRQ, the QP's own receive queue (or
+//! nothing) as the receive side, the state machine, the send data path and requester
 //! completions.
 //!
 //! * [`cmd`]: the QP commands as encoders and parsers.
 //! * [`ring`]: the send ring: sizing, WQE building, the doorbell, the
 //!   requester-CQE → `wr_id` bookkeeping in the caller's table.
+//! * [`recv`]: the QP's own receive queue: sizing, receive WQEs, the
+//!   receive counter, in-order completion.
 //! * [`wr`]: send work requests, the caller's table entry, the errors.
 //! * [`attr`]: states and the attributes of each transition.
 //! * [`opt`]: the optional attributes of a transition, INIT2INIT and
@@ -17,6 +19,7 @@ pub mod cmd;
 mod lifecycle;
 pub mod opt;
 mod queue;
+pub mod recv;
 pub mod ring;
 pub mod wr;
 
@@ -27,6 +30,7 @@ pub use attr::{
 pub use cmd::{PathQuery, QpQuery};
 pub use opt::QpOptional;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
+pub use recv::{RecvQueueCaps, RecvRing, RqGeometry, RqSizeError};
 pub use ring::{SendQueueCaps, SendRing, SqGeometry, SqSizeError};
 pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot, SendWork};
 

@@ -7,19 +7,21 @@ use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::CqeOpcode;
 
 use super::attr::QpState;
+use super::recv::{RecvRing, RqGeometry};
 use super::ring::{SendRing, SqGeometry};
 use super::wr::{BadSendCqe, SendError, SendOpcode, SendRequest, SendSlot, SendWork};
 use crate::cq::{Cq, Cqe, CqeError, CqeStatus};
 use crate::eq::{Event, QpEvent};
-use crate::srq::{BadRecvCqe, RecvCompletion, Srq};
+use crate::srq::{BadRecvCqe, PostError, PostFailure, RecvCompletion, RecvRequest, Srq};
 
 /// The CQs and SRQ a QP is attached to, given at creation and again at
 /// destruction (the driver keeps no pointers: each object counts its
 /// users, and a CQ or SRQ with users is not destroyed).
 ///
 /// * a send queue needs `send_cq`;
-/// * an SRQ needs a receive CQ: `recv_cq`, or `send_cq` for both;
-/// * without an SRQ the QP has no receive queue and `recv_cq` must be
+/// * an SRQ or the QP's own receive queue needs a receive CQ: `recv_cq`,
+///   or `send_cq` for both;
+/// * without either the QP has no receive queue and `recv_cq` must be
 ///   `None`.
 pub struct QpLinks<'a, H: Hal> {
     /// CQ of the send queue's completions.
@@ -92,6 +94,8 @@ pub struct Qp<H: Hal, T: AsMut<[SendSlot]> = [SendSlot; 0]> {
     pub(super) qpn: u32,
     pub(super) state: QpState,
     pub(super) sq: Option<SendRing<H>>,
+    /// The QP's own receive queue (none with an SRQ).
+    pub(super) rq: Option<RecvRing<H>>,
     pub(super) slots: T,
     pub(super) dbr: DmaRegion<H>,
     pub(super) hal: H,
@@ -125,6 +129,22 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         self.sq.as_ref()
     }
 
+    /// The own receive ring's geometry, if the QP has one.
+    pub fn recv_geometry(&self) -> Option<RqGeometry> {
+        self.rq.as_ref().map(|r| r.geometry())
+    }
+
+    /// The own receive ring (for tests and tools that inspect it).
+    pub fn recv_ring(&self) -> Option<&RecvRing<H>> {
+        self.rq.as_ref()
+    }
+
+    /// Receive work requests posted to the own receive queue and not yet
+    /// completed.
+    pub fn outstanding_recvs(&self) -> u32 {
+        self.rq.as_ref().map_or(0, |r| r.outstanding())
+    }
+
     /// The doorbell record (8 bytes: receive counter, send counter).
     pub fn doorbell_record(&self) -> &DmaRegion<H> {
         &self.dbr
@@ -140,7 +160,8 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         self.cqn_snd
     }
 
-    /// The receive CQ (the SRQ's completions for this QP land there).
+    /// The receive CQ (the own receive queue's completions, or the SRQ's
+    /// for this QP, land there).
     pub fn recv_cqn(&self) -> Option<u32> {
         self.cqn_rcv.map(|(c, _)| c)
     }
@@ -303,6 +324,108 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         Ok(c)
     }
 
+    /// Post receive work requests to the QP's own receive queue and publish
+    /// them with one store of the doorbell record's receive counter
+    /// (`ibv_post_recv`, rdma-core `mlx5_post_recv`). Each request is
+    /// checked before anything of it is written; on the first refusal
+    /// (queue full, more scatter entries than a WQE holds) the requests
+    /// before it stay posted and the failure names the request. A QP
+    /// without its own receive queue (on an SRQ, or none) refuses the
+    /// first request with [`PostError::NoReceiveQueue`]. Every state is
+    /// accepted, as libmlx5 does: WQEs posted before RTR wait; in ERR the
+    /// device flushes them.
+    #[inline(always)]
+    pub fn post_recv(&mut self, reqs: &[RecvRequest<'_>]) -> Result<(), PostFailure> {
+        let Some(rq) = self.rq.as_mut() else {
+            return Err(PostFailure {
+                index: 0,
+                error: PostError::NoReceiveQueue,
+            });
+        };
+        let buf = self.sq.as_ref().map(|s| s.region());
+        if let [r] = reqs {
+            // One request: no loop, no list bookkeeping.
+            rq.write(buf, r.wr_id, r.sges)
+                .map_err(|error| PostFailure { index: 0, error })?;
+            rq.ring_doorbell(&self.dbr);
+            return Ok(());
+        }
+        let mut result = Ok(());
+        let mut posted = 0;
+        for (index, r) in reqs.iter().enumerate() {
+            if let Err(error) = rq.write(buf, r.wr_id, r.sges) {
+                result = Err(PostFailure { index, error });
+                break;
+            }
+            posted += 1;
+        }
+        if posted > 0 {
+            rq.ring_doorbell(&self.dbr);
+        }
+        result
+    }
+
+    /// Match a responder CQE of this QP's own receive queue: it must name
+    /// this QP and no SRQ, carry a responder opcode, and name the oldest
+    /// outstanding receive WQE (the device completes them in order; Linux
+    /// and rdma-core `handle_responder` take the queue's tail). A
+    /// successful one may not claim more bytes than the WQE's buffers
+    /// hold. An error completion (flush included) means the QP is in
+    /// error.
+    #[inline]
+    pub fn complete_own_recv(&mut self, cqe: &Cqe) -> Result<RecvCompletion, BadRecvCqe> {
+        let r = self.match_own_recv(cqe);
+        if r.is_err() {
+            self.rejected = self.rejected.saturating_add(1);
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn match_own_recv(&mut self, cqe: &Cqe) -> Result<RecvCompletion, BadRecvCqe> {
+        if cqe.qpn != self.qpn {
+            return Err(BadRecvCqe::WrongQp { qpn: cqe.qpn });
+        }
+        let Some(rq) = self.rq.as_mut() else {
+            return Err(BadRecvCqe::WrongSrq { srqn: cqe.srqn });
+        };
+        if cqe.srqn != 0 {
+            return Err(BadRecvCqe::WrongSrq { srqn: cqe.srqn });
+        }
+        let imm = match cqe.opcode {
+            CqeOpcode::RESP_SEND_IMM | CqeOpcode::RESP_WR_IMM => cqe.imm,
+            CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_INV | CqeOpcode::RESP_ERR => 0,
+            _ => {
+                return Err(BadRecvCqe::UnexpectedOpcode {
+                    opcode: cqe.opcode.0,
+                })
+            }
+        };
+        let done = rq.complete(cqe.wqe_counter).map_err(BadRecvCqe::Wqe)?;
+        if cqe.opcode == CqeOpcode::RESP_ERR {
+            self.state = QpState::Error;
+        }
+        let check_len = cqe.status == CqeStatus::Success && cqe.opcode != CqeOpcode::RESP_WR_IMM;
+        if !RecvRing::<H>::holds(done.capacity, cqe.byte_len, check_len) {
+            return Err(BadRecvCqe::ByteCountBeyondBuffer {
+                wr_id: done.wr_id,
+                byte_len: cqe.byte_len,
+                capacity: done.capacity,
+            });
+        }
+        Ok(RecvCompletion {
+            wr_id: done.wr_id,
+            status: cqe.status,
+            byte_len: cqe.byte_len,
+            qpn: cqe.qpn,
+            src_qpn: cqe.src_qpn,
+            srqn: 0,
+            wqe_index: cqe.wqe_counter,
+            imm,
+            opcode: cqe.opcode,
+        })
+    }
+
     /// Apply an async event if it is about this QP: error events put the
     /// QP in the error state, last-WQE-reached is recorded,
     /// communication-established changes nothing. Returns the typed event,
@@ -335,6 +458,9 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     pub(super) fn reset_rings(&mut self) {
         if let Some(r) = self.sq.as_mut() {
             r.reset(self.slots.as_mut());
+        }
+        if let Some(r) = self.rq.as_mut() {
+            r.reset();
         }
         self.dbr.write_be64(0, 0);
         self.last_wqe_reached = false;

@@ -208,7 +208,23 @@ impl<H: Hal> SendRing<H> {
         bf_offset: usize,
         bf_size: usize,
     ) -> Result<(Self, PageList), HalError> {
-        let (buf, base, pages) = alloc_paged(hal, geo.bytes(), max_pages)?;
+        Self::after_recv(hal, geo, 0, max_pages, bf_offset, bf_size).map(|(r, p, _)| (r, p))
+    }
+
+    /// [`SendRing::new`] in a QP buffer that starts with a receive ring of
+    /// `rq_bytes` (mlx5 lays the receive ring first and the send ring right
+    /// after it, Linux `_create_kernel_qp`): the page list covers both, and
+    /// the receive ring is at the returned offset of [`SendRing::region`].
+    pub fn after_recv(
+        hal: &H,
+        geo: SqGeometry,
+        rq_bytes: usize,
+        max_pages: usize,
+        bf_offset: usize,
+        bf_size: usize,
+    ) -> Result<(Self, PageList, usize), HalError> {
+        let (buf, rq_base, pages) = alloc_paged(hal, rq_bytes + geo.bytes(), max_pages)?;
+        let base = rq_base + rq_bytes;
         let buf = RingRegion::new(buf, base, geo.log_wqebbs, WQEBB.trailing_zeros() as u8)
             .ok_or(HalError::InvalidRequest)?;
         Ok((
@@ -225,6 +241,7 @@ impl<H: Hal> SendRing<H> {
                 bf_toggle: bf_size / 2,
             },
             pages,
+            rq_base,
         ))
     }
 

@@ -47,6 +47,10 @@ pub enum PostError {
     /// The device is dead (fatal health): nothing is posted (`EIO` in
     /// verbs, as `mlx5_ib_post_srq_recv` on an internal error).
     DeviceDead,
+    /// The QP has no receive queue of its own: it receives through an SRQ
+    /// (post to the SRQ) or not at all (`EINVAL` in verbs, as
+    /// `ibv_post_recv(3)` on a QP with an SRQ).
+    NoReceiveQueue,
 }
 
 impl PostError {
@@ -56,6 +60,7 @@ impl PostError {
             PostError::Full => mlx5_regs::consts::errno::ENOMEM,
             PostError::TooManySges { .. } => mlx5_regs::consts::errno::EINVAL,
             PostError::DeviceDead => mlx5_regs::consts::errno::EIO,
+            PostError::NoReceiveQueue => mlx5_regs::consts::errno::EINVAL,
         }
     }
 }
@@ -98,7 +103,7 @@ fn record_capacity(rec: &DmaWindow<'_, REC>) -> Option<u64> {
 /// WRITE with immediate scatters nothing into the WQE). The one rule the
 /// general receive path and the short ones share.
 #[inline(always)]
-pub(super) fn holds(capacity: u64, byte_len: u32, check_len: bool) -> bool {
+pub(crate) fn holds(capacity: u64, byte_len: u32, check_len: bool) -> bool {
     !check_len || byte_len as u64 <= capacity
 }
 

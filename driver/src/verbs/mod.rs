@@ -65,6 +65,7 @@ mod numap;
 mod poll;
 mod poll_ex;
 mod qp;
+mod qp_recv;
 #[cfg(test)]
 mod qp_tests;
 mod qp_types;
@@ -125,6 +126,29 @@ impl fmt::Display for PostSrqError {
         write!(
             f,
             "post_srq_recv: request {} failed: {}",
+            self.index, self.errno
+        )
+    }
+}
+
+/// A `post_recv` that stopped: `index` is the first request not posted
+/// (libibverbs' `bad_wr`); the ones before it are posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostRecvError {
+    /// Index of the failed request in the list.
+    pub index: usize,
+    /// `ENOMEM` (full), `EINVAL` (too many scatter entries, a QP on an
+    /// SRQ or without a receive queue, stale handle), `EIO` (device dead).
+    pub errno: Errno,
+}
+
+impl core::error::Error for PostRecvError {}
+
+impl fmt::Display for PostRecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "post_recv: request {} failed: {}",
             self.index, self.errno
         )
     }

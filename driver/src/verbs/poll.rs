@@ -36,7 +36,9 @@ impl<
     ///   errors and flushes. A signaled completion also retires the
     ///   unsignaled requests before it, which report nothing.
     /// * A receive completion's `wr_id` comes from the SRQ slot the CQE
-    ///   names, which is free again from here on.
+    ///   names, which is free again from here on; on a QP's own receive
+    ///   queue, from its oldest outstanding request (the device completes
+    ///   them in order, flushes included).
     /// * A CQE the facade cannot match to a posted work request (unknown QP
     ///   or SRQ, a CQ the QP does not use, a WQE not outstanding, an
     ///   unexpected opcode, more bytes than the buffers posted) becomes a
@@ -485,6 +487,11 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         };
         wc.srq_num = Some(c.srqn);
         let r = match self.qpns.get(c.qpn).and_then(|r| self.qps.get_mut(r.key)) {
+            // A QP of this context on its own receive queue (in order).
+            Some(e) if e.book.srq.is_none() && e.book.recv_cq == self.cq => {
+                wc.srq_num = None;
+                e.qp.complete_own_recv(c)
+            }
             // A QP of this context: on its receive CQ, through its SRQ.
             Some(e) => {
                 let srq = e

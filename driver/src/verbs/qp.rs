@@ -19,7 +19,9 @@ use super::{
 };
 use crate::loopback::LoopbackMode;
 use crate::qp::ring::{MAX_DS, SQ_OVERHEAD};
-use crate::qp::{Payload, Qp, QpLinks, SendOpcode, SendQueueCaps, SendSlot, SendWork};
+use crate::qp::{
+    Payload, Qp, QpLinks, RecvQueueCaps, SendOpcode, SendQueueCaps, SendSlot, SendWork,
+};
 use crate::stats::CmdObserver;
 
 /// Work requests posted per doorbell.
@@ -62,10 +64,10 @@ pub(super) fn max_send_sge(max_wqe_sz_sq: u16) -> u32 {
 }
 
 /// The links of a QP with these handles: the send CQ if it has a send
-/// queue, the receive CQ and SRQ if it has an SRQ (a receive CQ equal to
-/// the send CQ is named once). A QP without an SRQ gives the driver no
-/// receive CQ: it has no receive queue (the facade still counts the CQ as
-/// used, as ib core does).
+/// queue, the receive CQ if it has a receive side (an SRQ, named too, or
+/// its own receive queue; a receive CQ equal to the send CQ is named
+/// once). A QP with neither gives the driver no receive CQ (the facade
+/// still counts the CQ as used, as ib core does).
 fn links<'a, H: Hal, const CQS: usize, const SRQS: usize>(
     cqs: &'a mut Table<CqEntry<H>, CQS>,
     srqs: &'a mut Table<SrqEntry<H>, SRQS>,
@@ -76,7 +78,8 @@ fn links<'a, H: Hal, const CQS: usize, const SRQS: usize>(
         Some(h) => Some(&mut srqs.get_mut(h.0).ok_or(Errno::EINVAL)?.srq),
         None => None,
     };
-    let (send_cq, recv_cq) = match (has_sq, srq.is_some()) {
+    let receives = srq.is_some() || b.cap.max_recv_wr > 0;
+    let (send_cq, recv_cq) = match (has_sq, receives) {
         (true, true) if b.send_cq != b.recv_cq => {
             let (s, r) = cqs
                 .get2_mut(b.send_cq.0, b.recv_cq.0)
@@ -118,15 +121,20 @@ impl<
     ///   roundup_pow2(`max_send_wr` · WQE);
     /// * `max_send_wr` = ring / WQE, `max_inline_data` = WQE − 36,
     ///   `max_send_sge` as asked (the limit `post_send` enforces);
-    /// * `max_recv_wr` and `max_recv_sge` are 0 (receives go through the
-    ///   SRQ).
+    /// * without an SRQ and with `max_recv_wr` > 0, the QP's own receive
+    ///   queue (`mlx5_calc_rq_size`): WQE = roundup_pow2(16 ·
+    ///   max(`max_recv_sge`, 1)), ring = max(roundup_pow2(`max_recv_wr`) ·
+    ///   WQE, 64) bytes; `max_recv_wr` = ring / WQE and `max_recv_sge` =
+    ///   WQE / 16 (the limit `post_recv` enforces);
+    /// * with an SRQ, `max_recv_wr` and `max_recv_sge` are ignored and
+    ///   reported 0 (receives go through the SRQ).
     ///
     /// `EINVAL`: a stale handle; more gather entries or inline bytes than
     /// a WQE of `max_wqe_sz_sq` holds; a ring above `2^log_max_qp_sz`
-    /// blocks; no send queue and no SRQ. `EOPNOTSUPP`: `max_recv_wr` > 0
-    /// without an SRQ (no QP-owned receive queues). `ENOMEM`: the QP table
-    /// is full or the ring needs more than `SQ_WQEBBS` blocks, or DMA
-    /// memory ran out.
+    /// blocks; more receive work requests than `2^log_max_qp_sz` or a
+    /// receive WQE above `max_wqe_sz_rq`; no send queue and no receive
+    /// side. `ENOMEM`: the QP table is full or the ring needs more than
+    /// `SQ_WQEBBS` blocks, or DMA memory ran out.
     pub fn create_qp(&mut self, attr: &QpInitAttr) -> Result<(QpHandle, QpCap), Errno> {
         self.cq_entry(attr.send_cq)?;
         self.cq_entry(attr.recv_cq)?;
@@ -134,15 +142,16 @@ impl<
             self.srq_entry(s)?;
         }
         let cap = attr.cap;
-        if attr.srq.is_none() && cap.max_recv_wr > 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
         let send = (cap.max_send_wr > 0).then_some(SendQueueCaps {
             max_send_wr: cap.max_send_wr,
             max_send_sge: cap.max_send_sge,
             max_inline_data: cap.max_inline_data,
         });
-        if send.is_none() && attr.srq.is_none() {
+        let recv = (attr.srq.is_none() && cap.max_recv_wr > 0).then_some(RecvQueueCaps {
+            max_recv_wr: cap.max_recv_wr,
+            max_recv_sge: cap.max_recv_sge,
+        });
+        if send.is_none() && recv.is_none() && attr.srq.is_none() {
             return Err(Errno::EINVAL);
         }
         let geo = match &send {
@@ -150,14 +159,18 @@ impl<
             Some(s) => Some(self.hca.send_queue_geometry(s).map_err(|_| Errno::EINVAL)?),
             None => None,
         };
+        let rq_geo = match &recv {
+            Some(r) => Some(self.hca.recv_queue_geometry(r).map_err(|_| Errno::EINVAL)?),
+            None => None,
+        };
         if geo.is_some_and(|g| g.wqebbs() > SQ_WQEBBS) || self.qps.len() >= QPS {
             return Err(Errno::ENOMEM);
         }
         let out = QpCap {
             max_send_wr: geo.map_or(0, |g| g.max_send_wr),
-            max_recv_wr: 0,
+            max_recv_wr: rq_geo.map_or(0, |g| g.max_recv_wr),
             max_send_sge: geo.map_or(0, |_| cap.max_send_sge),
-            max_recv_sge: 0,
+            max_recv_sge: rq_geo.map_or(0, |g| g.max_recv_sge),
             max_inline_data: geo.map_or(0, |g| g.max_inline_data),
         };
         let book = QpBook {
@@ -174,7 +187,9 @@ impl<
             async_acked: 0,
         };
         let l = links(&mut self.cqs, &mut self.srqs, send.is_some(), &book)?;
-        let mut qp = self.hca.create_qp(send, l, [SendSlot::EMPTY; SQ_WQEBBS])?;
+        let mut qp = self
+            .hca
+            .create_qp_with(send, recv, l, [SendSlot::EMPTY; SQ_WQEBBS])?;
         // `post_send` refuses more gather entries than asked for, not
         // only more than a WQE holds (rdma-core `sq.max_gs`).
         qp.limit_send_sges(out.max_send_sge);

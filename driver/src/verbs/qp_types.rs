@@ -18,12 +18,13 @@ pub struct QpHandle(pub(crate) Key);
 pub struct QpCap {
     /// Outstanding send work requests (0: no send queue).
     pub max_send_wr: u32,
-    /// Outstanding receive work requests of the QP's own receive queue;
-    /// must be 0 (receives go through an SRQ, or there are none).
+    /// Outstanding receive work requests of the QP's own receive queue
+    /// (0: none; ignored with an SRQ, which receives instead).
     pub max_recv_wr: u32,
     /// Gather entries per send work request.
     pub max_send_sge: u32,
-    /// Scatter entries per receive work request (ignored, reported 0).
+    /// Scatter entries per receive work request of the own receive queue
+    /// (reported 0 without one).
     pub max_recv_sge: u32,
     /// Inline bytes per send work request.
     pub max_inline_data: u32,

@@ -7,7 +7,7 @@ use super::{
     SrqAttrMask, SrqHandle, SrqInitAttr, Verbs,
 };
 use crate::cq::CqOptions;
-use crate::srq::{LimitArm, PostError, Srq};
+use crate::srq::{LimitArm, Srq};
 use crate::stats::CmdObserver;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -186,16 +186,9 @@ impl<
         if e.book.error {
             return Err(fail(0, Errno::EIO));
         }
-        self.hca.post_srq_recv(&mut e.srq, wrs).map_err(|f| {
-            fail(
-                f.index,
-                match f.error {
-                    PostError::Full => Errno::ENOMEM,
-                    PostError::TooManySges { .. } => Errno::EINVAL,
-                    PostError::DeviceDead => Errno::EIO,
-                },
-            )
-        })
+        self.hca
+            .post_srq_recv(&mut e.srq, wrs)
+            .map_err(|f| fail(f.index, Errno(f.error.errno())))
     }
 
     /// `ibv_destroy_srq`. `EBUSY`, nothing changed: a QP is attached (ib

@@ -7,7 +7,7 @@
 use mlx5_regs::consts::{pm_state, qp_st, rq_type as rqt, ts_format as tsf};
 
 use super::*;
-use crate::qp::{Path, Qp, QpState};
+use crate::qp::{Path, Qp, QpState, RecvQueue};
 
 /// First QP number the model hands out is seed-derived above this; QP 0
 /// and 1 (the special QPs) are never issued.
@@ -88,17 +88,27 @@ impl State {
         ensure(qpc::counter_set_id.get(c) == 0, bad_res(sy::QP_COUNTER_SET))?;
         let rq = qpc::rq_type.get(c);
         let no_sq = qpc::no_sq.get(c);
+        let own_rq = rq == rqt::NON_ZERO;
         ensure(
-            (rq == rqt::SRQ || rq == rqt::ZERO_LEN) && !(no_sq && rq == rqt::ZERO_LEN),
+            (own_rq || rq == rqt::SRQ || rq == rqt::ZERO_LEN) && !(no_sq && rq == rqt::ZERO_LEN),
             bad_param(sy::QP_RQ_TYPE),
         )?;
         let srqn = qpc::srqn_rmpn_xrqn.get(c);
+        let (log_rq, log_rq_stride) = (qpc::log_rq_size.get(c), qpc::log_rq_stride.get(c));
         ensure(
-            qpc::log_rq_size.get(c) == 0
-                && qpc::log_rq_stride.get(c) == 0
-                && (rq == rqt::SRQ || srqn == 0),
+            (own_rq || (log_rq == 0 && log_rq_stride == 0)) && (rq == rqt::SRQ || srqn == 0),
             bad_param(sy::QP_RQ_FIELDS),
         )?;
+        if own_rq {
+            // A receive WQE is 16 << log_rq_stride bytes, at most
+            // max_wqe_sz_rq; the ring at most 2^log_max_qp_sz WQEs (Linux
+            // `set_rq_size` refuses the same before asking firmware).
+            ensure(log_rq <= self.caps.log_max_qp_sz, bad_param(sy::QP_RQ_SIZE))?;
+            ensure(
+                (16u32 << log_rq_stride) <= self.caps.max_wqe_sz_rq as u32,
+                bad_param(sy::QP_RQ_STRIDE),
+            )?;
+        }
         let log_sq = qpc::log_sq_size.get(c);
         if no_sq {
             ensure(log_sq == 0, bad_param(sy::QP_SQ_FIELDS))?;
@@ -113,7 +123,7 @@ impl State {
             bad_res(sy::QP_CQN_SND),
         )?;
         ensure(
-            known(cqn_rcv) && (rq != rqt::SRQ || cqn_rcv.is_some()),
+            known(cqn_rcv) && (rq == rqt::ZERO_LEN || cqn_rcv.is_some()),
             bad_res(sy::QP_CQN_RCV),
         )?;
         if rq == rqt::SRQ {
@@ -156,8 +166,16 @@ impl State {
         } else {
             dbr
         };
-        let sq = if no_sq {
-            // A UMEM named without a send ring holds nothing the model uses.
+        // The QP buffer: the own receive ring first, the send ring right
+        // after it (Linux `_create_kernel_qp`), in one page list.
+        let rq_bytes = if own_rq {
+            1u64 << (log_rq as u32 + log_rq_stride as u32 + 4)
+        } else {
+            0
+        };
+        let sq_bytes = if no_sq { 0 } else { 64u64 << log_sq };
+        let buf = if rq_bytes + sq_bytes == 0 {
+            // A UMEM named without a ring holds nothing the model uses.
             ensure(!buf_umem, bad_param(sy::UMEM_FIELDS))?;
             None
         } else if buf_umem {
@@ -166,13 +184,11 @@ impl State {
             Some(self.umem_buf(devx::UmemUse {
                 id,
                 off: create_qp_in::wq_umem_offset.get(inp),
-                len: 64u64 << log_sq,
+                len: rq_bytes + sq_bytes,
                 write: false,
             })?)
         } else {
-            // QP buffer = the send ring only (no RQ ring with an SRQ or a
-            // zero-length RQ), in 64-byte WQEBBs.
-            let npas = QBuf::pages_needed(64u64 << log_sq, pofs, shift);
+            let npas = QBuf::pages_needed(rq_bytes + sq_bytes, pofs, shift);
             let pas = read_pas(
                 inp,
                 create_qp_in::pas,
@@ -187,6 +203,17 @@ impl State {
                 offset: pofs,
             })
         };
+        let sq = buf.as_ref().filter(|_| !no_sq).map(|b| QBuf {
+            pas: b.pas.clone(),
+            page_shift: b.page_shift,
+            offset: b.offset + rq_bytes,
+        });
+        let own = buf.filter(|_| own_rq).map(|buf| RecvQueue {
+            buf,
+            log_size: log_rq,
+            log_stride: log_rq_stride + 4,
+            ci: 0,
+        });
         let qpn = self.objects.free_qpn(MIN_QPN);
         self.objects.qps.insert(
             qpn,
@@ -204,6 +231,7 @@ impl State {
                 log_page_size: lps,
                 page_offset: po,
                 rq_type: rq,
+                rq: own,
                 srqn: (rq == rqt::SRQ).then_some(srqn),
                 xrcd,
                 dbr,
@@ -260,6 +288,14 @@ impl State {
             })
             .map(|v| v as u16)
             .unwrap_or(0);
+        // The receive counter (dword 0) of a QP with its own receive ring.
+        let rq_pc = match &q.rq {
+            Some(_) => self
+                .rd_be32(q.dbr, &|| format!("QUERY_QP doorbell record qpn {qpn:#x}"))
+                .map(|v| v as u16)
+                .unwrap_or(0),
+            None => 0,
+        };
         let c = query_qp_out::qpc.get_mut(out);
         macro_rules! put {
             ($($f:ident = $v:expr),* $(,)?) => {$(
@@ -303,6 +339,10 @@ impl State {
             srqn_rmpn_xrqn = q.srqn.unwrap_or(0),
             hw_sq_wqebb_counter = q.sq_ci,
             sw_sq_wqebb_counter = pc,
+            log_rq_size = q.rq.as_ref().map_or(0, |r| r.log_size),
+            log_rq_stride = q.rq.as_ref().map_or(0, |r| r.log_stride - 4),
+            hw_rq_counter = q.rq.as_ref().map_or(0, |r| r.ci as u32),
+            sw_rq_counter = rq_pc as u32,
         );
         let a = qpc::primary_address_path.get_mut(c);
         let p = q.path;
@@ -327,9 +367,10 @@ impl State {
             .expect("32-bit");
         // The page list follows at 0x110 (`qpc_ext` = 0), as far as the
         // output holds it.
-        if let Some(sq) = &q.sq {
+        // The whole QP buffer's list (the own receive ring's covers both).
+        if let Some(b) = q.rq.as_ref().map(|r| &r.buf).or(q.sq.as_ref()) {
             let arr = mlx5_regs::Array::<u64>::new("pas", 0x110 * 8, 64, 0);
-            write_pas(out, arr, &sq.pas);
+            write_pas(out, arr, &b.pas);
         }
         Ok(())
     }

@@ -349,8 +349,49 @@ impl State {
         q.wire = WireQp::default();
         let srq_attached = q.rq_type == rq_type::SRQ;
         self.flush_sq(qpn);
+        self.flush_rq(qpn);
         if was != QpState::Err && srq_attached {
             self.qp_event(qpn, EventType::SRQ_LAST_WQE);
+        }
+    }
+
+    /// One RESP_ERR / WR_FLUSH CQE per WQE posted to the QP's own receive
+    /// ring beyond the consumer, in order (an SRQ's WQEs are not the QP's
+    /// to flush).
+    fn flush_rq(&mut self, qpn: u32) {
+        let mut avail = self.rq_available(qpn);
+        while avail > 0 {
+            let Some(ci) = self
+                .objects
+                .qps
+                .get_mut(&qpn)
+                .and_then(|q| q.rq.as_mut())
+                .map(|r| {
+                    r.ci = r.ci.wrapping_add(1);
+                    r.ci.wrapping_sub(1)
+                })
+            else {
+                return;
+            };
+            self.stats.flushed += 1;
+            self.resp_err_cqe(qpn, 0, ci, cqe_syndrome::WR_FLUSH_ERR);
+            avail -= 1;
+        }
+    }
+
+    /// Receive WQEs posted to a QP in ERR are flushed as the device sees
+    /// the doorbell record move (no MMIO doorbell announces them; Linux
+    /// `ib_drain_rq` relies on the flush of a receive posted in ERR).
+    pub(crate) fn rq_flush_due(&mut self) {
+        let due: Vec<u32> = self
+            .objects
+            .qps
+            .iter()
+            .filter(|(_, q)| q.state == QpState::Err && q.rq.is_some())
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in due {
+            self.flush_rq(qpn);
         }
     }
 
@@ -437,6 +478,9 @@ impl State {
             q.wait = None;
             q.wire = WireQp::default();
             q.sq_ci = 0;
+            if let Some(r) = q.rq.as_mut() {
+                r.ci = 0;
+            }
             q.mtu = 0;
             q.log_msg_max = 0;
             q.remote_qpn = 0;

@@ -70,22 +70,22 @@ impl State {
         Ok((idx, wqe))
     }
 
-    /// Plan the scatter of `len` bytes through the data segments of SRQ WQE
-    /// `wqe` (after the 16-byte next segment, up to the terminator lkey
-    /// 0x100 or the WQE end). Keys: the reserved lkey (identity), or a
+    /// Plan the scatter of `len` bytes through the data segments `segs` of a
+    /// receive WQE (an SRQ WQE after its 16-byte next segment, or a WQE of
+    /// a QP's own ring), up to the terminator lkey 0x100 or the WQE end. Keys: the reserved lkey (identity), or a
     /// memory key of protection domain `pd` with `lw`. Returns the device
     /// ranges to write, in order; every range is checked against DMA memory
     /// first (a miss records an IOMMU fault), so a refused scatter writes
     /// nothing.
     pub(crate) fn plan_scatter(
         &mut self,
-        wqe: &[u8],
+        data_segs: &[u8],
         pd: u32,
         len: u64,
         what: &str,
     ) -> Result<Vec<(u64, u64)>, ScatterError> {
         let mut segs = Vec::new();
-        for seg in wqe[16..].chunks_exact(16) {
+        for seg in data_segs.chunks_exact(16) {
             let bc = wqe_data_seg::byte_count.get(seg);
             let lkey = wqe_data_seg::lkey.get(seg);
             // Terminator: byte count 0 with the invalid lkey 0x100, or with
@@ -125,6 +125,64 @@ impl State {
         self.check_mapped(&plan, true, what)
             .map_err(|_| ScatterError::Protection)?;
         Ok(plan)
+    }
+
+    /// WQEs posted to QP `qpn`'s own receive ring and not consumed
+    /// (doorbell-record receive counter minus the consumer counter); an
+    /// unreadable record, or one naming more than the ring, counts as none.
+    pub(crate) fn rq_available(&mut self, qpn: u32) -> u16 {
+        let Some((dbr, ci, size)) = self
+            .objects
+            .qps
+            .get(&qpn)
+            .and_then(|q| q.rq.as_ref().map(|r| (q.dbr, r.ci, 1u32 << r.log_size)))
+        else {
+            return 0;
+        };
+        let avail = self
+            .rd_be32(dbr, &|| {
+                format!("QP doorbell record read qpn {qpn:#x} (receive)")
+            })
+            .map(|v| (v as u16).wrapping_sub(ci))
+            .unwrap_or(0);
+        if avail as u32 > size {
+            return 0;
+        }
+        avail
+    }
+
+    /// Consume the next WQE of QP `qpn`'s own receive ring (in order):
+    /// its counter and its bytes. `Err` = the WQE is unreadable. The caller
+    /// checked availability.
+    pub(crate) fn rq_take(&mut self, qpn: u32) -> Result<(u16, Vec<u8>), &'static str> {
+        let q = self.objects.qps.get(&qpn).ok_or("no such QP")?;
+        let r = q.rq.as_ref().ok_or("no receive ring")?;
+        let ci = r.ci;
+        let slot = ci as u64 & ((1u64 << r.log_size) - 1);
+        let stride = 1u64 << r.log_stride;
+        let mut wqe = vec![0u8; stride as usize];
+        let mut done = 0u64;
+        // A WQE may cross a page boundary of the QP buffer.
+        let mut parts = Vec::new();
+        while done < stride {
+            let (iova, n) = r
+                .buf
+                .at(slot * stride + done)
+                .ok_or("WQE outside the page list")?;
+            let n = n.min(stride - done);
+            parts.push((iova, done as usize, n as usize));
+            done += n;
+        }
+        for (iova, at, n) in parts {
+            self.rd(iova, &mut wqe[at..at + n], &|| {
+                format!("receive WQE read qpn {qpn:#x} counter {ci:#x}")
+            })
+            .map_err(|_| "WQE unreadable")?;
+        }
+        if let Some(r) = self.objects.qps.get_mut(&qpn).and_then(|q| q.rq.as_mut()) {
+            r.ci = r.ci.wrapping_add(1);
+        }
+        Ok((ci, wqe))
     }
 
     /// Translate through memory key `key` (index and variant must match).

@@ -36,6 +36,26 @@ pub(super) enum Outcome {
     },
 }
 
+/// Where a receive WQE comes from.
+#[derive(Debug, Clone, Copy)]
+enum Recv {
+    /// The SRQ/RMP of that number.
+    Srq(u32),
+    /// The responder QP's own ring.
+    Own,
+}
+
+impl Recv {
+    /// The CQE's `srqn` field (version 0): the SRQ's number, 0 for a QP's
+    /// own ring (rdma-core `get_cur_rsc` then looks the QP up).
+    fn srqn(&self) -> u32 {
+        match *self {
+            Recv::Srq(n) => n,
+            Recv::Own => 0,
+        }
+    }
+}
+
 /// Where a message's PSNs stand at the responder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Psn {
@@ -146,8 +166,14 @@ impl State {
             .qps
             .get(&tq)
             .expect("delivered to an existing QP");
-        let (t_rwe, t_pd, t_rq_type, t_srqn, t_min_rnr) =
-            (t.rwe, t.pd, t.rq_type, t.srqn, t.min_rnr_nak);
+        let (t_rwe, t_pd, t_rq_type, t_srqn, t_min_rnr, t_own) = (
+            t.rwe,
+            t.pd,
+            t.rq_type,
+            t.srqn,
+            t.min_rnr_nak,
+            t.rq.is_some(),
+        );
         let len = payload.len() as u64;
         let rdma = matches!(wq.opcode, w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM);
         let needs_recv = wq.opcode != w::OPCODE_RDMA_WRITE;
@@ -184,11 +210,13 @@ impl State {
                 return access(EventType::WQ_ACCESS_ERROR);
             }
         }
-        // A receive WQE: SEND, SEND_IMM and WRITE_IMM consume one.
+        // A receive WQE: SEND, SEND_IMM and WRITE_IMM consume one, from
+        // the QP's SRQ or its own ring.
         let mut recv = None;
         if needs_recv {
-            let srqn = match (t_rq_type, t_srqn) {
-                (rq_type::SRQ, Some(n)) => n,
+            let from = match (t_rq_type, t_srqn) {
+                (rq_type::SRQ, Some(n)) => Recv::Srq(n),
+                (rq_type::NON_ZERO, _) if t_own => Recv::Own,
                 _ => {
                     return Outcome::Failed {
                         synd: cqe_syndrome::REMOTE_INVAL_REQ_ERR,
@@ -196,29 +224,49 @@ impl State {
                     }
                 }
             };
-            if !self.srq_good(srqn) {
-                return Outcome::Failed {
-                    synd: cqe_syndrome::REMOTE_OP_ERR,
-                    responder: Some((tq, Some(EventType::WQ_CATAS_ERROR))),
-                };
-            }
-            if self.srq_available(srqn) == 0 {
-                return Outcome::Rnr(t_min_rnr);
-            }
-            match self.srq_take(srqn) {
-                Ok((idx, bytes)) => recv = Some((srqn, idx, bytes)),
-                Err(why) => {
-                    self.srq_catastrophe_event(srqn, why);
+            let taken = match from {
+                Recv::Srq(srqn) => {
+                    if !self.srq_good(srqn) {
+                        return Outcome::Failed {
+                            synd: cqe_syndrome::REMOTE_OP_ERR,
+                            responder: Some((tq, Some(EventType::WQ_CATAS_ERROR))),
+                        };
+                    }
+                    if self.srq_available(srqn) == 0 {
+                        return Outcome::Rnr(t_min_rnr);
+                    }
+                    self.srq_take(srqn).map_err(|why| {
+                        self.srq_catastrophe_event(srqn, why);
+                        None
+                    })
+                }
+                Recv::Own => {
+                    if self.rq_available(tq) == 0 {
+                        return Outcome::Rnr(t_min_rnr);
+                    }
+                    // An unreadable receive WQE: the responder QP's
+                    // catastrophic error.
+                    self.rq_take(tq)
+                        .map_err(|_| Some(EventType::WQ_CATAS_ERROR))
+                }
+            };
+            match taken {
+                Ok((idx, bytes)) => recv = Some((from, idx, bytes)),
+                Err(event) => {
                     return Outcome::Failed {
                         synd: cqe_syndrome::REMOTE_OP_ERR,
-                        responder: Some((tq, None)),
+                        responder: Some((tq, event)),
                     };
                 }
             }
         }
-        // SEND: scatter into the receive WQE.
-        if let (Some((srqn, idx, bytes)), false) = (&recv, rdma) {
-            match self.plan_scatter(bytes, t_pd, len, &what) {
+        // SEND: scatter into the receive WQE's data segments.
+        if let (Some((from, idx, bytes)), false) = (&recv, rdma) {
+            let segs = match from {
+                Recv::Srq(_) => &bytes[16..],
+                Recv::Own => &bytes[..],
+            };
+            match self.plan_scatter(segs, t_pd, len, &what) {
                 Ok(plan) => self.write_plan(&plan, payload, &what),
                 Err(e) => {
                     let (rsynd, ssynd) = match e {
@@ -230,8 +278,10 @@ impl State {
                             (cqe_syndrome::LOCAL_PROT_ERR, cqe_syndrome::REMOTE_OP_ERR)
                         }
                     };
-                    self.resp_err_cqe(tq, *srqn, *idx, rsynd);
-                    self.srq_check_limit(*srqn);
+                    self.resp_err_cqe(tq, from.srqn(), *idx, rsynd);
+                    if let Recv::Srq(srqn) = from {
+                        self.srq_check_limit(*srqn);
+                    }
                     return Outcome::Failed {
                         synd: ssynd,
                         responder: Some((tq, None)),
@@ -242,9 +292,11 @@ impl State {
         if rdma {
             self.write_plan(&wplan, payload, &what);
         }
-        if let Some((srqn, idx, _)) = recv {
-            self.resp_cqe(tq, sqpn, srqn, idx, wq, len as u32, l3_bits);
-            self.srq_check_limit(srqn);
+        if let Some((from, idx, _)) = recv {
+            self.resp_cqe(tq, sqpn, from.srqn(), idx, wq, len as u32, l3_bits);
+            if let Recv::Srq(srqn) = from {
+                self.srq_check_limit(srqn);
+            }
         }
         Outcome::Done
     }
@@ -311,9 +363,10 @@ impl State {
         }
     }
 
-    /// RESP_ERR CQE naming the consumed SRQ WQE (the driver returns it to
-    /// the free list, Linux `mlx5_poll_one`).
-    fn resp_err_cqe(&mut self, tq: u32, srqn: u32, idx: u16, synd: u8) {
+    /// RESP_ERR CQE naming the consumed receive WQE (an SRQ's goes back to
+    /// its free list, Linux `mlx5_poll_one`; an own ring's completes in
+    /// order).
+    pub(super) fn resp_err_cqe(&mut self, tq: u32, srqn: u32, idx: u16, synd: u8) {
         let Some(t) = self.objects.qps.get(&tq) else {
             return;
         };

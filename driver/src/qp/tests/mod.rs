@@ -11,6 +11,7 @@ use std::vec::Vec;
 use super::*;
 
 mod complete;
+mod recv;
 use crate::cq::{Cqe, CqeStatus};
 use crate::srq::Sge;
 use crate::testhal::TestHal;
@@ -41,6 +42,7 @@ pub(crate) fn qp(hal: &TestHal, geo: SqGeometry) -> Qp<TestHal, Vec<SendSlot>> {
         qpn: QPN,
         state: QpState::Rts,
         sq: Some(ring),
+        rq: None,
         slots: vec![SendSlot::EMPTY; geo.wqebbs()],
         dbr: mlx5_hal::Hal::alloc_dma(hal, 8).unwrap(),
         hal: hal.clone(),
