@@ -1,9 +1,15 @@
-//! The scenarios: the demo (the whole mission), and the smaller `limit` and
-//! `resize` scenarios for `trace` and `stats`. Each brings the HCA up,
-//! creates a send CQ, a receive CQ, an SRQ and a loopback QP pair, sends
-//! its messages from one QP to the other through the device (the model's
-//! traffic engine or a card: the same steps on both), destroys what it
-//! made, tears down and checks that nothing was lost.
+//! The scenario: the mission, narrated step by step, that `demo`, `trace`,
+//! `stats` and `selftest` all run. It brings the HCA up, creates a send
+//! CQ, a receive CQ, an SRQ and a loopback QP pair, sends its messages
+//! from one QP to the other through the device (the model's traffic engine
+//! or a card: the same steps on both), raises the SRQ limit event by
+//! consumption, resizes the receive CQ with completions waiting, destroys
+//! what it made, tears down and checks that nothing was lost.
+//!
+//! The steps are one list ([`mission`]) run by one runner ([`run_steps`]).
+//! The `limit` and `resize` scenarios of `trace` and `stats` are the
+//! mission's steps they need; the self-test runs every step and adds its
+//! own stages, checks and report around them ([`Additions`]).
 
 use mlx5_driver::srq::LimitArm;
 use mlx5_driver::Event;
@@ -17,23 +23,24 @@ use crate::common::session::{
 };
 use crate::common::trace::Tracer;
 
-pub(crate) mod demo;
 pub mod flow;
+pub(crate) mod mission;
 pub mod objects;
 mod summary;
 
-use flow::{left, poll_eq, range, wait_limit_event, wait_pending, Flow, Kind};
+use flow::Flow;
 use objects::Objects;
 pub use summary::{conclude, Summary};
 
 /// Which scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
-    /// The whole demo.
+    /// The whole mission (the demo).
     Demo,
-    /// CQ resize with completions waiting.
+    /// The mission's steps up to a CQ resize with completions waiting.
     Resize,
-    /// SRQ limit event, through EQ polling, and re-arm.
+    /// The mission's steps up to the SRQ limit event, through EQ polling,
+    /// and its re-arm.
     Limit,
 }
 
@@ -46,18 +53,76 @@ impl Scenario {
             Scenario::Limit => "limit",
         }
     }
+
+    /// The mission's steps this scenario runs between bring-up and
+    /// teardown, in the mission's order.
+    pub(crate) fn steps<H: Hal>(self) -> Vec<Step<H>> {
+        let parts: &[&str] = match self {
+            Scenario::Demo => return mission::steps(),
+            Scenario::Limit => &["cq", "srq", "connect", "post", "arm", "limit", "destroy"],
+            Scenario::Resize => &["cq", "srq", "connect", "post", "resize", "destroy"],
+        };
+        mission::steps()
+            .into_iter()
+            .filter(|s| parts.contains(&s.part))
+            .collect()
+    }
+}
+
+/// What the SRQ limit step saw (the self-test judges it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LimitSeen {
+    /// The limit armed.
+    pub(crate) limit: u32,
+    /// The message (counted from the step's first) after which the event
+    /// should come: the one that leaves fewer receives posted than the
+    /// limit.
+    pub(crate) expected_after: u64,
+    /// The message after which it came, if it did.
+    pub(crate) fired_after: Option<u64>,
+    /// What re-arming it after the event gave.
+    pub(crate) rearm: LimitArm,
+    /// The limit firmware reports after the re-arm.
+    pub(crate) lwm_after_rearm: u32,
+}
+
+/// What the CQ resize step saw (the self-test judges it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ResizeSeen {
+    /// Messages sent by the step (before and after the resize).
+    pub(crate) sent: u64,
+    /// Of them, received intact.
+    pub(crate) received: u64,
+    /// Their receive completions came in posting order.
+    pub(crate) in_order: bool,
 }
 
 /// What the steps of a scenario share: the objects made so far, the
-/// traffic so far and the model (when the target is the model).
+/// traffic so far, the model (when the target is the model), and what the
+/// limit and resize steps saw.
 pub(crate) struct State<'m, H: Hal> {
     pub(crate) objs: Objects<H>,
     pub(crate) flow: Flow,
     pub(crate) model: Option<&'m Device>,
+    pub(crate) limit: Option<LimitSeen>,
+    pub(crate) resize: Option<ResizeSeen>,
 }
 
-/// One step's work: it narrates itself through the report and adds what it
-/// saw to the summary.
+impl<'m, H: Hal> State<'m, H> {
+    /// Nothing made yet.
+    pub(crate) fn new(model: Option<&'m Device>) -> Self {
+        State {
+            objs: Objects::new(),
+            flow: Flow::new(),
+            model,
+            limit: None,
+            resize: None,
+        }
+    }
+}
+
+/// One part's work: it narrates itself through the report and adds what
+/// it saw to the summary.
 pub(crate) type StepFn<H> = for<'a, 'h, 'm> fn(
     &'a TracedHca<'h, H>,
     &'a mut State<'m, H>,
@@ -65,53 +130,92 @@ pub(crate) type StepFn<H> = for<'a, 'h, 'm> fn(
     &'a mut Summary,
 ) -> Result<(), CliError>;
 
-/// One step of a scenario: its id and title (the report's step heading)
-/// and its work.
+/// One part of a step of the mission: the step's id and title (the
+/// report's step heading, shared by its parts), the part's own name (what
+/// the `limit` and `resize` scenarios select and the self-test maps to its
+/// stages) and its work.
 pub(crate) struct Step<H: Hal> {
-    id: &'static str,
-    title: &'static str,
+    pub(crate) id: &'static str,
+    pub(crate) title: &'static str,
+    pub(crate) part: &'static str,
     run: StepFn<H>,
 }
 
 impl<H: Hal> Step<H> {
-    pub(crate) const fn new(id: &'static str, title: &'static str, run: StepFn<H>) -> Self {
-        Step { id, title, run }
-    }
-}
-
-impl Scenario {
-    /// The scenario's steps between bring-up and teardown, in order.
-    fn steps<H: Hal>(self) -> Vec<Step<H>> {
-        match self {
-            Scenario::Demo => demo::steps(),
-            Scenario::Limit => vec![
-                Step::new(
-                    "create",
-                    "Create the CQs, the SRQ, the buffers and the QP pair",
-                    |hca, st, r, sum| create_all(hca, st, 15, r, sum),
-                ),
-                Step::new("arm", "Post 10 receives, arm the limit at 7", limit_arm),
-                Step::new("limit", "Send until the limit event", limit_event),
-                Step::new("destroy", "Destroy everything", demo::destroy),
-            ],
-            Scenario::Resize => vec![
-                Step::new(
-                    "create",
-                    "Create the CQs, the SRQ, the buffers and the QP pair",
-                    |hca, st, r, sum| create_all(hca, st, 63, r, sum),
-                ),
-                Step::new("traffic", "Send 40 messages, poll none", resize_traffic),
-                Step::new("resize", "Resize with completions waiting", resize_cq),
-                Step::new("destroy", "Destroy everything", demo::destroy),
-            ],
+    pub(crate) const fn new(
+        id: &'static str,
+        title: &'static str,
+        part: &'static str,
+        run: StepFn<H>,
+    ) -> Self {
+        Step {
+            id,
+            title,
+            part,
+            run,
         }
     }
 }
 
-/// Run a scenario end to end: bring-up, its steps in order (stopping at
-/// the first failure, then destroying what was made), teardown. The
-/// summary comes back also when the run fails, with the page and object
-/// accounting known at that point.
+/// What a run adds around the mission's steps. The demo, `trace` and
+/// `stats` add nothing but each step's heading ([`Headings`]); the
+/// self-test opens its stages, runs its own stages and checks between
+/// the steps, and keeps their clock.
+pub(crate) trait Additions<H: Hal> {
+    /// Before `step` (`first`: the first part of its step). An error stops
+    /// the run as a failing step does.
+    fn before(
+        &mut self,
+        step: &Step<H>,
+        first: bool,
+        hca: &TracedHca<'_, H>,
+        st: &mut State<'_, H>,
+        r: &mut Report,
+    ) -> Result<(), CliError>;
+}
+
+/// Each step under its own numbered heading.
+pub(crate) struct Headings;
+
+impl<H: Hal> Additions<H> for Headings {
+    fn before(
+        &mut self,
+        step: &Step<H>,
+        first: bool,
+        _hca: &TracedHca<'_, H>,
+        _st: &mut State<'_, H>,
+        r: &mut Report,
+    ) -> Result<(), CliError> {
+        if first {
+            r.step(step.id, step.title);
+        }
+        Ok(())
+    }
+}
+
+/// The runner: `steps` in order with what `add` adds before each,
+/// stopping at the first failure (the caller destroys what was made).
+pub(crate) fn run_steps<H: Hal>(
+    steps: &[Step<H>],
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+    add: &mut impl Additions<H>,
+) -> Result<(), CliError> {
+    let mut last = None;
+    for step in steps {
+        add.before(step, last != Some(step.id), hca, st, r)?;
+        last = Some(step.id);
+        (step.run)(hca, st, r, sum)?;
+    }
+    Ok(())
+}
+
+/// Run a scenario end to end: bring-up, its steps (stopping at the first
+/// failure, then destroying what was made), teardown. The summary comes
+/// back also when the run fails, with the page and object accounting
+/// known at that point.
 pub fn run<H: Hal>(
     which: Scenario,
     hal: H,
@@ -133,15 +237,8 @@ pub fn run<H: Hal>(
     };
     narrate_bring_up(&hca, waited, t, r);
     sum.loopback = crate::common::loopback::loopback_name(&hca);
-    let mut st = State {
-        objs: Objects::new(),
-        flow: Flow::new(),
-        model: env.model,
-    };
-    let body = which.steps().iter().try_for_each(|step| {
-        r.step(step.id, step.title);
-        (step.run)(&hca, &mut st, r, &mut sum)
-    });
+    let mut st = State::new(env.model);
+    let body = run_steps(&which.steps(), &hca, &mut st, r, &mut sum, &mut Headings);
     sum.absorb(&st.flow, env.model);
     if let Err(e) = &body {
         r.say(format!("stopped: {}", e.message()));
@@ -170,178 +267,4 @@ pub(crate) fn arm_text(a: LimitArm) -> &'static str {
             "firmware did not fire although fewer WQEs are posted than the limit: the driver disarmed it and raises the event itself"
         }
     }
-}
-
-/// Destroy every object (QPs, SRQ, CQs, key) and say what the model holds.
-pub(crate) fn destroy_step<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    objs: &mut Objects<H>,
-    model: Option<&Device>,
-    r: &mut Report,
-) -> Result<(), CliError> {
-    let (lines, res) = objs.destroy(hca);
-    for l in lines {
-        r.say(l);
-    }
-    res?;
-    if let Some(dev) = model {
-        let o = dev.objects();
-        r.say(format!(
-            "the model now holds {} QPs, {} CQs and {} SRQs/RMPs (the EQs, UAR, PD, DMA key and XRC domain of bring-up remain)",
-            o.qps,
-            o.cqs,
-            o.srqs + o.rmps
-        ));
-        r.set("model_qps", o.qps);
-        r.set("model_cqs", o.cqs);
-        r.set("model_srqs", o.srqs + o.rmps);
-    }
-    Ok(())
-}
-
-/// The limit and resize scenarios' first step: a 63-entry CQ pair, an SRQ
-/// of `srq_wr` and the connected QP pair.
-fn create_all<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    st: &mut State<'_, H>,
-    srq_wr: u32,
-    r: &mut Report,
-    sum: &mut Summary,
-) -> Result<(), CliError> {
-    demo::create_queues(hca, &mut st.objs, 63, srq_wr, r)?;
-    demo::create_qps(hca, &mut st.objs, 0, r)?;
-    let p = st.objs.parts()?;
-    sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
-    Ok(())
-}
-
-// ------------------------------------------------------------ limit
-// rdma-core's case: 10 receives posted, limit 7, the event after the 4th
-// message.
-
-fn limit_arm<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    st: &mut State<'_, H>,
-    r: &mut Report,
-    sum: &mut Summary,
-) -> Result<(), CliError> {
-    let p = st.objs.parts()?;
-    st.flow.post_recvs(hca, p.srq, p.rbufs, 10)?;
-    let arm = hca
-        .arm_srq_limit(p.srq, 7)
-        .map_err(|e| CliError::driver("arming the SRQ limit", e))?;
-    r.say(format!("10 posted; limit 7: {}", arm_text(arm)));
-    sum.traffic = true;
-    Ok(())
-}
-
-fn limit_event<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    st: &mut State<'_, H>,
-    r: &mut Report,
-    sum: &mut Summary,
-) -> Result<(), CliError> {
-    let mut p = st.objs.parts()?;
-    for i in 1..=4u64 {
-        let want = p.rcq.pending() + 1;
-        st.flow.post(
-            hca,
-            &mut p,
-            &[(Kind::Send, flow::demo_len(st.flow.next_seq()))],
-        )?;
-        wait_pending(hca, p.rcq, want, "receive")?;
-        let (limit, _, other) = poll_eq(hca, Some(p.srq.srqn()), None)?;
-        say_other(r, &other);
-        sum.limit_events += limit;
-        r.say(format!(
-            "message {i} ({} carried it): {} receives posted, {limit} limit event(s)",
-            demo::carrier(st.model),
-            left(p.srq, p.rcq)
-        ));
-    }
-    if sum.limit_events == 0 {
-        // The fourth message took the SRQ below the limit; its event may
-        // trail its completion (a card, or the threaded model).
-        let (limit, _, other, waited) = wait_limit_event(hca, p.srq.srqn(), None)?;
-        say_other(r, &other);
-        sum.limit_events += limit;
-        if limit > 0 {
-            r.say(format!(
-                "the limit event trailed message 4's completion by {} us",
-                waited / 1000
-            ));
-        }
-    }
-    let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
-    r.say(format!(
-        "polled {} receive and {} send completions",
-        seqs.len(),
-        ids.len()
-    ));
-    st.flow.post_recvs(hca, p.srq, p.rbufs, 4)?;
-    let arm = hca
-        .arm_srq_limit(p.srq, 7)
-        .map_err(|e| CliError::driver("re-arming the SRQ limit", e))?;
-    let lwm = hca
-        .query_srq(p.srq)
-        .map_err(|e| CliError::driver("querying the SRQ", e))?
-        .lwm;
-    sum.limit_rearmed = arm == LimitArm::Armed && lwm == 7;
-    r.say(format!(
-        "re-posted 4, re-armed at 7: {} (lwm = {lwm})",
-        arm_text(arm)
-    ));
-    r.set("limit_events", sum.limit_events);
-    Ok(())
-}
-
-// ------------------------------------------------------------ resize
-// A 63-entry receive CQ resized to 255 with 40 completions waiting, 5
-// more after.
-
-fn resize_traffic<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    st: &mut State<'_, H>,
-    r: &mut Report,
-    sum: &mut Summary,
-) -> Result<(), CliError> {
-    let mut p = st.objs.parts()?;
-    st.flow.post_recvs(hca, p.srq, p.rbufs, 48)?;
-    sum.traffic = true;
-    let msgs: Vec<(Kind, usize)> = (0..40).map(|s| (Kind::Send, flow::demo_len(s))).collect();
-    st.flow.post(hca, &mut p, &msgs)?;
-    wait_pending(hca, p.rcq, 40, "receive")?;
-    r.say(format!(
-        "{} carried 40 messages; {} receive completions waiting",
-        demo::carrier(st.model),
-        p.rcq.pending()
-    ));
-    Ok(())
-}
-
-fn resize_cq<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    st: &mut State<'_, H>,
-    r: &mut Report,
-    sum: &mut Summary,
-) -> Result<(), CliError> {
-    let mut p = st.objs.parts()?;
-    let (from, waiting) = (p.rcq.capacity(), p.rcq.pending());
-    hca.resize_cq(p.rcq, 255)
-        .map_err(|e| CliError::driver("resizing the CQ", e))?;
-    r.say(format!(
-        "resized {from} -> {} with {waiting} waiting",
-        p.rcq.capacity()
-    ));
-    sum.resize = Some((from, p.rcq.capacity(), waiting));
-    let msgs: Vec<(Kind, usize)> = (40..45).map(|s| (Kind::Send, flow::demo_len(s))).collect();
-    st.flow.post(hca, &mut p, &msgs)?;
-    let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
-    r.say(format!(
-        "5 more after the resize; polled {} receive completions ({}) in order and {} send completions",
-        seqs.len(),
-        range("messages", &seqs),
-        ids.len()
-    ));
-    Ok(())
 }

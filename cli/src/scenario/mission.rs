@@ -1,6 +1,7 @@
-//! The demo scenario: the whole mission, narrated step by step, every
-//! message sent by a QP and received by an SRQ-attached QP through the
-//! device (the model's traffic engine, or a card).
+//! The mission's steps, narrated: every message sent by a QP and received
+//! by an SRQ-attached QP through the device (the model's traffic engine,
+//! or a card). `demo` runs them all, the `limit` and `resize` scenarios
+//! the ones they need, the self-test all of them inside its stages.
 
 use mlx5_driver::srq::LimitArm;
 use mlx5_hal::Hal;
@@ -8,16 +9,17 @@ use mlx5_sim::Device;
 
 use super::flow::{demo_len, left, poll_eq, range, wait_limit_event, wait_pending, Kind};
 use super::objects::{
-    alloc_bufs, create_cq, create_pair, create_srq, state_name, Objects, BUF, NBUF, SEND_WR,
+    alloc_bufs, create_cq, create_pair, create_srq as create_srq_on, state_name, Objects, BUF,
+    NBUF, SEND_WR,
 };
-use super::{arm_text, destroy_step, say_other, State, Step, Summary};
+use super::{arm_text, say_other, LimitSeen, ResizeSeen, State, Step, Summary};
 use crate::common::error::CliError;
 use crate::common::loopback::loopback_path;
 use crate::common::report::Report;
 use crate::common::session::TracedHca;
 
 /// Who carries the messages, for the narration.
-pub(super) fn carrier(model: Option<&Device>) -> &'static str {
+pub(crate) fn carrier(model: Option<&Device>) -> &'static str {
     if model.is_some() {
         "the model's traffic engine"
     } else {
@@ -25,7 +27,15 @@ pub(super) fn carrier(model: Option<&Device>) -> &'static str {
     }
 }
 
-/// Create the send and receive CQs, the SRQ and the buffers (narrated).
+/// The receive CQ's and the send CQ's entries before the resize.
+const CQ_ENTRIES: u32 = 255;
+/// The SRQ's receive WQEs.
+const SRQ_WR: u32 = 63;
+/// Bytes the sender QP sends inline (the self-test's inline SENDs).
+pub(crate) const INLINE: u32 = 64;
+
+/// Create the send and receive CQs, the SRQ and the buffers (narrated;
+/// the `queues` step of `mlx5 run`).
 pub(crate) fn create_queues<H: Hal>(
     hca: &TracedHca<'_, H>,
     objs: &mut Objects<H>,
@@ -33,9 +43,37 @@ pub(crate) fn create_queues<H: Hal>(
     srq_wr: u32,
     r: &mut Report,
 ) -> Result<(), CliError> {
-    let scq = objs.scq.insert(create_cq(hca, cq_entries, "send CQ")?);
+    cq_pair(hca, objs, cq_entries, r)?;
+    srq_and_buffers(hca, objs, srq_wr, r)
+}
+
+fn create_cqs<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    _sum: &mut Summary,
+) -> Result<(), CliError> {
+    cq_pair(hca, &mut st.objs, CQ_ENTRIES, r)
+}
+
+fn create_srq<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    _sum: &mut Summary,
+) -> Result<(), CliError> {
+    srq_and_buffers(hca, &mut st.objs, SRQ_WR, r)
+}
+
+fn cq_pair<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    objs: &mut Objects<H>,
+    entries: u32,
+    r: &mut Report,
+) -> Result<(), CliError> {
+    let scq = objs.scq.insert(create_cq(hca, entries, "send CQ")?);
     let (sn, scap) = (scq.cqn(), scq.capacity());
-    let rcq = objs.rcq.insert(create_cq(hca, cq_entries, "receive CQ")?);
+    let rcq = objs.rcq.insert(create_cq(hca, entries, "receive CQ")?);
     r.say(format!(
         "send CQ {sn:#x} and receive CQ {:#x}: {scap} entries each (rings of 2^{} 64-byte CQEs) reporting to completion EQ {}",
         rcq.cqn(),
@@ -45,7 +83,22 @@ pub(crate) fn create_queues<H: Hal>(
     r.set("send_cqn", sn);
     r.set("recv_cqn", rcq.cqn());
     r.set("cq_capacity", rcq.capacity());
-    let srq = objs.srq.insert(create_srq(hca, srq_wr, rcq)?);
+    Ok(())
+}
+
+fn srq_and_buffers<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    objs: &mut Objects<H>,
+    wr: u32,
+    r: &mut Report,
+) -> Result<(), CliError> {
+    let Some(rcq) = objs.rcq.as_mut() else {
+        return Err(CliError::failed(
+            "internal error: no receive CQ at this step",
+            "this is a bug in mlx5; please report it",
+        ));
+    };
+    let srq = objs.srq.insert(create_srq_on(hca, wr, rcq)?);
     r.say(format!(
         "{} {:#x}: {} receive WQEs of {} scatter entry each{}",
         if srq.is_rmp() { "RMP" } else { "SRQ" },
@@ -79,7 +132,20 @@ pub(crate) fn create_queues<H: Hal>(
     Ok(())
 }
 
-/// Create the two QPs and connect them (narrated).
+fn connect<H: Hal>(
+    hca: &TracedHca<'_, H>,
+    st: &mut State<'_, H>,
+    r: &mut Report,
+    sum: &mut Summary,
+) -> Result<(), CliError> {
+    create_qps(hca, &mut st.objs, INLINE, r)?;
+    let p = st.objs.parts()?;
+    sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
+    Ok(())
+}
+
+/// Create the two QPs and connect them (narrated; the `pair` step of
+/// `mlx5 run`).
 pub(crate) fn create_qps<H: Hal>(
     hca: &TracedHca<'_, H>,
     objs: &mut Objects<H>,
@@ -90,7 +156,7 @@ pub(crate) fn create_qps<H: Hal>(
     let p = objs.parts()?;
     let geo = p.sender.send_geometry();
     r.say(format!(
-        "sender QP {:#x}: RC, a send queue of {SEND_WR} work requests ({} WQEBBs of 64 bytes) completing on the send CQ, no receive queue",
+        "sender QP {:#x}: RC, a send queue of {SEND_WR} work requests ({} WQEBBs of 64 bytes, up to {inline} bytes inline) completing on the send CQ, no receive queue",
         p.sender.qpn(),
         geo.map_or(0, |g| g.wqebbs())
     ));
@@ -112,65 +178,58 @@ pub(crate) fn create_qps<H: Hal>(
     Ok(())
 }
 
-/// The demo's steps, in order: each narrates itself through the report.
+/// The SRQ limit the limit step arms (and re-arms after its event).
+pub(crate) const LIMIT: u32 = 8;
+
+/// The mission's steps, in order: each part narrates itself through the
+/// report.
 pub(super) fn steps<H: Hal>() -> Vec<Step<H>> {
+    const CREATE: &str = "Create the CQs, the SRQ and the buffers";
+    const LIMIT_TITLE: &str = "SRQ limit event by consumption, through EQ polling, and re-arm";
     vec![
-        Step::new("create", "Create the CQs, the SRQ and the buffers", create),
-        Step::new("connect", "Create and connect the queue pair", connect),
-        Step::new("post", "Post receives", post),
-        Step::new("arm", "Arm the SRQ limit and the receive CQ", arm),
-        Step::new("traffic", "Send 20 messages", traffic),
-        Step::new("poll", "Poll completions", poll),
+        Step::new("create", CREATE, "cq", create_cqs),
+        Step::new("create", CREATE, "srq", create_srq),
         Step::new(
-            "limit",
-            "SRQ limit event by consumption, through EQ polling, and re-arm",
-            limit,
+            "connect",
+            "Create and connect the queue pair",
+            "connect",
+            connect,
         ),
+        Step::new("post", "Post receives", "post", post),
+        Step::new("arm", "Arm the receive CQ", "arm", arm),
+        Step::new("traffic", "Send 20 messages", "traffic", traffic),
+        Step::new("poll", "Poll completions", "poll", poll),
+        Step::new("limit", LIMIT_TITLE, "limit", limit),
         Step::new(
             "resize",
             "Resize the receive CQ while completions are waiting",
+            "resize",
             resize,
         ),
-        Step::new("destroy", "Destroy everything", destroy),
+        Step::new("destroy", "Destroy everything", "destroy", destroy),
     ]
 }
 
-fn create<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    st: &mut State<'_, H>,
-    r: &mut Report,
-    _sum: &mut Summary,
-) -> Result<(), CliError> {
-    create_queues(hca, &mut st.objs, 255, 63, r)?;
-    Ok(())
-}
-
-fn connect<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    st: &mut State<'_, H>,
-    r: &mut Report,
-    sum: &mut Summary,
-) -> Result<(), CliError> {
-    create_qps(hca, &mut st.objs, 0, r)?;
-    let p = st.objs.parts()?;
-    sum.qps = Some((p.sender.qpn(), p.receiver.qpn()));
-    Ok(())
-}
+/// Receives the post step posts.
+const POSTED: u64 = 32;
 
 fn post<H: Hal>(
     hca: &TracedHca<'_, H>,
     st: &mut State<'_, H>,
     r: &mut Report,
-    _sum: &mut Summary,
+    sum: &mut Summary,
 ) -> Result<(), CliError> {
     let p = st.objs.parts()?;
-    st.flow.post_recvs(hca, p.srq, p.rbufs, 32)?;
+    let first = st.flow.next_recv_wr();
+    st.flow.post_recvs(hca, p.srq, p.rbufs, POSTED)?;
     r.say(format!(
-        "posted 32 receive requests (wr_id 0..=31), one {BUF}-byte buffer each, lkey {:#x}; {} outstanding",
+        "posted {POSTED} receive requests ({}), one {BUF}-byte buffer each, lkey {:#x}; {} outstanding",
+        range("wr_id", &[first, first + POSTED - 1]),
         hca.default_lkey(),
         p.srq.outstanding()
     ));
-    r.set("posted", 32);
+    r.set("posted", POSTED);
+    sum.traffic = true;
     Ok(())
 }
 
@@ -178,26 +237,12 @@ fn arm<H: Hal>(
     hca: &TracedHca<'_, H>,
     st: &mut State<'_, H>,
     r: &mut Report,
-    sum: &mut Summary,
+    _sum: &mut Summary,
 ) -> Result<(), CliError> {
     let p = st.objs.parts()?;
-    let arm = hca
-        .arm_srq_limit(p.srq, 8)
-        .map_err(|e| CliError::driver("arming the SRQ limit", e))?;
-    let lwm = hca
-        .query_srq(p.srq)
-        .map_err(|e| CliError::driver("querying the SRQ", e))?
-        .lwm;
-    r.say(format!(
-        "SRQ limit 8: {} (query_srq: lwm = {lwm}); firmware raises SRQ_RQ_LIMIT once fewer than 8 receives remain posted",
-        arm_text(arm)
-    ));
     hca.arm_cq(p.rcq, false)
         .map_err(|e| CliError::driver("arming the receive CQ", e))?;
     r.say("receive CQ armed: exactly one completion event follows the next completion");
-    r.set("limit", 8);
-    r.set("lwm", lwm);
-    sum.traffic = true;
     Ok(())
 }
 
@@ -220,7 +265,7 @@ fn traffic<H: Hal>(
         p.receiver.qpn()
     ));
     r.say(format!(
-        "{} receives still posted (limit 8: no event yet); waiting: {} receive completions, {} send completions",
+        "{} receives still posted; waiting: {} receive completions, {} send completions",
         left(p.srq, p.rcq),
         p.rcq.pending(),
         p.scq.pending()
@@ -273,8 +318,24 @@ fn limit<H: Hal>(
 ) -> Result<(), CliError> {
     let mut p = st.objs.parts()?;
     let srq_name = if p.srq.is_rmp() { "RMP" } else { "SRQ" };
+    let posted = left(p.srq, p.rcq) as u64;
+    let arm = hca
+        .arm_srq_limit(p.srq, LIMIT)
+        .map_err(|e| CliError::driver("arming the SRQ limit", e))?;
+    let lwm = hca
+        .query_srq(p.srq)
+        .map_err(|e| CliError::driver("querying the SRQ", e))?
+        .lwm;
+    r.say(format!(
+        "SRQ limit {LIMIT}: {} (query_srq: lwm = {lwm}) with {posted} receives posted; firmware raises SRQ_RQ_LIMIT once fewer than {LIMIT} remain posted",
+        arm_text(arm)
+    ));
+    // One message at a time until fewer than LIMIT receives remain: the
+    // event belongs to the last of them.
+    let n = (posted + 1).saturating_sub(u64::from(LIMIT)).max(1);
+    let more = if st.flow.sent > 0 { " more" } else { "" };
     let mut fired_after = None;
-    for i in 1..=5u64 {
+    for i in 1..=n {
         let want = p.rcq.pending() + 1;
         st.flow
             .post(hca, &mut p, &[(Kind::Send, demo_len(st.flow.next_seq()))])?;
@@ -288,22 +349,22 @@ fn limit<H: Hal>(
         }
     }
     if fired_after.is_none() {
-        // The fifth message took the SRQ below the limit; its event may
+        // The last message took the SRQ below the limit; its event may
         // trail its completion (a card, or the threaded model).
         let (limit, comp, other, _) = wait_limit_event(hca, p.srq.srqn(), Some(p.rcq.cqn()))?;
         sum.comp_events += comp;
         say_other(r, &other);
         if limit > 0 {
             sum.limit_events += limit;
-            fired_after = Some((5, left(p.srq, p.rcq)));
+            fired_after = Some((n, left(p.srq, p.rcq)));
         }
     }
     match fired_after {
         Some((i, l)) => r.say(format!(
-            "5 more messages, one post_send each; after message {i} of them only {l} receives were posted (< 8) and poll_events returned SRQ_RQ_LIMIT for {srq_name} {:#x} from the async EQ",
+            "{n}{more} messages, one post_send each; after message {i} of them only {l} receives were posted (< {LIMIT}) and poll_events returned SRQ_RQ_LIMIT for {srq_name} {:#x} from the async EQ",
             p.srq.srqn()
         )),
-        None => r.say("5 more messages; NO limit event arrived"),
+        None => r.say(format!("{n}{more} messages; NO limit event arrived")),
     }
     let lwm = hca
         .query_srq(p.srq)
@@ -320,23 +381,34 @@ fn limit<H: Hal>(
         ids.len(),
         range("wr_id", &ids)
     ));
+    let first = st.flow.next_recv_wr();
     st.flow.post_recvs(hca, p.srq, p.rbufs, 24)?;
     let arm = hca
-        .arm_srq_limit(p.srq, 8)
+        .arm_srq_limit(p.srq, LIMIT)
         .map_err(|e| CliError::driver("re-arming the SRQ limit", e))?;
     let lwm = hca
         .query_srq(p.srq)
         .map_err(|e| CliError::driver("querying the SRQ", e))?
         .lwm;
-    sum.limit_rearmed = arm == LimitArm::Armed && lwm == 8;
+    sum.limit_rearmed = arm == LimitArm::Armed && u32::from(lwm) == LIMIT;
     r.say(format!(
-        "posted 24 more receives (wr_id 32..=55, {} outstanding) and re-armed the limit at 8: {} (lwm = {lwm})",
+        "posted 24 more receives ({}, {} outstanding) and re-armed the limit at {LIMIT}: {} (lwm = {lwm})",
+        range("wr_id", &[first, first + 23]),
         p.srq.outstanding(),
         arm_text(arm)
     ));
+    st.limit = Some(LimitSeen {
+        limit: LIMIT,
+        expected_after: n,
+        fired_after: fired_after.map(|(i, _)| i),
+        rearm: arm,
+        lwm_after_rearm: u32::from(lwm),
+    });
+    r.set("limit", LIMIT);
     r.set("limit_event_after_message", fired_after.map(|(i, _)| i));
     r.set("limit_events", sum.limit_events);
     r.set("rearmed", sum.limit_rearmed);
+    r.set("lwm_after_rearm", lwm);
     Ok(())
 }
 
@@ -348,9 +420,8 @@ fn resize<H: Hal>(
 ) -> Result<(), CliError> {
     let mut p = st.objs.parts()?;
     let received_before = st.flow.received;
-    let msgs: Vec<(Kind, usize)> = (0..12)
-        .map(|i| (Kind::Send, demo_len(st.flow.next_seq() + i)))
-        .collect();
+    let first = st.flow.next_seq();
+    let msgs: Vec<(Kind, usize)> = (0..12).map(|i| (Kind::Send, demo_len(first + i))).collect();
     st.flow.post(hca, &mut p, &msgs)?;
     wait_pending(hca, p.rcq, 12, "receive")?;
     let waiting = p.rcq.pending();
@@ -364,16 +435,18 @@ fn resize<H: Hal>(
         "MODIFY_CQ (resize) to {} entries: firmware switched rings; the driver copied the {waiting} unpolled CQEs in front of firmware's first new one",
         p.rcq.capacity()
     ));
-    let msgs: Vec<(Kind, usize)> = (0..4)
-        .map(|i| (Kind::Send, demo_len(st.flow.next_seq() + i)))
+    let msgs: Vec<(Kind, usize)> = (12..16)
+        .map(|i| (Kind::Send, demo_len(first + i)))
         .collect();
     st.flow.post(hca, &mut p, &msgs)?;
     let (seqs, ids) = st.flow.complete_all(hca, &mut p)?;
     let got = st.flow.received - received_before;
+    let in_order = seqs.iter().copied().eq(first..first + 16);
     r.say(format!(
-        "4 messages after the resize; polled {} receive completions ({}): the {waiting} from before the resize, then the 4 after, in order; {} lost",
+        "4 messages after the resize; polled {} receive completions ({}): the {waiting} from before the resize, then the 4 after, {}; {} lost",
         seqs.len(),
         range("messages", &seqs),
+        if in_order { "in order" } else { "OUT OF ORDER" },
         16u64.saturating_sub(got)
     ));
     r.say(format!(
@@ -382,6 +455,11 @@ fn resize<H: Hal>(
         range("wr_id", &ids)
     ));
     sum.resize = Some((from, p.rcq.capacity(), waiting));
+    st.resize = Some(ResizeSeen {
+        sent: 16,
+        received: got,
+        in_order,
+    });
     r.set("from", from);
     r.set("to", p.rcq.capacity());
     r.set("waiting", waiting);
@@ -390,13 +468,30 @@ fn resize<H: Hal>(
     Ok(())
 }
 
-/// Destroy every object and say what the model holds (every scenario ends
-/// with it).
-pub(super) fn destroy<H: Hal>(
+/// Destroy every object (QPs, SRQ, CQs, key) and say what the model
+/// holds (every scenario ends with it).
+fn destroy<H: Hal>(
     hca: &TracedHca<'_, H>,
     st: &mut State<'_, H>,
     r: &mut Report,
     _sum: &mut Summary,
 ) -> Result<(), CliError> {
-    destroy_step(hca, &mut st.objs, st.model, r)
+    let (lines, res) = st.objs.destroy(hca);
+    for l in lines {
+        r.say(l);
+    }
+    res?;
+    if let Some(dev) = st.model {
+        let o = dev.objects();
+        r.say(format!(
+            "the model now holds {} QPs, {} CQs and {} SRQs/RMPs (the EQs, UAR, PD, DMA key and XRC domain of bring-up remain)",
+            o.qps,
+            o.cqs,
+            o.srqs + o.rmps
+        ));
+        r.set("model_qps", o.qps);
+        r.set("model_cqs", o.cqs);
+        r.set("model_srqs", o.srqs + o.rmps);
+    }
+    Ok(())
 }
