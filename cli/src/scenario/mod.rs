@@ -15,6 +15,7 @@ use mlx5_driver::srq::LimitArm;
 use mlx5_driver::Event;
 use mlx5_hal::Hal;
 use mlx5_sim::Device;
+use serde_json::{json, Value};
 
 use crate::common::error::CliError;
 use crate::common::report::Report;
@@ -251,6 +252,40 @@ pub fn run<H: Hal>(
     let (td, td_res) = teardown(hca, env, r);
     sum.teardown = td;
     (sum, body.and(td_res))
+}
+
+/// What a subcommand that ran a scenario returns: its JSON (`steps`,
+/// `summary`, `commands_sent`, and `extra` when given) and its result, the
+/// run's own failure or else a failed check of [`conclude`] (which prints
+/// the summary).
+pub fn finish(
+    (sum, res): (Summary, Result<(), CliError>),
+    env: &Env<'_>,
+    t: &Tracer,
+    r: &mut Report,
+    extra: Option<(&str, Value)>,
+) -> (Value, Result<(), CliError>) {
+    let checks = conclude(&sum, env, t, r, res.as_ref().err());
+    let result = res.and(checks);
+    let mut v = json!({
+        "steps": r.take_steps(),
+        "summary": sum.to_json(),
+        "commands_sent": t.count(),
+    });
+    if let Some((k, x)) = extra {
+        v[k] = x;
+    }
+    (v, result)
+}
+
+/// What the latencies of a run measure, for the headings of `trace` and
+/// `stats`.
+pub fn latency_kind(env: &Env<'_>) -> &'static str {
+    if env.model.is_some() {
+        "the model's virtual clock, not real firmware timing"
+    } else {
+        "wall-clock time"
+    }
 }
 
 pub(crate) fn say_other(r: &mut Report, other: &[Event]) {
