@@ -85,4 +85,8 @@ pub enum Violation {
     /// unaligned, or of a width the register does not take): ignored, reads
     /// return all ones ([`host`](crate::host)).
     Mmio(String),
+    /// A send doorbell whose value is not the first 8 bytes of the last WQE
+    /// the doorbell record publishes (a stale control word, or a doorbell
+    /// naming an earlier WQE); the device still executes up to the record.
+    SendDoorbell(String),
 }

@@ -112,6 +112,10 @@ impl State {
     /// register) or queued for the device thread.
     pub fn mmio_write(&mut self, offset: usize, value: u64, wide: bool) {
         let is_cmdq_reg = !wide && (offset == 0x10 || offset == 0x14);
+        if wide {
+            // Checked as it arrives, against the memory the driver published.
+            self.check_send_doorbell(offset, value);
+        }
         if self.clock.threaded && !is_cmdq_reg {
             let at = self.now_ns() + THREADED_LATENCY_NS;
             self.mmio_queue.push_back(MmioWrite {

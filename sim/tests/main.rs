@@ -28,6 +28,7 @@ mod qp_cq;
 mod qp_errors;
 mod qp_keys_vport;
 mod qp_traffic;
+mod send_doorbell;
 
 // Fault injection and the threaded mode; behaviours of docs/fidelity.md.
 mod fidelity;

@@ -12,6 +12,7 @@
 //! `ibv_get_async_event(3)` describe them. Choices where the sources are
 //! silent: `docs/fidelity.md` §14.
 
+mod doorbell;
 mod frames;
 mod receive;
 mod recv;
