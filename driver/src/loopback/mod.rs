@@ -143,6 +143,8 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 },
                 traffic_class: 0,
                 flow_label: 0,
+                sl: 0,
+                roce_v2: version == RoceVersion::V2,
             },
             Some(LoopbackMode::Ib { lid }) => AddressPath::Ib {
                 port,

@@ -181,14 +181,18 @@ pub struct InitAttr {
 }
 
 impl Default for InitAttr {
-    /// Port 1, pkey index 0, remote read and write (what DPDK, rdma-core's
-    /// DevX test and Linux software steering set).
+    /// Port 1, pkey index 0, remote write only. Remote read is left off:
+    /// it needs a responder depth (`RtrAttr::max_dest_rd_atomic` > 0) that
+    /// the loopback helpers do not give, and an RC QP that accepts reads
+    /// with depth 0 would only ever answer them with errors (IBTA
+    /// `max_dest_rd_atomic`; `ibv_modify_qp(3)`). Ask for it together with
+    /// the depth.
     fn default() -> Self {
         InitAttr {
             port: 1,
             pkey_index: 0,
             access: QpAccess {
-                remote_read: true,
+                remote_read: false,
                 remote_write: true,
                 remote_atomic: false,
             },
@@ -224,6 +228,13 @@ pub enum AddressPath {
         traffic_class: u8,
         /// Flow label (20 bits).
         flow_label: u32,
+        /// Service level: its low 3 bits are the Ethernet priority
+        /// (`eth_prio`, Linux `mlx5_set_path`).
+        sl: u8,
+        /// The source GID is a RoCE v2 entry: only then does the traffic
+        /// class's DSCP (`tclass >> 2`) go into `ads.dscp` (Linux
+        /// `mlx5_set_path` sets it for `IB_GID_TYPE_ROCE_UDP_ENCAP` only).
+        roce_v2: bool,
     },
     /// InfiniBand: the peer's LID, no GRH.
     Ib {
@@ -355,6 +366,16 @@ mod tests {
         }
         assert!(QpState::Rts.can_post_send() && QpState::Error.can_post_send());
         assert!(!QpState::Reset.can_post_send() && !QpState::Rtr.can_post_send());
+    }
+
+    #[test]
+    fn the_default_access_opens_no_reads_without_a_responder_depth() {
+        // The loopback helpers connect with these and a responder depth of
+        // 0 (`max_dest_rd_atomic`), so remote read (and atomics) stay off.
+        let a = InitAttr::default().access;
+        assert!(a.remote_write);
+        assert!(!a.remote_read, "remote read with responder depth 0");
+        assert!(!a.remote_atomic);
     }
 
     #[test]

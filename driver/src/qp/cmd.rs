@@ -135,6 +135,11 @@ pub fn parse_create_qp(out: &[u8]) -> u32 {
     create_qp_out::qpn.get(out)
 }
 
+/// `log_ack_req_freq`: the requester asks for an ACK at least every
+/// 2^8 packets. Linux puts `MLX5_IB_ACK_REQ_FREQ` (8) into the QPC on every
+/// transition (`__mlx5_ib_modify_qp`, `drivers/infiniband/hw/mlx5/qp.c`).
+pub const LOG_ACK_REQ_FREQ: u8 = 8;
+
 /// Output length of every transition (they share the 16-byte layout).
 pub const MODIFY_QP_OUT: usize = rst2init_qp_out::SIZE;
 
@@ -152,6 +157,7 @@ pub fn rst2init_qp(
     rst2init_qp_in::qpn.set(&mut b, qpn)?;
     let q = rst2init_qp_in::qpc.get_mut(&mut b);
     qpc::pm_state.set(q, pm_state::MIGRATED)?;
+    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
     qpc::rre.set(q, access.remote_read)?;
     qpc::rwe.set(q, access.remote_write)?;
     qpc::rae.set(q, access.remote_atomic)?;
@@ -193,6 +199,7 @@ pub fn init2rtr_qp(qpn: u32, f: &RtrFields) -> Result<[u8; init2rtr_qp_in::SIZE]
     init2rtr_qp_in::qpn.set(&mut b, qpn)?;
     let q = init2rtr_qp_in::qpc.get_mut(&mut b);
     qpc::mtu.set(q, f.mtu)?;
+    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
     qpc::log_msg_max.set(q, f.log_msg_max)?;
     qpc::remote_qpn.set(q, f.remote_qpn)?;
     qpc::next_rcv_psn.set(q, f.next_rcv_psn)?;
@@ -210,6 +217,8 @@ pub fn init2rtr_qp(qpn: u32, f: &RtrFields) -> Result<[u8; init2rtr_qp_in::SIZE]
             udp_sport,
             traffic_class,
             flow_label,
+            sl,
+            roce_v2,
             ..
         } => {
             ads::rgid_rip.get_mut(path).copy_from_slice(&dgid);
@@ -223,7 +232,10 @@ pub fn init2rtr_qp(qpn: u32, f: &RtrFields) -> Result<[u8; init2rtr_qp_in::SIZE]
             ads::udp_sport.set(path, udp_sport)?;
             ads::tclass.set(path, traffic_class)?;
             ads::flow_label.set(path, flow_label)?;
-            ads::dscp.set(path, traffic_class >> 2)?;
+            ads::eth_prio.set(path, sl & 7)?;
+            if roce_v2 {
+                ads::dscp.set(path, traffic_class >> 2)?;
+            }
         }
         AddressPath::Ib { dlid, sl, .. } => {
             ads::rlid.set(path, dlid)?;
@@ -274,6 +286,7 @@ pub fn rtr2rts_qp(qpn: u32, f: &RtsFields) -> Result<[u8; rtr2rts_qp_in::SIZE], 
     header_into(&mut b, Opcode::RTR2RTS_QP, 0);
     rtr2rts_qp_in::qpn.set(&mut b, qpn)?;
     let q = rtr2rts_qp_in::qpc.get_mut(&mut b);
+    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
     qpc::retry_count.set(q, f.retry_count)?;
     qpc::rnr_retry.set(q, f.rnr_retry)?;
     qpc::next_send_psn.set(q, f.next_send_psn)?;

@@ -175,6 +175,7 @@ fn rst2init_sets_port_pkey_pm_state_and_access() {
     assert_eq!(be16(&b, 0x32), 3, "pkey_index");
     assert_eq!(b[0x55], 1, "vhca_port_num");
     assert_eq!(be32(&b, 0xa8), (1 << 15) | (1 << 14), "rre rwe");
+    assert_eq!(b[0x88] >> 4, 8, "log_ack_req_freq");
     only_these(
         &b,
         &[
@@ -183,6 +184,7 @@ fn rst2init_sets_port_pkey_pm_state_and_access() {
             (0x18, 0x1c),
             (0x30, 0x34),
             (0x54, 0x58),
+            (0x88, 0x89),
             (0xa8, 0xac),
         ],
     );
@@ -228,6 +230,7 @@ fn init2rtr_force_loopback() {
             (0x20, 0x24),
             (0x2c, 0x34),
             (0x54, 0x58),
+            (0x88, 0x89),
             (0xa8, 0xb0),
         ],
     );
@@ -247,8 +250,12 @@ fn init2rtr_roce_and_ib_paths() {
         udp_sport: 0xc123,
         traffic_class: 0x28,
         flow_label: 0x12345,
+        sl: 0xd,
+        roce_v2: true,
     });
     assert_eq!(b[0x30] & 0x80, 0, "no force loopback");
+    assert_eq!(be32(&b, 0x54) >> 28 & 7, 5, "eth_prio = sl & 7");
+    assert_eq!(be32(&b, 0x50) >> 16 & 0x3f, 0x28 >> 2, "dscp on v2");
     assert_eq!(&b[0x40..0x50], &gid, "rgid_rip");
     assert_eq!(&b[0x56..0x5c], &[2, 0xc9, 0, 1, 2, 3], "rmac");
     assert_eq!(b[0x39], 0, "src_addr_index");
@@ -256,6 +263,22 @@ fn init2rtr_roce_and_ib_paths() {
     assert_eq!(be16(&b, 0x52), 0xc123, "udp_sport");
     assert_eq!(b[0x55], 1);
     assert_eq!(be32(&b, 0x3c), 0x28 << 20 | 0x12345, "tclass, flow_label");
+    assert_eq!(be32(&b, 0x88) >> 28, 8, "log_ack_req_freq");
+    // RoCE v1: no UDP, and no DSCP (Linux sets it for v2 GIDs only).
+    let b = rtr(AddressPath::Roce {
+        port: 1,
+        sgid_index: 1,
+        dgid: gid,
+        dmac: [2, 0xc9, 0, 1, 2, 3],
+        hop_limit: 64,
+        udp_sport: 0,
+        traffic_class: 0x28,
+        flow_label: 0,
+        sl: 3,
+        roce_v2: false,
+    });
+    assert_eq!(be32(&b, 0x50) >> 16 & 0x3f, 0, "no dscp on v1");
+    assert_eq!(be32(&b, 0x54) >> 28 & 7, 3, "eth_prio");
     let b = rtr(AddressPath::Ib {
         port: 1,
         dlid: 0x17,
@@ -298,7 +321,15 @@ fn rtr2rts_sets_timeouts_retries_and_psn() {
     assert_eq!(be16(&b, 0), 0x504);
     assert_eq!(be32(&b, 0x08), 0x77);
     assert_eq!(b[0x38] >> 3, 14, "ack_timeout: byte 0x38 bits 7:3");
-    assert_eq!(be32(&b, 0x88), (1 << 21) | (7 << 16) | (7 << 13));
+    assert_eq!(
+        b[0x88] >> 4,
+        8,
+        "log_ack_req_freq as Linux (MLX5_IB_ACK_REQ_FREQ)"
+    );
+    assert_eq!(
+        be32(&b, 0x88),
+        (8 << 28) | (1 << 21) | (7 << 16) | (7 << 13)
+    );
     assert_eq!(be32(&b, 0x90), 0x65_4321);
     only_these(
         &b,

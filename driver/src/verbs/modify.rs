@@ -412,6 +412,8 @@ impl<
             udp_sport,
             traffic_class: g.traffic_class,
             flow_label: g.flow_label,
+            sl: ah.sl,
+            roce_v2: v2,
         })
     }
 }
