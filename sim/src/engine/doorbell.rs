@@ -33,7 +33,7 @@ impl State {
         if !self.objects.uars.contains(&page)
             || !(db::UAR_BF_OFFSET..end.min(db::UAR_PAGE_SIZE)).contains(&off)
             || half == 0
-            || (off - db::UAR_BF_OFFSET) % half != 0
+            || !(off - db::UAR_BF_OFFSET).is_multiple_of(half)
         {
             return;
         }
