@@ -47,6 +47,7 @@ mod wire_codec;
 // RC traffic segmented into packets over every transport, and recovery (or
 // retry exhaustion) under faults and wrong destinations.
 mod two_host_faults;
+mod rdma_read_atomic;
 mod two_hosts;
 mod wire_segment;
 
