@@ -101,7 +101,12 @@ fn read_into_three(r: &mut Rd, len: u32, seed: u8) {
     };
     let idx = r.p.a.post(&r.p.f, &wr);
     let c = r.p.wait_cqe(true);
-    assert_eq!(cqe64::opcode.get(&c), CqeOpcode::REQ.0, "READ {len}: {:#x}", err_cqe::syndrome.get(&c));
+    assert_eq!(
+        cqe64::opcode.get(&c),
+        CqeOpcode::REQ.0,
+        "READ {len}: {:#x}",
+        err_cqe::syndrome.get(&c)
+    );
     assert_eq!(cqe64::sop_opcode.get(&c), w::OPCODE_RDMA_READ);
     assert_eq!(cqe64::byte_cnt.get(&c), len, "READ byte count");
     assert_eq!(cqe64::wqe_counter.get(&c), idx);
@@ -129,7 +134,12 @@ fn run_atomic(r: &mut Rd, opcode: u8, off: u64, ops: (u64, u64)) -> u64 {
     let wr = atomic_wr(r, opcode, off, ops, 4096);
     r.p.a.post(&r.p.f, &wr);
     let c = r.p.wait_cqe(true);
-    assert_eq!(cqe64::opcode.get(&c), CqeOpcode::REQ.0, "{:#x}", err_cqe::syndrome.get(&c));
+    assert_eq!(
+        cqe64::opcode.get(&c),
+        CqeOpcode::REQ.0,
+        "{:#x}",
+        err_cqe::syndrome.get(&c)
+    );
     assert_eq!(cqe64::sop_opcode.get(&c), opcode);
     assert_eq!(cqe64::byte_cnt.get(&c), 8, "atomics report 8 bytes");
     let mut b = [0u8; 8];
@@ -152,8 +162,15 @@ fn loopback_reads_of_every_size_into_several_sges_in_every_mode() {
             read_into_three(&mut r, len, k as u8);
         }
         let st = r.p.f.dev.traffic().stats();
-        assert_eq!(st.reads_served, 3, "{mode:?}: a zero-length READ reads nothing");
-        assert!(r.p.f.dev.violations().is_empty(), "{:?}", r.p.f.dev.violations());
+        assert_eq!(
+            st.reads_served, 3,
+            "{mode:?}: a zero-length READ reads nothing"
+        );
+        assert!(
+            r.p.f.dev.violations().is_empty(),
+            "{:?}",
+            r.p.f.dev.violations()
+        );
     }
 }
 
@@ -170,7 +187,10 @@ fn loopback_atomics_return_the_original_value_and_change_memory_as_asked() {
         assert_eq!(remote_u64(&r, 0), 7);
         // FETCH_ADD wraps around 2^64.
         r.remote.write_bytes(8, &(u64::MAX - 1).to_le_bytes());
-        assert_eq!(run_atomic(&mut r, w::OPCODE_ATOMIC_FA, 8, (3, 0)), u64::MAX - 1);
+        assert_eq!(
+            run_atomic(&mut r, w::OPCODE_ATOMIC_FA, 8, (3, 0)),
+            u64::MAX - 1
+        );
         assert_eq!(remote_u64(&r, 8), 1);
         assert_eq!(r.p.f.dev.traffic().stats().atomics_executed, 3, "{mode:?}");
     }
@@ -187,9 +207,14 @@ fn big_endian_mode_lays_operands_out_in_network_order() {
     let remote = p.f.hal.alloc_dma(4096).unwrap();
     let rkey = remote_key(&mut p.f, 0x45, true, true, true);
     let mut r = Rd { p, remote, rkey };
-    r.remote.write_bytes(0, &0x0102_0304_0506_0708u64.to_be_bytes());
+    r.remote
+        .write_bytes(0, &0x0102_0304_0506_0708u64.to_be_bytes());
     let got = run_atomic(&mut r, w::OPCODE_ATOMIC_FA, 0, (1, 0));
-    assert_eq!(got.swap_bytes(), 0x0102_0304_0506_0708, "written back big endian");
+    assert_eq!(
+        got.swap_bytes(),
+        0x0102_0304_0506_0708,
+        "written back big endian"
+    );
     let mut b = [0u8; 8];
     r.remote.read_bytes(0, &mut b);
     assert_eq!(u64::from_be_bytes(b), 0x0102_0304_0506_0709);
@@ -225,13 +250,16 @@ fn refused(r: &mut Rd, wr: &Wr) -> (u8, QpState, Vec<u8>) {
     let c = r.p.wait_cqe(true);
     assert_eq!(cqe64::opcode.get(&c), CqeOpcode::REQ_ERR.0);
     assert_eq!(err_cqe::s_wqe_opcode.get(&c), wr.opcode);
-    let events = r
-        .p
-        .events()
-        .iter()
-        .map(|e| eqe::event_type.get(e))
-        .collect();
-    (err_cqe::syndrome.get(&c), r.p.f.dev.qp(r.p.b.qpn).unwrap().state, events)
+    let events =
+        r.p.events()
+            .iter()
+            .map(|e| eqe::event_type.get(e))
+            .collect();
+    (
+        err_cqe::syndrome.get(&c),
+        r.p.f.dev.qp(r.p.b.qpn).unwrap().state,
+        events,
+    )
 }
 
 #[test]
@@ -259,10 +287,30 @@ fn a_misaligned_atomic_is_an_invalid_request_and_writes_nothing() {
 fn reads_and_atomics_need_the_qp_right_and_the_key_right() {
     type Case = (&'static str, (bool, bool, bool), (bool, bool), u8);
     let cases: [Case; 4] = [
-        ("READ, QP without rre", (false, true, true), (true, true), w::OPCODE_RDMA_READ),
-        ("READ, key without rr", (true, true, true), (false, true), w::OPCODE_RDMA_READ),
-        ("atomic, QP without rae", (true, true, false), (true, true), w::OPCODE_ATOMIC_CS),
-        ("atomic, key without a", (true, true, true), (true, false), w::OPCODE_ATOMIC_CS),
+        (
+            "READ, QP without rre",
+            (false, true, true),
+            (true, true),
+            w::OPCODE_RDMA_READ,
+        ),
+        (
+            "READ, key without rr",
+            (true, true, true),
+            (false, true),
+            w::OPCODE_RDMA_READ,
+        ),
+        (
+            "atomic, QP without rae",
+            (true, true, false),
+            (true, true),
+            w::OPCODE_ATOMIC_CS,
+        ),
+        (
+            "atomic, key without a",
+            (true, true, true),
+            (true, false),
+            w::OPCODE_ATOMIC_CS,
+        ),
     ];
     for (what, (rre, rwe, rae), (rr, a), opcode) in cases {
         let mut r = rd_pair(Profile::ConnectX5, Mode::Fl);
@@ -406,7 +454,11 @@ fn reads_are_segmented_on_the_wire_in_every_transport() {
             h.a.src.read_bytes(32_768, &mut got[half as usize..]);
             assert!(got == data, "{t:?} {len}: the remote bytes");
             let responses = h.b.f.dev.traffic().stats().wire_tx - before;
-            assert_eq!(responses, u64::from(len.div_ceil(1024).max(1)), "{t:?} {len}");
+            assert_eq!(
+                responses,
+                u64::from(len.div_ceil(1024).max(1)),
+                "{t:?} {len}"
+            );
         }
         // The PSNs a READ consumes: ⌈len / MTU⌉, at least 1.
         let psn = h.a.f.dev.qp(h.a.qp.qpn).unwrap().next_send_psn;
@@ -456,7 +508,10 @@ fn atomics_travel_the_wire_and_misalignment_is_naked() {
         h.a.qp.post(&h.a.f, &wr);
         let c = h.wait_cqe(true, true).expect("error CQE");
         assert_eq!(cqe64::opcode.get(&c), CqeOpcode::REQ_ERR.0, "{t:?}");
-        assert_eq!(err_cqe::syndrome.get(&c), cqe_syndrome::REMOTE_INVAL_REQ_ERR);
+        assert_eq!(
+            err_cqe::syndrome.get(&c),
+            cqe_syndrome::REMOTE_INVAL_REQ_ERR
+        );
         let mut b = [0u8; 8];
         h.b.big.read_bytes(SLOT as usize, &mut b);
         assert_eq!(u64::from_le_bytes(b), 1, "{t:?}: nothing written");

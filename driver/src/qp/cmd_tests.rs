@@ -202,7 +202,11 @@ fn remote_atomic_sets_rae_with_the_ib_compatible_atomic_mode() {
         },
     )
     .unwrap();
-    assert_eq!(be32(&b, 0xa8), (1 << 15) | (1 << 13) | (1 << 16), "rre rae atomic_mode");
+    assert_eq!(
+        be32(&b, 0xa8),
+        (1 << 15) | (1 << 13) | (1 << 16),
+        "rre rae atomic_mode"
+    );
 }
 
 fn rtr(path: AddressPath) -> [u8; 272] {

@@ -83,8 +83,8 @@ pub use qp_types::{
     QpInitAttr, QpState, SendFlags, SendWr, WrOpcode,
 };
 pub use types::{
-    AsyncEvent, AsyncEventDetail, AsyncEventType, AtomicCap, CqHandle, DeviceAttr, EventElement, SrqAttr,
-    SrqAttrMask, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
+    AsyncEvent, AsyncEventDetail, AsyncEventType, AtomicCap, CqHandle, DeviceAttr, EventElement,
+    SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// `ibv_recv_wr`: the caller's id and its scatter list.

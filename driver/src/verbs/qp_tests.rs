@@ -258,7 +258,11 @@ fn reads_and_atomics_are_laid_out_as_rdma_core_writes_them_and_refused_when_they
         swap: 2,
         ..SendWr::EMPTY
     };
-    q.post_send_one(&Posted { wr: &cas, sig_all: false }).unwrap();
+    q.post_send_one(&Posted {
+        wr: &cas,
+        sig_all: false,
+    })
+    .unwrap();
     let ring = q.send_ring().unwrap();
     let mut w = [0u8; 64];
     ring.region().read_bytes(ring.base_offset(), &mut w);
@@ -269,15 +273,37 @@ fn reads_and_atomics_are_laid_out_as_rdma_core_writes_them_and_refused_when_they
     assert_eq!(w[11], 0x80 | 0x08, "fence mode 4, CQ update");
     assert_eq!((be64(16), be32(24)), (0x1000, 0x55), "raddr segment");
     assert_eq!((be64(32), be64(40)), (2, 1), "swap, then compare");
-    assert_eq!((be32(48), be32(52), be64(56)), (8, buf[0].lkey, buf[0].addr), "8-byte data segment");
+    assert_eq!(
+        (be32(48), be32(52), be64(56)),
+        (8, buf[0].lkey, buf[0].addr),
+        "8-byte data segment"
+    );
     // Refusals, each with nothing written.
     let before = image(&q);
     let two = [sge(1, 8), sge(2, 8)];
     let short = [sge(1, 4)];
     for (wr, want) in [
-        (SendWr { sg_list: &two, ..cas }, SendError::BadAtomicBuffer),
-        (SendWr { sg_list: &short, ..cas }, SendError::BadAtomicBuffer),
-        (SendWr { sg_list: &[], ..cas }, SendError::BadAtomicBuffer),
+        (
+            SendWr {
+                sg_list: &two,
+                ..cas
+            },
+            SendError::BadAtomicBuffer,
+        ),
+        (
+            SendWr {
+                sg_list: &short,
+                ..cas
+            },
+            SendError::BadAtomicBuffer,
+        ),
+        (
+            SendWr {
+                sg_list: &[],
+                ..cas
+            },
+            SendError::BadAtomicBuffer,
+        ),
         (
             SendWr {
                 opcode: WrOpcode::RdmaRead,
@@ -288,19 +314,33 @@ fn reads_and_atomics_are_laid_out_as_rdma_core_writes_them_and_refused_when_they
             SendError::InlineNotAllowed,
         ),
     ] {
-        assert_eq!(q.post_send_one(&Posted { wr: &wr, sig_all: false }), Err(want));
+        assert_eq!(
+            q.post_send_one(&Posted {
+                wr: &wr,
+                sig_all: false
+            }),
+            Err(want)
+        );
         assert_eq!(want.errno(), mlx5_regs::consts::errno::EINVAL);
     }
     assert_eq!(image(&q), before, "nothing written, no doorbell");
     // A device without the IB atomics: refused; READ still goes.
     let mut plain = qp(&hal, geometry(8, 4, 16));
     assert_eq!(
-        plain.post_send_one(&Posted { wr: &cas, sig_all: false }),
+        plain.post_send_one(&Posted {
+            wr: &cas,
+            sig_all: false
+        }),
         Err(SendError::AtomicsUnsupported)
     );
     let read = SendWr {
         opcode: WrOpcode::RdmaRead,
         ..cas
     };
-    plain.post_send_one(&Posted { wr: &read, sig_all: false }).unwrap();
+    plain
+        .post_send_one(&Posted {
+            wr: &read,
+            sig_all: false,
+        })
+        .unwrap();
 }

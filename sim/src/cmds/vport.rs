@@ -287,7 +287,11 @@ impl State {
         ensure(expect == page, bad_param(sy::SET_CAP_NOT_SETTABLE))?;
         let supported = match want {
             0 => true,
-            1 => self.caps.atomic_caps.supported_atomic_req_8b_endianness_mode_1,
+            1 => {
+                self.caps
+                    .atomic_caps
+                    .supported_atomic_req_8b_endianness_mode_1
+            }
             _ => false,
         };
         ensure(supported, bad_param(sy::SET_CAP_ABOVE_MAX))?;

@@ -219,7 +219,13 @@ impl State {
     fn exec_rd_atomic(&mut self, qpn: u32, w: Wqe) -> bool {
         let log_msg_max = self.objects.qps.get(&qpn).map_or(0, |q| q.log_msg_max);
         if w.len() > 1u64 << log_msg_max {
-            self.req_error(qpn, w.index, w.wqebbs, w.opcode, cqe_syndrome::LOCAL_LENGTH_ERR);
+            self.req_error(
+                qpn,
+                w.index,
+                w.wqebbs,
+                w.opcode,
+                cqe_syndrome::LOCAL_LENGTH_ERR,
+            );
             return false;
         }
         if self.on_wire() && !self.local_destination(qpn) {

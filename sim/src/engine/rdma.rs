@@ -204,7 +204,13 @@ impl State {
     /// The saved request whose PSN range holds `psn`.
     pub(super) fn find_resource(&self, tq: u32, psn: u32) -> Option<RdRes> {
         let t = self.objects.qps.get(&tq)?;
-        t.wire.rx.resources.iter().rev().find(|r| r.holds(psn)).copied()
+        t.wire
+            .rx
+            .resources
+            .iter()
+            .rev()
+            .find(|r| r.holds(psn))
+            .copied()
     }
 
     /// Requester: write a READ's data through the WQE's local SGEs (local
@@ -299,7 +305,14 @@ impl State {
             let r = self.serve_read(tq, va, rkey, len);
             if r.is_ok() {
                 let kind = ResKind::Read { va, rkey, len };
-                self.save_resource(tq, RdRes { first_psn, npkts, kind });
+                self.save_resource(
+                    tq,
+                    RdRes {
+                        first_psn,
+                        npkts,
+                        kind,
+                    },
+                );
             }
             r
         } else {
@@ -308,7 +321,14 @@ impl State {
             let r = self.serve_atomic(tq, cs, va, rkey, ops);
             r.map(|orig| {
                 let kind = ResKind::Atomic { orig };
-                self.save_resource(tq, RdRes { first_psn, npkts, kind });
+                self.save_resource(
+                    tq,
+                    RdRes {
+                        first_psn,
+                        npkts,
+                        kind,
+                    },
+                );
                 self.atomic_result_bytes(orig).to_vec()
             })
         };

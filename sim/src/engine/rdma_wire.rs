@@ -12,8 +12,8 @@
 //! is answered again from its resource: a READ from memory, an atomic with
 //! the saved original value, never executed twice.
 
-use mlx5_regs::consts::{cqe_syndrome, mtu};
 use mlx5_regs::consts::wqe as w;
+use mlx5_regs::consts::{cqe_syndrome, mtu};
 
 use super::frames::pkey_of;
 use super::rdma::{RdRes, ResKind};
@@ -89,7 +89,13 @@ impl State {
     /// Requester: a READ response or ATOMIC_ACKNOWLEDGE for `qpn`. Anything
     /// out of order or not matching the request in flight is dropped (the
     /// ACK timer then sends the request again).
-    pub(super) fn wire_rd_response(&mut self, qpn: u32, bth: Bth, ext: &ExtHeaders, payload: &[u8]) {
+    pub(super) fn wire_rd_response(
+        &mut self,
+        qpn: u32,
+        bth: Bth,
+        ext: &ExtHeaders,
+        payload: &[u8],
+    ) {
         let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
@@ -106,8 +112,8 @@ impl State {
         }
         let wop = tx.wqe.opcode;
         let done = if bth.opcode == op::ATOMIC_ACKNOWLEDGE {
-            let ok = matches!(wop, w::OPCODE_ATOMIC_CS | w::OPCODE_ATOMIC_FA)
-                && bth.psn == tx.first_psn;
+            let ok =
+                matches!(wop, w::OPCODE_ATOMIC_CS | w::OPCODE_ATOMIC_FA) && bth.psn == tx.first_psn;
             match (ok, ext.atomic_ack_eth) {
                 (true, Some(orig)) => Some(self.atomic_result_bytes(orig).to_vec()),
                 _ => {
@@ -224,7 +230,15 @@ impl State {
                     rkey: r.rkey,
                     len: r.dma_len,
                 };
-                (RdRes { first_psn: bth.psn, npkts, kind }, bytes, 0)
+                (
+                    RdRes {
+                        first_psn: bth.psn,
+                        npkts,
+                        kind,
+                    },
+                    bytes,
+                    0,
+                )
             })
         } else {
             let Some(a) = ext.atomic_eth else {
@@ -234,7 +248,15 @@ impl State {
             self.serve_atomic(qpn, cs, a.va, a.rkey, (a.swap_add, a.compare))
                 .map(|orig| {
                     let kind = ResKind::Atomic { orig };
-                    (RdRes { first_psn: bth.psn, npkts: 1, kind }, Vec::new(), orig)
+                    (
+                        RdRes {
+                            first_psn: bth.psn,
+                            npkts: 1,
+                            kind,
+                        },
+                        Vec::new(),
+                        orig,
+                    )
                 })
         };
         match served {
@@ -275,7 +297,11 @@ impl State {
         };
         let q = &self.objects.qps[&qpn];
         let m = mtu::bytes(q.mtu).unwrap_or(256) as usize;
-        let (pkey, dest_qp, msn) = (pkey_of(self, q.path.pkey_index), q.remote_qpn, q.wire.rx.msn);
+        let (pkey, dest_qp, msn) = (
+            pkey_of(self, q.path.pkey_index),
+            q.remote_qpn,
+            q.wire.rx.msn,
+        );
         let n = bytes.len().div_ceil(m).max(1) as u32;
         let now = self.now_ns();
         let mut buf = std::mem::take(&mut self.port.tx_buf);

@@ -167,7 +167,10 @@ impl State {
         let mut off = w::SEND_WQE_DS;
         if rdma {
             if bytes.len() < 2 * w::SEND_WQE_DS {
-                return Err(bad(wqebbs, "RDMA operation without a remote-address segment"));
+                return Err(bad(
+                    wqebbs,
+                    "RDMA operation without a remote-address segment",
+                ));
             }
             let r = &bytes[off..off + 16];
             wqe.remote = Some((raddr::raddr.get(r), raddr::rkey.get(r)));
@@ -177,7 +180,10 @@ impl State {
             // ctrl, raddr, atomic, exactly one 8-byte local data segment
             // (Linux `set_atomic_seg` + one `set_data_ptr_seg`).
             if bytes.len() != 4 * w::SEND_WQE_DS {
-                return Err(bad(wqebbs, "atomic WQE is not ctrl + raddr + atomic + one SGE"));
+                return Err(bad(
+                    wqebbs,
+                    "atomic WQE is not ctrl + raddr + atomic + one SGE",
+                ));
             }
             let a = &bytes[off..off + 16];
             wqe.atomic = Some((aseg::swap_add.get(a), aseg::compare.get(a)));

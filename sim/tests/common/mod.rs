@@ -420,7 +420,10 @@ impl Fw {
             return;
         }
         atomic_caps::atomic_req_8b_endianness_mode
-            .set(&mut page, mlx5_regs::consts::atomic::REQ_MODE_HOST_ENDIANNESS)
+            .set(
+                &mut page,
+                mlx5_regs::consts::atomic::REQ_MODE_HOST_ENDIANNESS,
+            )
             .unwrap();
         let mut s = inp(Opcode::SET_HCA_CAP, set_hca_cap_in::SIZE);
         cmd_in::op_mod
