@@ -3,9 +3,10 @@
 //!
 //! Sizes, limits and errors are rdma-core's (`providers/mlx5/verbs.c`
 //! `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`, `create_qp`; `qp.c`
-//! `_mlx5_post_send`), with the send overhead of the four operations this
+//! `_mlx5_post_send`), with the send overhead of the seven operations this
 //! driver posts (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` = SEND, SEND_WITH_IMM,
-//! RDMA_WRITE, RDMA_WRITE_WITH_IMM: control + remote-address segment, 32
+//! RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
+//! ATOMIC_FETCH_AND_ADD: control + remote-address + atomic segment, 48
 //! bytes).
 
 use mlx5_hal::Hal;
@@ -57,7 +58,7 @@ pub(super) struct QpEntry<H: Hal, const W: usize> {
 }
 
 /// Gather entries a send WQE of a device with `max_wqe_sz_sq` holds after
-/// the 32-byte overhead (and within the 63 units of `ds`).
+/// the 48-byte overhead (and within the 63 units of `ds`).
 pub(super) fn max_send_sge(max_wqe_sz_sq: u16) -> u32 {
     let desc = (max_wqe_sz_sq as usize).min(MAX_DS * 16);
     (desc.saturating_sub(SQ_OVERHEAD) / 16) as u32
