@@ -408,7 +408,7 @@ pub struct AtomicCaps {
 impl AtomicCaps {
     /// Render as an `atomic_caps` block with the endianness mode `mode`
     /// (0 in MAX mode: the reset value).
-    pub(crate) fn to_block(&self, out: &mut [u8], mode: u8) {
+    pub(crate) fn to_block(self, out: &mut [u8], mode: u8) {
         use mlx5_regs::layouts::atomic_caps as a;
         a::atomic_req_8b_endianness_mode
             .set(out, mode)

@@ -154,7 +154,7 @@ impl State {
         if !rae || !self.caps.atomic {
             return Err(Refusal::access());
         }
-        if va % 8 != 0 {
+        if !va.is_multiple_of(8) {
             return Err(Refusal::invalid());
         }
         let plan = self
