@@ -382,7 +382,7 @@ fn a_timeout_and_a_dead_device_stop_their_stage_and_the_health_buffer_shows_it()
     assert!(text(&o.stderr).contains("timed out"), "{}", text(&o.stderr));
     assert_eq!(read_json(&dir.join("t.json"))["error"]["stage"], 6);
 
-    // Bring-up is 23 commands on the ConnectX-5 profile, the capability
+    // Bring-up is 26 commands on the ConnectX-5 profile, the capability
     // stage 2 more: the device dies after the first CREATE_CQ.
     let o = mlx5_in(
         &dir,
@@ -390,7 +390,7 @@ fn a_timeout_and_a_dead_device_stop_their_stage_and_the_health_buffer_shows_it()
             "selftest",
             "-q",
             "--fatal-after",
-            "26",
+            "29",
             "--report",
             "f.json",
         ],
