@@ -123,6 +123,8 @@ impl Run {
                 fw: Fw::Reset,
                 view: QpState::Reset,
                 rwe: false,
+                rre: false,
+                rd_res: None,
                 remote: 0,
                 send_psn: 0,
                 rcv_psn: 0,
@@ -415,6 +417,7 @@ impl Run {
                 let q = m.qps.get_mut(&qpn).unwrap();
                 q.fw = Fw::Init;
                 q.rwe = access.remote_write;
+                q.rre = access.remote_read;
             }
             Transition::Init2Rtr => {
                 let q = m.qps.get_mut(&qpn).unwrap();
@@ -444,6 +447,7 @@ impl Run {
                 let q = m.qps.get_mut(&qpn).unwrap();
                 q.fw = Fw::Reset;
                 q.wait = None;
+                q.rd_res = None;
                 let slots: Vec<usize> = q.pending.drain(..).filter_map(|w| w.slot).collect();
                 self.free_src.extend(slots);
                 q.sq_ci = 0;
