@@ -88,12 +88,14 @@ pub mod cq;
 mod diag;
 pub mod eq;
 pub mod error;
+pub mod gid;
 pub mod hca;
 pub mod health;
 pub mod loopback;
 pub mod mkey;
 pub mod pagelist;
 pub mod pages;
+pub mod port;
 pub mod qp;
 pub mod srq;
 pub mod stats;
@@ -104,7 +106,7 @@ pub mod verbs;
 #[cfg(test)]
 mod testhal;
 
-pub use caps::Caps;
+pub use caps::{AtomicCaps, Caps};
 pub use eq::Event;
 pub use error::{DestroyError, Error, FatalReason};
 pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport, MAX_COMP_VECTORS};

@@ -84,6 +84,11 @@ fn bring_up_follows_the_linux_order() {
         Opcode::QUERY_HCA_CAP,
         Opcode::QUERY_HCA_CAP,
         Opcode::SET_HCA_CAP,
+        // The atomic page (cap `atomic`): read, host endianness set, read
+        // back (Linux `handle_hca_cap_atomic`).
+        Opcode::QUERY_HCA_CAP,
+        Opcode::SET_HCA_CAP,
+        Opcode::QUERY_HCA_CAP,
         Opcode::QUERY_PAGES,
         Opcode::INIT_HCA,
         Opcode::QUERY_HCA_CAP,
@@ -96,11 +101,14 @@ fn bring_up_follows_the_linux_order() {
         // The RDMA resources (the ConnectX-5 profile can carry RC traffic):
         // the DMA key, the XRC domain, then the loopback choice from the
         // RoCE capability page and the NIC vport context (force-loopback
-        // with RoCE disabled: nothing to configure).
+        // with RoCE disabled: nothing to configure), and the default GIDs
+        // (link-local, RoCE v1 at 0 and v2 at 1, as ib core reserves them).
         Opcode::CREATE_MKEY,
         Opcode::ALLOC_XRCD,
         Opcode::QUERY_HCA_CAP,
         Opcode::QUERY_NIC_VPORT_CONTEXT,
+        Opcode::SET_ROCE_ADDRESS,
+        Opcode::SET_ROCE_ADDRESS,
     ]
     .map(|o| o.0);
     assert_eq!(no_pages, expect, "bring-up order (docs/firmware.md §4.1)");
@@ -119,8 +127,10 @@ fn bring_up_follows_the_linux_order() {
         .filter(|&o| o != Opcode::MANAGE_PAGES.0)
         .collect();
     let expect = [
-        // The RDMA resources first, in reverse (nothing to undo for the
-        // loopback choice on this profile).
+        // The RDMA resources first, in reverse: the default GIDs deleted
+        // (highest index first), the XRC domain, the DMA key.
+        Opcode::SET_ROCE_ADDRESS,
+        Opcode::SET_ROCE_ADDRESS,
         Opcode::DEALLOC_XRCD,
         Opcode::DESTROY_MKEY,
         Opcode::DEALLOC_PD,
@@ -200,9 +210,10 @@ fn trace_hook_and_statistics_see_every_command() {
         "statistics count every command"
     );
     let qcap = stats.get(Opcode::QUERY_HCA_CAP).unwrap();
-    // Maximum and current general caps before INIT_HCA, current after it,
-    // and the RoCE page for the loopback choice.
-    assert_eq!((qcap.count, qcap.failures), (4, 0));
+    // Maximum and current general caps before INIT_HCA, the atomic page
+    // twice, current general caps after INIT_HCA, and the RoCE page for the
+    // loopback choice.
+    assert_eq!((qcap.count, qcap.failures), (6, 0));
     assert!(qcap.max_ns <= qcap.total_ns);
     {
         let seen = rec.seen.lock().unwrap();

@@ -48,10 +48,15 @@ mod qp_random;
 mod qp_resize;
 mod qp_ring;
 
+// Two hosts on one wire (RoCE v2/v1, InfiniBand), through the verbs facade.
+mod two_hosts;
+mod two_hosts_wrong;
+
 // The verbs facade (`verbs::Verbs`).
 mod mr_hostile;
 mod mr_protect;
 mod verbs;
+mod verbs_addresses;
 mod verbs_channels;
 mod verbs_cq;
 mod verbs_cq_events;
@@ -67,6 +72,8 @@ mod verbs_qp_modify;
 mod verbs_qp_post;
 mod verbs_qp_traffic;
 mod verbs_random;
+mod verbs_rdma;
+mod verbs_rdma_wire;
 mod verbs_srq;
 
 // A hostile device; the fuzz targets as properties.

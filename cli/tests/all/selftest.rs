@@ -140,21 +140,22 @@ fn selftest_passes_every_stage_on_every_profile() {
         }
         let d = |i: usize| &st[i]["details"];
         assert_eq!(d(1)["missing"].as_array().unwrap().len(), 0);
-        assert_eq!(d(6)["received"], 11, "{p}: traffic");
-        assert_eq!(d(6)["send_completions"], 11);
+        // The demo's 20 messages and the self-test's 11 of other kinds.
+        assert_eq!(d(6)["received"], 31, "{p}: traffic");
+        assert_eq!(d(6)["send_completions"], 31);
         assert_eq!(d(6)["model_side_door_uses"], 0);
-        assert_eq!(d(7)["event_after_message"], 3, "{p}: SRQ limit");
+        assert_eq!(d(7)["event_after_message"], 5, "{p}: SRQ limit");
         assert_eq!(d(7)["lwm_after_rearm"], d(7)["limit"]);
         assert_eq!(
             (d(8)["from"].as_u64(), d(8)["to"].as_u64()),
             (Some(255), Some(1023))
         );
-        assert_eq!(d(8)["waiting"], 16);
-        assert_eq!(d(8)["received"], 20);
+        assert_eq!(d(8)["waiting"], 12);
+        assert_eq!(d(8)["received"], 16);
         assert_eq!(d(9)["all_pages_returned"], true, "{p}: teardown");
         let m = &b["model"];
         assert_eq!(m["traffic"]["side_door_uses"], 0, "{p}");
-        assert_eq!(m["traffic"]["messages"], 11 + 3 + 20);
+        assert_eq!(m["traffic"]["messages"], 20 + 11 + 5 + 16);
         assert_eq!(m["objects_left"], 0);
         assert_eq!(m["violations"].as_array().unwrap().len(), 0);
         let want_mode = if p == "cx4lx" {
@@ -381,15 +382,16 @@ fn a_timeout_and_a_dead_device_stop_their_stage_and_the_health_buffer_shows_it()
     assert!(text(&o.stderr).contains("timed out"), "{}", text(&o.stderr));
     assert_eq!(read_json(&dir.join("t.json"))["error"]["stage"], 6);
 
-    // Bring-up is 23 commands on the ConnectX-5 profile, the capability
-    // stage 2 more: the device dies after the first CREATE_CQ.
+    // Bring-up is 28 commands on the ConnectX-5 profile (with the two
+    // default GIDs), the capability stage 2 more: the device dies after
+    // the first CREATE_CQ.
     let o = mlx5_in(
         &dir,
         &[
             "selftest",
             "-q",
             "--fatal-after",
-            "26",
+            "31",
             "--report",
             "f.json",
         ],
