@@ -62,10 +62,8 @@ pub struct TrafficStats {
     /// Receive scatter lists ended by the device's own
     /// `terminate_scatter_list_mkey` (what Linux uses when offered).
     pub terminators_device_key: u64,
-<<<<<<< HEAD
     /// BlueFlame copies received whole and equal to the WQE in memory.
     pub blueflame_copies: u64,
-=======
     /// RDMA READs a responder served (replays included).
     pub reads_served: u64,
     /// Atomics a responder executed (never counts a replay).
@@ -75,7 +73,6 @@ pub struct TrafficStats {
     /// Fenced WQEs executed (fence mode FENCE or SMALL_AND_FENCE), each
     /// after every earlier WQE completed.
     pub fenced_wqes: u64,
->>>>>>> main
 }
 
 /// `MLX5_OPCODE_SEND`, reported in requester CQEs.

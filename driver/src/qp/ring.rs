@@ -199,7 +199,6 @@ pub struct SendRing<H: Hal> {
     /// `offset ^= bf_toggle` switches halves; also the size of one half,
     /// the largest WQE a BlueFlame copy carries.
     bf_toggle: usize,
-<<<<<<< HEAD
     /// The platform maps the UAR write-combining: a small WQE may be
     /// copied into the BlueFlame buffer ([`SendRing::ring_doorbell`]).
     blueflame: bool,
@@ -210,10 +209,8 @@ pub struct SendRing<H: Hal> {
     /// `doorbell_head` when the one request since the last doorbell is
     /// inline (one store per inline request, none for the others).
     inline_head: u32,
-=======
     /// The device executes the IB atomics ([`SendRing::set_atomics`]).
     atomics: bool,
->>>>>>> main
 }
 
 impl<H: Hal> SendRing<H> {
@@ -259,13 +256,10 @@ impl<H: Hal> SendRing<H> {
                 tail: 0,
                 bf_offset,
                 bf_toggle: bf_size / 2,
-<<<<<<< HEAD
                 blueflame: hal.write_combining(),
                 doorbell_head: 0,
                 inline_head: u32::MAX,
-=======
                 atomics: false,
->>>>>>> main
             },
             pages,
             rq_base,
