@@ -123,6 +123,9 @@ impl Run {
                 fw: Fw::Reset,
                 view: QpState::Reset,
                 rwe: false,
+                rre: false,
+                rae: false,
+                rd_res: None,
                 remote: 0,
                 send_psn: 0,
                 rcv_psn: 0,
@@ -307,7 +310,7 @@ impl Run {
         let access = QpAccess {
             remote_read: true,
             remote_write: self.rng.below(12) != 0,
-            remote_atomic: false,
+            remote_atomic: self.rng.below(4) != 0,
         };
         let rq_psn = {
             let p = &self.m.qps[&peer];
@@ -415,6 +418,8 @@ impl Run {
                 let q = m.qps.get_mut(&qpn).unwrap();
                 q.fw = Fw::Init;
                 q.rwe = access.remote_write;
+                q.rre = access.remote_read;
+                q.rae = access.remote_atomic;
             }
             Transition::Init2Rtr => {
                 let q = m.qps.get_mut(&qpn).unwrap();
@@ -444,6 +449,7 @@ impl Run {
                 let q = m.qps.get_mut(&qpn).unwrap();
                 q.fw = Fw::Reset;
                 q.wait = None;
+                q.rd_res = None;
                 let slots: Vec<usize> = q.pending.drain(..).filter_map(|w| w.slot).collect();
                 self.free_src.extend(slots);
                 q.sq_ci = 0;
