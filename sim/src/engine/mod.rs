@@ -12,6 +12,7 @@
 //! `ibv_get_async_event(3)` describe them. Choices where the sources are
 //! silent: `docs/fidelity.md` §14.
 
+mod blueflame;
 mod doorbell;
 mod frames;
 mod rdma;
@@ -22,6 +23,7 @@ mod requester;
 mod respond;
 mod wqe;
 
+pub(crate) use blueflame::BfCopy;
 pub(crate) use receive::WireQp;
 pub(crate) use recv::ScatterError;
 
