@@ -24,6 +24,8 @@ use mlx5_regs::decode::{decode_command, DecodeOptions, Direction};
 use mlx5_regs::layouts::{cmd_queue_entry as ent, initial_seg};
 use mlx5_regs::{DeliveryStatus, Opcode};
 
+pub use crate::fuzz_send::{send_cqes, wire_frames};
+
 #[path = "../../sim/tests/common/mod.rs"]
 #[allow(
     dead_code,
@@ -31,13 +33,13 @@ use mlx5_regs::{DeliveryStatus, Opcode};
     clippy::all,
     clippy::undocumented_unsafe_blocks
 )]
-mod simfw;
+pub(crate) mod simfw;
 
 /// A cursor over the fuzz input: every read is total (0 when exhausted).
-struct Bytes<'a>(&'a [u8]);
+pub(crate) struct Bytes<'a>(pub(crate) &'a [u8]);
 
 impl Bytes<'_> {
-    fn u8(&mut self) -> u8 {
+    pub(crate) fn u8(&mut self) -> u8 {
         match self.0.split_first() {
             Some((b, rest)) => {
                 self.0 = rest;
@@ -46,17 +48,17 @@ impl Bytes<'_> {
             None => 0,
         }
     }
-    fn u16(&mut self) -> u16 {
+    pub(crate) fn u16(&mut self) -> u16 {
         u16::from_be_bytes([self.u8(), self.u8()])
     }
     /// Up to `n` bytes (fewer when the input runs out).
-    fn take(&mut self, n: usize) -> &[u8] {
+    pub(crate) fn take(&mut self, n: usize) -> &[u8] {
         let n = n.min(self.0.len());
         let (a, b) = self.0.split_at(n);
         self.0 = b;
         a
     }
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -151,7 +153,7 @@ pub fn cqe_ring(data: &[u8]) {
     }
 }
 
-fn b_len(b: &mut Bytes<'_>, max: usize) -> usize {
+pub(crate) fn b_len(b: &mut Bytes<'_>, max: usize) -> usize {
     if max == 0 {
         0
     } else {

@@ -7,6 +7,7 @@ use mlx5_driver::cq::{Cq, Cqe};
 use mlx5_driver::{Hca, HcaConfig};
 
 pub mod fuzz;
+mod fuzz_send;
 pub mod hostile_send;
 pub mod hosts;
 pub mod qp;

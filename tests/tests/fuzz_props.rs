@@ -39,6 +39,8 @@ fn seed_corpora_replay_cleanly() {
     replay("cmd_output", fuzz::cmd_output);
     replay("mailbox", fuzz::mailbox);
     replay("sim_cmd", fuzz::sim_cmd);
+    replay("send_cqes", fuzz::send_cqes);
+    replay("wire_frames", fuzz::wire_frames);
 }
 
 /// Fixed regression seeds of every property; each run adds a fresh one
@@ -101,4 +103,15 @@ fn mailbox() {
 #[test]
 fn sim_cmd() {
     property("sim_cmd", 3000, 48, fuzz::sim_cmd);
+}
+
+#[test]
+fn send_cqes() {
+    property("send_cqes", 2048, 256, fuzz::send_cqes);
+}
+
+/// Two modelled hosts per case: fewer cases.
+#[test]
+fn wire_frames() {
+    property("wire_frames", 3000, 16, fuzz::wire_frames);
 }
