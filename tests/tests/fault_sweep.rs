@@ -5,6 +5,7 @@
 //! gone; after teardown the model holds no object and no page.
 
 use mlx5_driver::cq::{CqOptions, Cqe};
+use mlx5_driver::mkey::{Mkey, MkeyAccess};
 use mlx5_driver::srq::{RecvRequest, Sge};
 use mlx5_driver::{Error, Hca};
 use mlx5_hal::Hal;
@@ -173,6 +174,54 @@ fn srq_limit(dev: &Device) -> Result<(), Error> {
     srq_lifecycle_with(dev, true)
 }
 
+/// Destroy a memory key; if firmware refuses, destroy it again (the
+/// injected fault is one-shot) and report the first error.
+fn destroy_key(hca: &Hca<SimHal>, key: Mkey) -> Result<(), Error> {
+    match hca.destroy_mkey(key) {
+        Ok(()) => Ok(()),
+        Err(failed) => {
+            let (key, e) = failed.into_parts();
+            hca.destroy_mkey(key)?;
+            Err(e)
+        }
+    }
+}
+
+/// `reg_mr` / `dereg_mr` at the `Hca` level: translated keys over 4 KiB
+/// (one page) and 1 MiB (a page list in the command's mailboxes) with
+/// remote rights, a local-only physical key, each destroyed; the buffers
+/// freed after teardown must leave no DMA memory behind.
+fn mr_lifecycle(dev: &Device) -> Result<(), Error> {
+    let small = dev.hal().alloc_dma(4096).expect("dma");
+    let big = dev.hal().alloc_dma(1 << 20).expect("dma");
+    let r = with_hca(dev, |hca| {
+        let a = hca.register(
+            small.iova(),
+            4096,
+            MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_WRITE,
+        )?;
+        let b = match hca.register(
+            big.iova(),
+            1 << 20,
+            MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ | MkeyAccess::REMOTE_WRITE,
+        ) {
+            Ok(b) => b,
+            Err(e) => return destroy_key(hca, a).and(Err(e)),
+        };
+        let local = match hca.create_mkey(MkeyAccess::LOCAL_READ | MkeyAccess::LOCAL_WRITE) {
+            Ok(k) => k,
+            Err(e) => return destroy_key(hca, a).and(destroy_key(hca, b)).and(Err(e)),
+        };
+        let r = destroy_key(hca, b);
+        let r = r.and(destroy_key(hca, a));
+        r.and(destroy_key(hca, local))
+    });
+    drop(small);
+    drop(big);
+    assert_eq!(dev.dma_bytes_live(), 0, "DMA memory left after teardown");
+    r
+}
+
 fn device(issi: u16) -> Device {
     Device::new(SimConfig {
         issi_supported: if issi == 0 { 0b01 } else { 0b11 },
@@ -287,4 +336,10 @@ fn every_command_of_the_srq_lifecycle_failed_once_at_both_issis() {
 fn every_command_of_the_limit_scenario_failed_once_at_both_issis() {
     let n = sweep("limit", 1, srq_limit) + sweep("limit", 0, srq_limit);
     println!("limit: {n} faulted runs");
+}
+
+#[test]
+fn every_command_of_reg_mr_and_dereg_mr_failed_once_at_both_issis() {
+    let n = sweep("mr", 1, mr_lifecycle) + sweep("mr", 0, mr_lifecycle);
+    println!("reg_mr/dereg_mr: {n} faulted runs");
 }
