@@ -13,7 +13,7 @@ use crate::cmd::{
     command as rawcmd, decode as decodecmd, devices, gendoc, replay, run as script, selftest,
     stats as linuxstats,
 };
-use crate::common::{record, report, session, target, trace};
+use crate::common::{interrupts, record, report, session, target, trace};
 use crate::regs::discover;
 use crate::scenario;
 use mlx5_driver::HcaConfig;
@@ -246,8 +246,15 @@ fn dispatch(cli: &Cli) -> Outcome {
                 model: None,
                 cfg,
             };
+            // A clone keeps the vectors enabled past the driver's teardown,
+            // so the kernel's interrupt counts can still be read; the
+            // device closes when it is dropped.
+            let irq_view = plat.clone();
             let mut out = subcommand(cli, plat, &env, &tracer, &faults, script);
             add_device(&mut out.0, &target, None, &faults);
+            let narrates = matches!(cli.command, Command::Selftest { .. } | Command::Demo);
+            interrupts::report(&irq_view, &mut out.0, narrates && !g.json);
+            drop(irq_view);
             out
         }
     }
