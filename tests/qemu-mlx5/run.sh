@@ -86,7 +86,7 @@ guest_boot "$BOOT_TIMEOUT" "$QEMU" -L /usr/share/qemu -L /usr/share/seabios \
     -device mlx5-model,bus=rp1,profile=cx5,trace="$TRACE" \
     -nodefaults -display none -monitor none -serial stdio -no-reboot \
     -kernel "$VMLINUZ" -initrd "$INITRD" \
-    -append "console=ttyS0 intel_iommu=on quiet panic=-1 log_buf_len=16M mlx5_core.prof_sel=0 mlx5_core.dyndbg=+p"
+    -append "$GUEST_APPEND log_buf_len=16M mlx5_core.prof_sel=0 mlx5_core.dyndbg=+p"
 
 # --- 6. Verdict ------------------------------------------------------------------------------------
 grep -E '^(INFO|INIT-FAIL|STEP-|interrupts:)' "$CONSOLE.txt" || true

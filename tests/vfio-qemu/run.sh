@@ -135,7 +135,7 @@ guest_boot "$BOOT_TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -m 512M -smp 1 
     -device pcie-root-port,id=rp1,chassis=1 -device edu,bus=rp1 "${IGB_ARGS[@]}" \
     -nodefaults -display none -monitor none -serial stdio -no-reboot \
     -kernel "$VMLINUZ" -initrd "$INITRD" \
-    -append "console=ttyS0 intel_iommu=on quiet panic=-1"
+    -append "$GUEST_APPEND"
 
 # --- 6. Verdict --------------------------------------------------------------------------------
 grep -E '^(PASS|FAIL|INFO|NOTE|RESULT|PROBE-EXIT|INIT-FAIL)' "$CONSOLE.txt" || true
