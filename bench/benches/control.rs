@@ -21,8 +21,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mlx5_driver::cmd::encode;
 use mlx5_driver::cq::CqOptions;
+use mlx5_driver::unstable::encode;
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_regs::consts::op_mod;
 use mlx5_sim::{Device, SimConfig};

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mlx5_bench::{prefill_cq, RawSrq};
-use mlx5_driver::cq::{CqRing, Cqe, CqeSize, DoorbellRecord};
-use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
+use mlx5_driver::cq::{Cqe, CqeSize};
+use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::unstable::cq::{CqRing, DoorbellRecord};
+use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_hal::host::HostHal;
 use mlx5_hal::{barrier, DmaRegion};
 

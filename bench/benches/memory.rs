@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mlx5_driver::cmd::CmdQueue;
-use mlx5_driver::cq::{Cq, CqOptions, CqRing, Cqe, CqeSize, DoorbellRecord};
+use mlx5_driver::cq::{Cq, CqOptions, Cqe, CqeSize};
 use mlx5_driver::eq::{Event, EventQueue, EventSink};
 use mlx5_driver::pages::PageManager;
-use mlx5_driver::srq::{Srq, SrqRing};
+use mlx5_driver::srq::Srq;
+use mlx5_driver::unstable::cq::{CqRing, DoorbellRecord};
+use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_driver::{Caps, CmdStats, Hca, HcaConfig};
 use mlx5_hal::host::HostHal;
 use mlx5_hal::{DmaRegion, Hal, HalError, RawDma};

@@ -16,7 +16,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mlx5_bench::prefill_resize;
-use mlx5_driver::cq::{CqRing, CqeSize};
+use mlx5_driver::cq::CqeSize;
+use mlx5_driver::unstable::cq::CqRing;
 use mlx5_hal::host::HostHal;
 
 const SIZES: [usize; 6] = [64, 256, 1024, 4096, 16384, 65536];

@@ -15,7 +15,8 @@
 use std::hint::black_box;
 
 use mlx5_bench::RawSrq;
-use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
+use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_hal::host::HostHal;
 
 #[inline(never)]

@@ -6,8 +6,10 @@
 //! The model is only used to create the objects (firmware commands); the
 //! timed loops touch ring memory alone, as on a card.
 
-use mlx5_driver::cq::{CqRing, Cqe, CqeSize, CqeStatus, DoorbellRecord};
-use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
+use mlx5_driver::cq::{Cqe, CqeSize, CqeStatus};
+use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::unstable::cq::{CqRing, DoorbellRecord};
+use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_driver::verbs::{
     CqHandle, QpCap, QpHandle, QpInitAttr, RecvWr, SrqHandle, SrqInitAttr, Verbs,
 };

@@ -7,7 +7,7 @@
 
 use std::hint::black_box;
 
-use mlx5_driver::cq::CqRing;
+use mlx5_driver::unstable::cq::CqRing;
 use mlx5_driver::verbs::{CqHandle, QpCap, QpHandle, QpInitAttr, RecvWr, Verbs, WorkCompletion};
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_sim::{Device, SimConfig, SimHal};

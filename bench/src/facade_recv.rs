@@ -12,7 +12,8 @@
 use std::hint::black_box;
 
 use mlx5_driver::cq::Cqe;
-use mlx5_driver::srq::{Sge, SrqGeometry, SrqRing};
+use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_driver::verbs::{RecvWr, WorkCompletion};
 use mlx5_sim::SimHal;
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use std::hint::black_box;
 
-use mlx5_driver::cq::{Cq, CqOptions, CqRing, Cqe};
+use mlx5_driver::cq::{Cq, CqOptions, Cqe};
 use mlx5_driver::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
 use mlx5_driver::srq::Sge;
+use mlx5_driver::unstable::cq::CqRing;
 use mlx5_driver::verbs::{
     CqHandle, QpCap, QpHandle, QpInitAttr, SendFlags, SendWr, Verbs, WorkCompletion,
 };

@@ -1,8 +1,8 @@
 //! Shared helpers for the benchmarks in `benches/`: the benchmark plays the
 //! device by writing CQEs straight into ring memory, as a DMA engine would.
 
-use mlx5_driver::cq::CqRing;
 use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::unstable::cq::CqRing;
 use mlx5_hal::host::HostHal;
 use mlx5_hal::{barrier, DmaRegion, Hal, HalError};
 

@@ -5,8 +5,8 @@
 //! firmware structure with [`mlx5_regs`].
 //!
 //! * [`cmd`]: the command queue transport (slots, tokens, mailbox chains,
-//!   the reserved MANAGE_PAGES slot) and [`cmd::encode`], one small
-//!   encoder/parser per command, independent of the transport.
+//!   the reserved MANAGE_PAGES slot); one small encoder/parser per
+//!   command sits beside it, independent of the transport.
 //! * [`hca`]: [`Hca::bring_up`] / [`Hca::teardown`], the bounded command
 //!   wait ([`Hca::exec`]) that checks health and serves page requests while
 //!   it waits, event polling, the RDMA resources of bring-up.
@@ -60,9 +60,12 @@
 //!   syndrome), [`Hca::exec`] for any raw command. For heap-free embedders
 //!   that want no table lookups: unikernels, appliances, dataplanes.
 //!
-//! The rings (CQ, SRQ, send) and the per-object command encoders under both
-//! are internals: they change without notice, and the benchmarks use them
-//! only to time each layer against a raw baseline (`docs/perf.md`).
+//! The rings (CQ, SRQ, send, receive) and the per-object command encoders
+//! under both are internal to the crate. The project's benchmarks, tests
+//! and CLI reach them through one door, the hidden `unstable` module: not a
+//! supported API, no semver promise, changed without notice (the
+//! benchmarks use it to time each layer against a raw baseline,
+//! `docs/perf.md`).
 //!
 //! ## Features
 //!
@@ -94,6 +97,8 @@ pub mod pages;
 pub mod qp;
 pub mod srq;
 pub mod stats;
+#[doc(hidden)]
+pub mod unstable;
 pub mod verbs;
 
 #[cfg(test)]

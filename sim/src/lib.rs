@@ -63,8 +63,10 @@ mod caps;
 mod clock;
 mod cmdif;
 mod cmds;
+mod device_wire;
 mod dma;
 mod engine;
+mod errors;
 mod hal;
 pub mod host;
 pub mod hostile;
@@ -91,6 +93,7 @@ use std::time::Duration;
 
 pub use caps::{Caps, Profile, RoceCaps};
 pub use dma::IommuFault;
+pub use errors::{SimError, Violation};
 pub use hal::SimHal;
 pub use hostile::HostileKind;
 pub use inject::{Corruption, Injector};
@@ -203,92 +206,6 @@ pub enum HcaState {
     Initialized,
     /// After TEARDOWN_HCA.
     TornDown,
-}
-
-/// Errors of the test APIs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SimError {
-    /// The feature is not modelled.
-    Unsupported(&'static str),
-    /// No such object.
-    NoSuchObject {
-        /// "srq", "cq", "eq".
-        kind: &'static str,
-        /// Its number.
-        id: u32,
-    },
-    /// No EQ is subscribed to this event type.
-    NoEq {
-        /// Event type.
-        event_type: u8,
-    },
-    /// The object is not in a state that allows the operation.
-    BadState(&'static str),
-    /// The device is in a fatal health state.
-    Fatal,
-}
-
-impl std::fmt::Display for SimError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SimError::Unsupported(what) => write!(f, "not modelled: {what}"),
-            SimError::NoSuchObject { kind, id } => write!(f, "no {kind} {id:#x} in the model"),
-            SimError::NoEq { event_type } => {
-                write!(f, "no EQ subscribes to event type {event_type:#04x}")
-            }
-            SimError::BadState(what) => write!(f, "wrong state: {what}"),
-            SimError::Fatal => f.write_str("the device is in a fatal health state"),
-        }
-    }
-}
-
-impl std::error::Error for SimError {}
-
-/// A protocol violation by the driver that firmware would notice but cannot
-/// report through a command status (ignored doorbells, scribbled pages, EQ
-/// overruns, ...). Exposed by [`Device::violations`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Violation {
-    /// A command doorbell the firmware ignored.
-    Doorbell(String),
-    /// A UAR doorbell the firmware ignored (unknown UAR/EQ/CQ, wrong UAR,
-    /// stale arm sequence number, consumer index ahead of producer).
-    UarDoorbell(String),
-    /// A page firmware held was modified by the host (pattern mismatch on
-    /// reclaim): the page's IOVA and the first differing byte offset.
-    PageScribbled {
-        /// IOVA of the page.
-        iova: u64,
-        /// First differing byte.
-        offset: usize,
-    },
-    /// An EQ received more than its size of unreported EQEs.
-    EqOverrun {
-        /// EQ number.
-        eqn: u8,
-    },
-    /// A CQ overran (more CQEs than entries beyond the consumer index).
-    CqOverrun {
-        /// CQ number.
-        cqn: u32,
-    },
-    /// An event was dropped because no EQ subscribes to its type.
-    EventDropped {
-        /// Event type.
-        event_type: u8,
-    },
-    /// DMA memory freed while the firmware still used it.
-    FreedWhileInUse(String),
-    /// A send queue the device could not execute (ring or doorbell record
-    /// unreadable, producer counter beyond the ring): the QP went to ERR
-    /// with a catastrophic-error event.
-    SendQueue(String),
-    /// A host's MMIO access the device does not decode (outside BAR0,
-    /// unaligned, or of a width the register does not take): ignored, reads
-    /// return all ones ([`host`]).
-    Mmio(String),
 }
 
 pub(crate) struct Shared {
@@ -612,45 +529,6 @@ impl Device {
         self.pump_wire();
     }
 
-    /// Join the port to `wire` (a device has one port). Frames the port
-    /// sends go on the wire; frames arriving are checked and processed as a
-    /// card does (`docs/wire.md`). Traffic whose path leads back to this
-    /// function still loops inside it. The wire's link type must match the
-    /// port type; a port joins one wire, once.
-    pub fn connect(&self, wire: &wire::Wire) -> Result<wire::PortId, SimError> {
-        let mut st = self.lock();
-        let ib = st.caps.port_type == mlx5_regs::consts::port::TYPE_IB;
-        if ib != (wire.link() == wire::LinkType::Infiniband) {
-            return Err(SimError::BadState(
-                "the wire's link type does not match the port type",
-            ));
-        }
-        if self.shared.wire.set(wire.clone()).is_err() {
-            return Err(SimError::BadState("the port is already on a wire"));
-        }
-        let id = wire.connect(st.port.lid);
-        let me: std::sync::Weak<dyn wire::Endpoint> =
-            Arc::downgrade(&(self.shared.clone() as Arc<dyn wire::Endpoint>));
-        wire.set_endpoint(id, me);
-        st.port.wire = Some((wire.clone(), id));
-        Ok(id)
-    }
-
-    /// Let the wire deliver what is waiting (every device on it processes
-    /// its frames); called after each doorbell and clock step.
-    pub(crate) fn pump_wire(&self) {
-        if let Some(w) = self.shared.wire.get() {
-            w.pump();
-        }
-    }
-
-    /// Program entry `index` of the port's P_Key table (entry 0 holds
-    /// 0xffff at power-on; the others are invalid). Packets carry the key
-    /// of their QP's `pkey_index`; receivers drop a key that does not match.
-    pub fn set_pkey(&self, index: u16, pkey: u16) {
-        self.lock().port.pkeys.insert(index, pkey);
-    }
-
     /// Threaded mode: wait until the device thread has processed everything
     /// queued so far (no-op in synchronous mode).
     pub fn quiesce(&self) {
@@ -660,26 +538,6 @@ impl Device {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
-    }
-}
-
-impl wire::Endpoint for Shared {
-    fn poll_wire(&self) {
-        let Some(w) = self.wire.get() else {
-            return;
-        };
-        let mut st = self.lock();
-        let Some((_, port)) = st.port.wire.as_ref().map(|(w, p)| (w.clone(), *p)) else {
-            return;
-        };
-        let link = w.link();
-        let mut buf = std::mem::take(&mut st.port.rx_buf);
-        while w.recv(port, &mut buf) {
-            st.wire_receive(&buf, link);
-        }
-        st.port.rx_buf = buf;
-        drop(st);
-        self.cv.notify_all();
     }
 }
 

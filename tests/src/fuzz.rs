@@ -11,10 +11,13 @@
 use std::fmt::Write as _;
 
 use mlx5_driver::caps::Caps;
-use mlx5_driver::cmd::{encode, CmdQueue, BLOCK_STRIDE, MAILBOX_BLOCKS, MAX_CMD_LEN};
-use mlx5_driver::cq::{CqRing, Cqe, CqeSize, DoorbellRecord};
+use mlx5_driver::cmd::{CmdQueue, BLOCK_STRIDE, MAILBOX_BLOCKS, MAX_CMD_LEN};
+use mlx5_driver::cq::{Cqe, CqeSize};
 use mlx5_driver::eq::{decode, Event, EventQueue, EventSink, EQE_SIZE};
-use mlx5_driver::srq::{CompleteError, Sge, SrqGeometry, SrqRing};
+use mlx5_driver::srq::{CompleteError, Sge, SrqGeometry};
+use mlx5_driver::unstable::cq::{CqRing, DoorbellRecord};
+use mlx5_driver::unstable::encode;
+use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_hal::host::HostHal;
 use mlx5_hal::Hal;
 use mlx5_regs::decode::{decode_command, DecodeOptions, Direction};
@@ -273,8 +276,8 @@ pub fn eqe(data: &[u8]) {
 /// device, [`Caps::parse`] + [`Caps::validate`] on any length, and
 /// `mlx5_regs::decode::decode_command` on any opcode, op_mod and length.
 pub fn cmd_output(data: &[u8]) {
-    use mlx5_driver::cq::cmd as cq;
-    use mlx5_driver::srq::cmd as srq;
+    use mlx5_driver::unstable::cq::cmd as cq;
+    use mlx5_driver::unstable::srq::cmd as srq;
     let _ = encode::out_status(data);
     let _ = encode::parse_query_issi(&exact(data, encode::QUERY_ISSI_OUT));
     let _ = encode::parse_query_pages(&exact(data, encode::QUERY_PAGES_OUT));

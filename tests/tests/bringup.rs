@@ -214,8 +214,8 @@ fn trace_hook_and_statistics_see_every_command() {
         assert!(seen.iter().all(|s| s.4 == CmdOutcome::Ok));
     }
     // The raw API the CLI uses.
-    let mut out = [0u8; mlx5_driver::cmd::encode::NOP_OUT];
-    hca.exec(&mlx5_driver::cmd::encode::nop(), &mut out)
+    let mut out = [0u8; mlx5_driver::unstable::encode::NOP_OUT];
+    hca.exec(&mlx5_driver::unstable::encode::nop(), &mut out)
         .unwrap();
     assert_eq!(hca.stats().get(Opcode::NOP).unwrap().count, 1);
     hca.teardown().unwrap();
@@ -230,9 +230,12 @@ fn commands_from_several_threads() {
         for _ in 0..4 {
             s.spawn(|| {
                 for _ in 0..50 {
-                    let mut out = [0u8; mlx5_driver::cmd::encode::QUERY_PAGES_OUT];
-                    hca.exec(&mlx5_driver::cmd::encode::query_pages(3, false), &mut out)
-                        .unwrap();
+                    let mut out = [0u8; mlx5_driver::unstable::encode::QUERY_PAGES_OUT];
+                    hca.exec(
+                        &mlx5_driver::unstable::encode::query_pages(3, false),
+                        &mut out,
+                    )
+                    .unwrap();
                 }
             });
         }

@@ -10,8 +10,8 @@
 use std::collections::HashSet;
 use std::sync::{Barrier, Mutex};
 
-use mlx5_driver::cmd::encode;
 use mlx5_driver::cq::CqOptions;
+use mlx5_driver::unstable::encode;
 use mlx5_regs::Opcode;
 use mlx5_sim::{Device, SimConfig};
 use mlx5_tests::{assert_clean, config};

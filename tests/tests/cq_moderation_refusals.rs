@@ -3,7 +3,8 @@
 //! firmware's own refusals of MODIFY_CQ op_mod 0 (status and syndrome), and
 //! overrun with and without overrun-ignore.
 
-use mlx5_driver::cq::{cmd, CqModeration, CqOptions, CqPeriodMode};
+use mlx5_driver::cq::{CqModeration, CqOptions, CqPeriodMode};
+use mlx5_driver::unstable::cq::cmd;
 use mlx5_driver::{Error, Event, Hca};
 use mlx5_regs::consts::errno;
 use mlx5_regs::layouts::{cqc, modify_cq_in, modify_field_select};

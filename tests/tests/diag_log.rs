@@ -75,9 +75,9 @@ fn bring_up_pages_failures_health_and_teardown_are_logged() {
     // A command firmware refuses: opcode, status and syndrome.
     dev.inject()
         .fail_next(Opcode::QUERY_ISSI.0, CmdStatus::BAD_PARAM_ERR.0, 0x77);
-    let mut out = [0u8; mlx5_driver::cmd::encode::QUERY_ISSI_OUT];
+    let mut out = [0u8; mlx5_driver::unstable::encode::QUERY_ISSI_OUT];
     assert!(hca
-        .exec(&mlx5_driver::cmd::encode::query_issi(), &mut out)
+        .exec(&mlx5_driver::unstable::encode::query_issi(), &mut out)
         .is_err());
     assert!(
         find(

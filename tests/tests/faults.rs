@@ -89,8 +89,8 @@ fn corrupted_delivery_is_a_delivery_error() {
         let hca = bring_up(&dev);
         // Signatures are only checked with checksums on; the token always.
         dev.inject().corrupt_next_delivery(kind);
-        let mut out = [0u8; mlx5_driver::cmd::encode::NOP_OUT];
-        let r = hca.exec(&mlx5_driver::cmd::encode::nop(), &mut out);
+        let mut out = [0u8; mlx5_driver::unstable::encode::NOP_OUT];
+        let r = hca.exec(&mlx5_driver::unstable::encode::nop(), &mut out);
         match r {
             Err(Error::Delivery {
                 opcode, status: s, ..
@@ -102,7 +102,7 @@ fn corrupted_delivery_is_a_delivery_error() {
             other => panic!("{kind:?}: {other:?}"),
         }
         // The queue still works.
-        hca.exec(&mlx5_driver::cmd::encode::nop(), &mut out)
+        hca.exec(&mlx5_driver::unstable::encode::nop(), &mut out)
             .unwrap();
         hca.teardown().unwrap();
         assert_eq!(dev.pages_held(), 0);
@@ -158,7 +158,7 @@ fn raw_exec_refuses_manage_pages_and_short_buffers() {
     let dev = device(Profile::ConnectX5, ExecMode::Synchronous);
     let hca = bring_up(&dev);
     let mut out = [0u8; 16];
-    let mp = mlx5_driver::cmd::encode::manage_pages_take(0, false, 1);
+    let mp = mlx5_driver::unstable::encode::manage_pages_take(0, false, 1);
     assert!(matches!(
         hca.exec(&mp, &mut out),
         Err(Error::InvalidArgument(_))

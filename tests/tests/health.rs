@@ -2,9 +2,9 @@
 //! syndrome is fatal only with the reset-requested (RFR) bit; without it
 //! firmware reports a condition and keeps working, and so does the HCA.
 
-use mlx5_driver::cmd::encode;
 use mlx5_driver::cq::CqOptions;
 use mlx5_driver::health::HealthWarning;
+use mlx5_driver::unstable::encode;
 use mlx5_driver::{Error, FatalReason};
 use mlx5_sim::{ExecMode, Profile};
 use mlx5_tests::{assert_clean, bring_up, device, MODES};

@@ -138,9 +138,9 @@ fn in_place_fits_a_stack_that_by_value_overflows() {
 fn down_hca_answers_no_command() {
     let dev = Device::new(SimConfig::default());
     let hca: Hca<SimHal> = Hca::new_down(dev.hal(), ());
-    let mut out = [0u8; mlx5_driver::cmd::encode::QUERY_ISSI_OUT];
+    let mut out = [0u8; mlx5_driver::unstable::encode::QUERY_ISSI_OUT];
     assert!(matches!(
-        hca.exec(&mlx5_driver::cmd::encode::query_issi(), &mut out),
+        hca.exec(&mlx5_driver::unstable::encode::query_issi(), &mut out),
         Err(Error::InvalidArgument(_))
     ));
     drop(hca);

@@ -122,67 +122,42 @@ fn refused(dev: &Device, ctx: &mut Ctx, s: &Setup, raddr: u64, len: u32, rkey: u
     recover(ctx, &s.p);
 }
 
-#[test]
-fn rdma_writes_reach_exactly_the_registered_bytes() {
+/// Runs `body` on every model profile with a fresh [`Setup`], then tears
+/// it down and checks nothing leaked (`close`).
+fn on_every_profile(mut body: impl FnMut(&Device, &mut Ctx, &Setup, &str)) {
     for prof in PROFILES {
         let (dev, mut ctx) = open(prof);
         let s = Setup::new(&dev, &mut ctx);
         let what = format!("{prof:?}");
+        body(&dev, &mut ctx, &s, &what);
+        s.destroy(&mut ctx);
+        close(&dev, ctx, &what);
+    }
+}
+
+#[test]
+fn rdma_writes_reach_exactly_the_registered_bytes() {
+    on_every_profile(|dev, ctx, s, what| {
         let rkey = s.mr.rkey();
         let (start, end) = (s.start(), s.end());
         let len = MR_LEN as u32;
-        refused(
-            &dev,
-            &mut ctx,
-            &s,
-            end,
-            1,
-            rkey,
-            &format!("{what}: a byte past the end"),
-        );
-        refused(
-            &dev,
-            &mut ctx,
-            &s,
-            start - 1,
-            1,
-            rkey,
-            &format!("{what}: a byte before"),
-        );
-        refused(
-            &dev,
-            &mut ctx,
-            &s,
-            end - 8,
-            16,
-            rkey,
-            &format!("{what}: straddling the end"),
-        );
-        refused(
-            &dev,
-            &mut ctx,
-            &s,
-            start - 8,
-            16,
-            rkey,
-            &format!("{what}: straddling the start"),
-        );
-        refused(
-            &dev,
-            &mut ctx,
-            &s,
-            start,
-            len + 1,
-            rkey,
-            &format!("{what}: one byte too long"),
-        );
+        let outside = [
+            (end, 1, "a byte past the end"),
+            (start - 1, 1, "a byte before"),
+            (end - 8, 16, "straddling the end"),
+            (start - 8, 16, "straddling the start"),
+            (start, len + 1, "one byte too long"),
+        ];
+        for (raddr, n, case) in outside {
+            refused(dev, ctx, s, raddr, n, rkey, &format!("{what}: {case}"));
+        }
         assert!(
             s.bytes().iter().all(|&b| b == GUARD),
             "{what}: nothing written"
         );
         // Exactly the region: written, the guard bytes around it unchanged.
         assert_eq!(
-            s.write(&dev, &mut ctx, start, len, rkey),
+            s.write(dev, ctx, start, len, rkey),
             WcStatus::Success,
             "{what}"
         );
@@ -200,17 +175,12 @@ fn rdma_writes_reach_exactly_the_registered_bytes() {
             dev.iommu_faults().is_empty(),
             "{what}: the key refused, not the IOMMU"
         );
-        s.destroy(&mut ctx);
-        close(&dev, ctx, &what);
-    }
+    });
 }
 
 #[test]
 fn an_mr_without_remote_write_refuses_writes() {
-    for prof in PROFILES {
-        let (dev, mut ctx) = open(prof);
-        let s = Setup::new(&dev, &mut ctx);
-        let what = format!("{prof:?}");
+    on_every_profile(|dev, ctx, s, what| {
         let ro = ctx
             .reg_mr(
                 s.start(),
@@ -219,33 +189,28 @@ fn an_mr_without_remote_write_refuses_writes() {
             )
             .unwrap();
         refused(
-            &dev,
-            &mut ctx,
-            &s,
+            dev,
+            ctx,
+            s,
             s.start(),
             8,
             ro.rkey(),
             &format!("{what}: no remote write"),
         );
         ctx.dereg_mr(ro).map_err(|(_, e)| e).unwrap();
-        s.destroy(&mut ctx);
-        close(&dev, ctx, &what);
-    }
+    });
 }
 
 #[test]
 fn a_deregistered_rkey_opens_nothing_even_over_the_same_buffer() {
-    for prof in PROFILES {
-        let (dev, mut ctx) = open(prof);
-        let s = Setup::new(&dev, &mut ctx);
-        let what = format!("{prof:?}");
+    on_every_profile(|dev, ctx, s, what| {
         let old = ctx.reg_mr(s.start(), MR_LEN as u64, rights()).unwrap();
         let stale = old.rkey();
         ctx.dereg_mr(old).map_err(|(_, e)| e).unwrap();
         refused(
-            &dev,
-            &mut ctx,
-            &s,
+            dev,
+            ctx,
+            s,
             s.start(),
             8,
             stale,
@@ -254,31 +219,26 @@ fn a_deregistered_rkey_opens_nothing_even_over_the_same_buffer() {
         let again = ctx.reg_mr(s.start(), MR_LEN as u64, rights()).unwrap();
         assert_ne!(again.rkey(), stale, "{what}: a new key");
         refused(
-            &dev,
-            &mut ctx,
-            &s,
+            dev,
+            ctx,
+            s,
             s.start(),
             8,
             stale,
             &format!("{what}: after re-registering"),
         );
         assert_eq!(
-            s.write(&dev, &mut ctx, s.start(), 8, again.rkey()),
+            s.write(dev, ctx, s.start(), 8, again.rkey()),
             WcStatus::Success,
             "{what}: the new key works"
         );
         ctx.dereg_mr(again).map_err(|(_, e)| e).unwrap();
-        s.destroy(&mut ctx);
-        close(&dev, ctx, &what);
-    }
+    });
 }
 
 #[test]
 fn an_lkey_used_outside_its_mr_fails_the_send_locally() {
-    for prof in PROFILES {
-        let (dev, mut ctx) = open(prof);
-        let s = Setup::new(&dev, &mut ctx);
-        let what = format!("{prof:?}");
+    on_every_profile(|dev, ctx, s, what| {
         let before = s.bytes();
         // The target MR's lkey, gathering 16 bytes that straddle its end.
         let sg = [Sge {
@@ -293,27 +253,22 @@ fn an_lkey_used_outside_its_mr_fails_the_send_locally() {
             ..send(5, &sg)
         };
         ctx.post_send(s.p.a, &[wr]).unwrap();
-        let c = poll_n(&dev, &mut ctx, s.p.scq, 1);
+        let c = poll_n(dev, ctx, s.p.scq, 1);
         assert_eq!(
             (c[0].wr_id, c[0].status),
             (5, WcStatus::LocProtErr),
             "{what}"
         );
-        assert_eq!(state(&mut ctx, s.p.a), QpState::Err, "{what}");
+        assert_eq!(state(ctx, s.p.a), QpState::Err, "{what}");
         assert!(s.bytes() == before, "{what}: nothing written");
-        recover(&mut ctx, &s.p);
-        s.destroy(&mut ctx);
-        close(&dev, ctx, &what);
-    }
+        recover(ctx, &s.p);
+    });
 }
 
 #[test]
 fn a_zero_length_write_with_immediate_needs_no_rkey() {
-    for prof in PROFILES {
-        let (dev, mut ctx) = open(prof);
-        let s = Setup::new(&dev, &mut ctx);
-        let what = format!("{prof:?}");
-        s.p.post_recv(&mut ctx, 0, 1);
+    on_every_profile(|dev, ctx, s, what| {
+        s.p.post_recv(ctx, 0, 1);
         for (wr_id, opcode) in [(7, WrOpcode::RdmaWriteWithImm), (8, WrOpcode::RdmaWrite)] {
             let wr = SendWr {
                 wr_id,
@@ -325,14 +280,14 @@ fn a_zero_length_write_with_immediate_needs_no_rkey() {
                 ..SendWr::EMPTY
             };
             ctx.post_send(s.p.a, &[wr]).unwrap();
-            let c = poll_n(&dev, &mut ctx, s.p.scq, 1);
+            let c = poll_n(dev, ctx, s.p.scq, 1);
             assert_eq!(
                 (c[0].wr_id, c[0].status),
                 (wr_id, WcStatus::Success),
                 "{what}"
             );
         }
-        let r = poll_n(&dev, &mut ctx, s.p.rcq, 1);
+        let r = poll_n(dev, ctx, s.p.rcq, 1);
         assert_eq!(r.len(), 1, "{what}: one receive, for the immediate");
         assert_eq!(
             (r[0].status, r[0].opcode, r[0].byte_len, r[0].imm_data),
@@ -345,9 +300,7 @@ fn a_zero_length_write_with_immediate_needs_no_rkey() {
             "{what}"
         );
         assert!(s.bytes().iter().all(|&b| b == GUARD), "{what}");
-        s.destroy(&mut ctx);
-        close(&dev, ctx, &what);
-    }
+    });
 }
 
 #[test]

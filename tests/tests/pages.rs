@@ -1,7 +1,7 @@
 //! Page-request storms, give and take, during bring-up, after it, and
 //! while a command waits.
 
-use mlx5_driver::cmd::encode;
+use mlx5_driver::unstable::encode;
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_regs::Opcode;
 use mlx5_sim::{ExecMode, Profile};

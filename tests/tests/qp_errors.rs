@@ -7,10 +7,12 @@
 //! target untouched.
 
 use mlx5_driver::cq::{CqeError, CqeStatus};
-use mlx5_driver::mkey::{cmd as mkcmd, MkeyAccess};
+use mlx5_driver::mkey::MkeyAccess;
 use mlx5_driver::qp::{Payload, QpEvent, QpLinks, QpState, SendOp, SendOpcode, SendRequest};
 use mlx5_driver::srq::{RecvRequest, Sge};
-use mlx5_driver::{cmd::encode, Event};
+use mlx5_driver::unstable::encode;
+use mlx5_driver::unstable::mkey_cmd as mkcmd;
+use mlx5_driver::Event;
 use mlx5_regs::consts::mkey;
 use mlx5_regs::CqeOpcode;
 use mlx5_sim::{ExecMode, Profile, QpState as SimState};

@@ -16,11 +16,11 @@
 
 use mlx5_driver::cq::{CqeError, CqeStatus};
 use mlx5_driver::loopback::{LoopbackMode, RoceVersion};
-use mlx5_driver::qp::cmd::{self as qpcmd, RtrFields, RtsFields};
 use mlx5_driver::qp::{
     InitAttr, Payload, PostSendFailure, Qp, QpEvent, QpState, RtsAttr, SendError, SendOp,
     SendRequest, SendSlot, Transition,
 };
+use mlx5_driver::unstable::qp::cmd::{self as qpcmd, RtrFields, RtsFields};
 use mlx5_driver::{Error, Hca};
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Device, ExecMode, Profile, QpState as SimState, SimHal};

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use mlx5_driver::cmd::encode;
+use mlx5_driver::unstable::encode;
 use mlx5_driver::{Error, FatalReason, Hca, HcaConfig};
 use mlx5_hal::Hal;
 use mlx5_regs::Opcode;

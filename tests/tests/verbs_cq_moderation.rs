@@ -226,9 +226,9 @@ fn cq_access_violation_async_event_says_so() {
 /// count is far off, while plain and error completions stay moderated.
 #[test]
 fn solicited_completion_breaks_moderation_only_with_scqe_break() {
-    use mlx5_driver::cq::cmd::{self, CqParams};
     use mlx5_driver::cq::{CqModeration, CqPeriodMode, CqeSize};
     use mlx5_driver::pagelist::PageList;
+    use mlx5_driver::unstable::cq::cmd::{self, CqParams};
     use mlx5_driver::{Error, Event};
     use mlx5_hal::Hal;
     use mlx5_regs::doorbell::{

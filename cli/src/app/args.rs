@@ -28,16 +28,17 @@ Start with: mlx5 demo. First time on a card: mlx5 selftest --device vfio:DDDD:BB
 /// the driver's deadline unreachable.
 const MAX_CMD_TIMEOUT_MS: u64 = 3_600_000;
 
-const SELFTEST_HELP: &str = "Stages (stage N failing exits 10 + N):
+const SELFTEST_HELP: &str = "The demo's steps, inside ten stages (stage N failing exits 10 + N):
    1 bring-up            ENABLE_HCA ... INIT_HCA, pages, EQs, PD, DMA key, loopback set-up
    2 capability checks   QUERY_ADAPTER, QUERY_VPORT_STATE; RC QPs, SRQ/RMP, CQ resize, loopback
    3 CQ                  a send CQ and a receive CQ
-   4 SRQ                 an SRQ (RMP at ISSI 1), 32 receives posted
+   4 SRQ                 an SRQ (RMP at ISSI 1) and the buffers
    5 memory key          CREATE_MKEY, QUERY_MKEY of it and of the DMA key
    6 QP pair             a sender and an SRQ-attached receiver, RESET -> RTS
-   7 traffic             SENDs, inline SENDs, RDMA WRITE with immediate; payloads checked
+   7 traffic             32 receives, the demo's 20 SENDs, then SENDs of 1..256 bytes,
+                         inline SENDs, RDMA WRITE with immediate; payloads checked; QUERY_QP
    8 SRQ limit           the limit event by consumption, through the async EQ; re-arm
-   9 CQ resize           MODIFY_CQ with completions waiting and sends in flight
+   9 CQ resize           MODIFY_CQ with completions waiting, none lost, order kept
   10 teardown            destroy everything, TEARDOWN_HCA, every page back
 
 Exit codes: 0 every stage passed; 2 bad command line; 3 device not
@@ -176,8 +177,9 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Demo,
 
-    /// First run on a card: numbered stages from bring-up to teardown, a
-    /// pass/fail table, and a report file to attach to a bug report
+    /// First run on a card: the demo's steps inside numbered stages from
+    /// bring-up to teardown, a pass/fail table, and a report file to attach
+    /// to a bug report
     #[command(after_help = SELFTEST_HELP)]
     Selftest {
         /// Where to write the report (JSON) [default:

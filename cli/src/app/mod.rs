@@ -8,14 +8,11 @@
 
 pub mod args;
 
-use crate::cmd::caps::{devinfo, table as caps};
 use crate::cmd::{
-    command as rawcmd, decode as decodecmd, devices, gendoc, replay, run as script, selftest,
-    stats as linuxstats,
+    caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, replay, run as script,
+    selftest, stats, trace as tracecmd,
 };
-use crate::common::{interrupts, record, report, session, target, trace};
-use crate::regs::discover;
-use crate::scenario;
+use crate::common::{interrupts, report, target};
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
 use mlx5_sim::Device;
@@ -25,11 +22,9 @@ use clap::CommandFactory;
 
 use crate::app::args::{install_panic_hook, parse_args, print_json, Cli, Command};
 use crate::common::error::{CliError, EXIT_FAILED, EXIT_OK};
-use crate::common::report::Report;
-use crate::common::session::{bring_up, teardown, Env};
+use crate::common::session::Env;
 use crate::common::target::{parse_faults, Target};
 use crate::common::trace::{Live, Tracer};
-use crate::scenario::Scenario;
 
 /// Run the tool on the process's arguments and exit with its code.
 pub fn main() -> ! {
@@ -153,22 +148,8 @@ fn dispatch(cli: &Cli) -> Outcome {
         ..
     } = &cli.command
     {
-        if *list {
-            return (discover::list(g.json), Ok(()));
-        }
-        if *show_fields {
-            let name = name.as_deref().unwrap_or_default();
-            return match target::parse_opcode(name) {
-                Ok(op) if op.layouts().is_some() => (discover::fields(op, g.json), Ok(())),
-                Ok(op) => (
-                    Value::Null,
-                    Err(CliError::usage(
-                        format!("{op} has no layout in mlx5-regs"),
-                        "`mlx5 cmd --list` lists the commands with one",
-                    )),
-                ),
-                Err(e) => (Value::Null, Err(e)),
-            };
+        if let Some(out) = rawcmd::without_device(name.as_deref(), *list, *show_fields, g.json) {
+            return out;
         }
     }
     // A script is read and checked before the device is opened.
@@ -284,22 +265,14 @@ fn check_faults_fired(out: &mut Outcome, faults: &target::Faults, dev: &Device, 
     }
 }
 
+/// Every subcommand's JSON names the device, and on the model the faults
+/// injected.
 fn add_device(v: &mut Value, target: &Target, dev: Option<&Device>, faults: &target::Faults) {
     if let Value::Object(m) = v {
         m.insert("device".into(), json!(target.label()));
         m.insert("device_description".into(), json!(target.describe()));
         if dev.is_some() && faults.any() {
-            m.insert(
-                "injected_faults".into(),
-                json!({
-                    "fail": faults.fail.iter().map(|(o, s, y, n)| json!({
-                        "opcode": o.to_string(), "status": s.name(), "syndrome": format!("{y:#x}"),
-                        "nth": n,
-                    })).collect::<Vec<_>>(),
-                    "stall": faults.stall.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
-                    "fatal_after": faults.fatal_after,
-                }),
-            );
+            m.insert("injected_faults".into(), faults.to_json());
         }
     }
 }
@@ -324,83 +297,22 @@ fn subcommand<H: Hal>(
             };
             selftest::run(hal, env, t, &opts)
         }
-        Command::Demo => {
-            let mut r = Report::new(g.json, true, progress);
-            if !g.json {
-                outln!(
-                    "mlx5 demo on {} ({})",
-                    env.target.describe(),
-                    env.target.label()
-                );
-            }
-            let res = scenario::run(Scenario::Demo, hal, env, t, &mut r);
-            finish_scenario(res, env, t, &mut r, None)
-        }
+        Command::Demo => demo::run(hal, env, t, g.json, progress),
         Command::Trace {
             scenario,
             hexdump,
             save,
         } => {
-            let mut r = Report::new(g.json, true, progress);
-            if !g.json {
-                outln!(
-                    "mlx5 trace of the {} scenario on {} ({}); latencies are {}",
-                    scenario.name(),
-                    env.target.describe(),
-                    env.target.label(),
-                    latency_kind(env)
-                );
-            }
-            let mut res = scenario::run(*scenario, hal, env, t, &mut r);
-            if let Some(path) = save {
-                let recs = record::from_records(&t.records());
-                let head = record::header(
-                    &env.target.label(),
-                    &env.target.describe(),
-                    scenario.name(),
-                    recs.len(),
-                );
-                let saved = record::save(path, &head, &recs);
-                res.1 = res.1.and(saved);
-            }
-            let commands: Vec<Value> = t
-                .records()
-                .iter()
-                .map(|c| trace::to_json(c, *hexdump))
-                .collect();
-            finish_scenario(
-                res,
-                env,
-                t,
-                &mut r,
-                Some(("commands", Value::from(commands))),
-            )
+            let opts = tracecmd::Opts {
+                json: g.json,
+                progress,
+                scenario: *scenario,
+                hexdump: *hexdump,
+                save: save.as_deref(),
+            };
+            tracecmd::run(hal, env, t, &opts)
         }
-        Command::Stats { scenario } => {
-            let mut r = Report::new(g.json, false, progress);
-            let res = scenario::run(*scenario, hal, env, t, &mut r);
-            if !g.json {
-                outln!(
-                    "mlx5 stats after the {} scenario on {} ({}); latencies are {}\n",
-                    scenario.name(),
-                    env.target.describe(),
-                    env.target.label(),
-                    latency_kind(env)
-                );
-            }
-            let table = linuxstats::table(t, g.json);
-            let mut out = finish_scenario(res, env, t, &mut r, Some(("opcodes", table)));
-            if !g.json {
-                match &out.1 {
-                    Ok(()) => outln!("\nscenario result: OK"),
-                    Err(e) => outln!("\nscenario result: FAILED ({})", e.message()),
-                }
-            }
-            if let Value::Object(m) = &mut out.0 {
-                m.remove("steps");
-            }
-            out
-        }
+        Command::Stats { scenario } => stats::run(hal, env, t, g.json, progress, *scenario),
         Command::Run { all_fields, .. } => {
             script::run(hal, env, t, g.json, progress, script, *all_fields)
         }
@@ -415,187 +327,21 @@ fn subcommand<H: Hal>(
             )
         }
         Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),
-        Command::Caps { all } => caps_cmd(hal, env, t, g.json, progress, *all),
+        Command::Caps { all } => caps::run(hal, env, t, g.json, progress, *all),
         Command::Cmd {
             name,
             fields,
             all_fields,
             ..
-        } => cmd_cmd(
-            hal,
-            env,
-            t,
-            g.json,
-            progress,
-            name.as_deref().unwrap_or_default(),
-            fields,
-            *all_fields,
-        ),
-    }
-}
-
-fn latency_kind(env: &Env<'_>) -> &'static str {
-    if env.model.is_some() {
-        "the model's virtual clock, not real firmware timing"
-    } else {
-        "wall-clock time"
-    }
-}
-
-fn finish_scenario(
-    (sum, res): (scenario::Summary, Result<(), CliError>),
-    env: &Env<'_>,
-    t: &Tracer,
-    r: &mut Report,
-    extra: Option<(&str, Value)>,
-) -> Outcome {
-    let checks = scenario::conclude(&sum, env, t, r, res.as_ref().err());
-    let result = res.and(checks);
-    let mut v = json!({
-        "steps": r.take_steps(),
-        "summary": sum.to_json(),
-        "commands_sent": t.count(),
-    });
-    if let Some((k, x)) = extra {
-        v[k] = x;
-    }
-    (v, result)
-}
-
-fn caps_cmd<H: Hal>(
-    hal: H,
-    env: &Env<'_>,
-    t: &Tracer,
-    json_mode: bool,
-    progress: bool,
-    all: bool,
-) -> Outcome {
-    let mut r = Report::new(json_mode, false, progress);
-    let (hca, _) = match bring_up(hal, env, t, &mut r) {
-        Ok(x) => x,
-        Err(e) => return (Value::Null, Err(e)),
-    };
-    let caps = *hca.caps();
-    let max = hca.max_caps().copied();
-    let fw = hca.fw_version();
-    let issi = hca.issi();
-    let pages = hca.pages_held_by_firmware();
-    let info = match devinfo::query(&hca, env) {
-        Ok(i) => i,
-        Err(e) => {
-            // Still give the pages back; the query's error is the one to report.
-            let _ = teardown(hca, env, &mut r);
-            return (Value::Null, Err(e));
+        } => {
+            let opts = rawcmd::Opts {
+                json: g.json,
+                progress,
+                name: name.as_deref().unwrap_or_default(),
+                fields,
+                all_fields: *all_fields,
+            };
+            rawcmd::on_device(hal, env, t, &opts)
         }
-    };
-    if !json_mode {
-        outln!(
-            "Capabilities of {} ({})",
-            env.target.describe(),
-            env.target.label()
-        );
-        outln!("  firmware {fw}, ISSI {issi}, firmware holds {pages} pages after bring-up");
-        outln!("  (current values after SET_HCA_CAP; where the maximum differs it is shown)");
-        devinfo::print(&info, &caps);
-        caps::print(&caps, max.as_ref());
-        if all {
-            outln!("\nEvery non-zero cmd_hca_cap field (current)");
-            for (k, v) in caps::raw_fields(&caps) {
-                outln!("  {k} = {v}");
-            }
-        }
-    }
-    let mut v = json!({
-        "firmware_version": fw.to_string(),
-        "psid": info.psid,
-        "pci_device_id": info.pci_device_id.map(|i| format!("{i:#06x}")),
-        "port_state": info.ports.iter().map(|p| devinfo::state_text(p.state)).collect::<Vec<_>>(),
-        "ibv_devinfo": devinfo::ibv_json(&caps, fw, &info),
-        "issi": issi,
-        "pages_held_by_firmware": pages,
-        "capabilities": caps::to_json(&caps),
-        "max_capabilities": max.as_ref().map(caps::to_json),
-    });
-    if all {
-        let m: serde_json::Map<String, Value> = caps::raw_fields(&caps)
-            .into_iter()
-            .map(|(k, v)| (k, Value::from(v)))
-            .collect();
-        v["cmd_hca_cap"] = Value::Object(m);
-    }
-    let (s, td) = teardown(hca, env, &mut r);
-    if !json_mode {
-        print_teardown(&s);
-    }
-    let res = td.and_then(|()| {
-        if s.clean() {
-            Ok(())
-        } else {
-            Err(CliError::check("teardown did not get every page back"))
-        }
-    });
-    (v, res)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn cmd_cmd<H: Hal>(
-    hal: H,
-    env: &Env<'_>,
-    t: &Tracer,
-    json_mode: bool,
-    progress: bool,
-    name: &str,
-    fields: &[String],
-    all: bool,
-) -> Outcome {
-    // Check the command line before touching the device.
-    if let Err(e) = rawcmd::check(name, fields) {
-        return (Value::Null, Err(e));
-    }
-    let mut r = Report::new(json_mode, true, progress);
-    let (hca, _) = match bring_up(hal, env, t, &mut r) {
-        Ok(x) => x,
-        Err(e) => return (Value::Null, Err(e)),
-    };
-    if !json_mode {
-        outln!(
-            "on {} ({}): firmware {}, ISSI {}, after {} bring-up commands",
-            env.target.describe(),
-            env.target.label(),
-            hca.fw_version(),
-            hca.issi(),
-            t.count()
-        );
-    }
-    let before = t.count();
-    let (mut v, res) = rawcmd::run(&hca, t, env.model.is_some(), name, fields, all, &mut r);
-    let sent = t.count() - before;
-    let mut quiet = Report::new(json_mode, false, progress);
-    let (s, td) = teardown(hca, env, &mut quiet);
-    if let Value::Object(m) = &mut v {
-        m.insert("commands_sent".into(), json!(sent));
-    }
-    if !json_mode {
-        print_teardown(&s);
-    }
-    let res = res.and(td);
-    (v, res)
-}
-
-/// The one-line teardown result of `caps` and `cmd`.
-fn print_teardown(s: &session::TeardownSummary) {
-    match &s.failed {
-        None => outln!(
-            "\nteardown: {} pages given, {} returned{}",
-            s.pages_given,
-            s.pages_returned,
-            if s.clean() { ", all back" } else { "" }
-        ),
-        Some(why) => outln!(
-            "\nteardown failed ({why}): {} pages given, {} returned, {} still held by firmware",
-            s.pages_given,
-            s.pages_returned,
-            s.pages_left
-        ),
     }
 }

@@ -14,8 +14,10 @@ use serde_json::{json, Map, Value};
 
 use crate::common::error::CliError;
 use crate::common::report::Report;
-use crate::common::session::TracedHca;
+use crate::common::session::{bring_up, teardown, Env, TracedHca};
+use crate::common::target::parse_opcode;
 use crate::common::trace::{fmt_ns, outcome_json, outcome_text, Tracer};
+use crate::regs::discover;
 use crate::regs::fields::Input;
 use crate::regs::fill::{known_register, provide, register_data_len, undo};
 
@@ -47,8 +49,97 @@ fn decode_to(
         .collect()
 }
 
-/// Run `mlx5 cmd`. Prints (human) as it goes; returns the JSON result and
-/// whether the command succeeded.
+/// `mlx5 cmd --list` and `mlx5 cmd NAME --show-fields`, which need no
+/// device; `None` when neither was asked for.
+pub fn without_device(
+    name: Option<&str>,
+    list: bool,
+    show_fields: bool,
+    json: bool,
+) -> Option<(Value, Result<(), CliError>)> {
+    if list {
+        return Some((discover::list(json), Ok(())));
+    }
+    if !show_fields {
+        return None;
+    }
+    Some(match parse_opcode(name.unwrap_or_default()) {
+        Ok(op) if op.layouts().is_some() => (discover::fields(op, json), Ok(())),
+        Ok(op) => (
+            Value::Null,
+            Err(CliError::usage(
+                format!("{op} has no layout in mlx5-regs"),
+                "`mlx5 cmd --list` lists the commands with one",
+            )),
+        ),
+        Err(e) => (Value::Null, Err(e)),
+    })
+}
+
+/// The options of `mlx5 cmd NAME field=value ...`.
+pub struct Opts<'a> {
+    /// `--json`.
+    pub json: bool,
+    /// Progress on stderr.
+    pub progress: bool,
+    /// The command's name.
+    pub name: &'a str,
+    /// Its `field=value` assignments.
+    pub fields: &'a [String],
+    /// `--all-fields`: decode the zero fields too.
+    pub all_fields: bool,
+}
+
+/// Run `mlx5 cmd` on an opened device: the command line checked before
+/// the device is touched, bring-up, the command, teardown.
+pub fn on_device<H: Hal>(
+    hal: H,
+    env: &Env<'_>,
+    t: &Tracer,
+    o: &Opts<'_>,
+) -> (Value, Result<(), CliError>) {
+    if let Err(e) = check(o.name, o.fields) {
+        return (Value::Null, Err(e));
+    }
+    let mut r = Report::new(o.json, true, o.progress);
+    let (hca, _) = match bring_up(hal, env, t, &mut r) {
+        Ok(x) => x,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    if !o.json {
+        outln!(
+            "on {} ({}): firmware {}, ISSI {}, after {} bring-up commands",
+            env.target.describe(),
+            env.target.label(),
+            hca.fw_version(),
+            hca.issi(),
+            t.count()
+        );
+    }
+    let before = t.count();
+    let (mut v, res) = run(
+        &hca,
+        t,
+        env.model.is_some(),
+        o.name,
+        o.fields,
+        o.all_fields,
+        &mut r,
+    );
+    let sent = t.count() - before;
+    let mut quiet = Report::new(o.json, false, o.progress);
+    let (s, td) = teardown(hca, env, &mut quiet);
+    if let Value::Object(m) = &mut v {
+        m.insert("commands_sent".into(), json!(sent));
+    }
+    if !o.json {
+        s.print_line();
+    }
+    (v, res.and(td))
+}
+
+/// Run `mlx5 cmd` on a brought-up HCA. Prints (human) as it goes; returns
+/// the JSON result and whether the command succeeded.
 pub fn run<H: Hal>(
     hca: &TracedHca<'_, H>,
     t: &Tracer,

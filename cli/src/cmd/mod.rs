@@ -5,9 +5,11 @@
 pub mod caps;
 pub mod command;
 pub mod decode;
+pub mod demo;
 pub mod devices;
 pub mod gendoc;
 pub mod replay;
 pub mod run;
 pub mod selftest;
 pub mod stats;
+pub mod trace;

@@ -1,4 +1,5 @@
-//! `mlx5 stats`' table: per opcode what Linux keeps in debugfs
+//! `mlx5 stats`: a scenario run quietly, then per opcode what Linux keeps
+//! in debugfs
 //! (`mlx5/<dev>/commands/<opcode>/`: `n`, `failed`, `failed_mbox_status`,
 //! `average`, `last_failed_errno`, `last_failed_mbox_status`,
 //! `last_failed_syndrome`; drivers/net/ethernet/mellanox/mlx5/core/cmd.c
@@ -14,11 +15,51 @@
 //! for a delivery error, ETIMEDOUT, ENOLINK for a dead device).
 
 use mlx5_driver::stats::CmdOutcome;
+use mlx5_hal::Hal;
 use mlx5_regs::consts::errno;
 use mlx5_regs::Opcode;
 use serde_json::{json, Value};
 
+use crate::common::error::CliError;
+use crate::common::report::Report;
+use crate::common::session::Env;
 use crate::common::trace::{fmt_ns, outcome_json, outcome_text, Tracer};
+use crate::scenario::{self, Scenario};
+
+/// Run `mlx5 stats` on an opened device: the scenario without its
+/// narration, then the table and the scenario's result.
+pub fn run<H: Hal>(
+    hal: H,
+    env: &Env<'_>,
+    t: &Tracer,
+    json: bool,
+    progress: bool,
+    which: Scenario,
+) -> (Value, Result<(), CliError>) {
+    let mut r = Report::new(json, false, progress);
+    let res = scenario::run(which, hal, env, t, &mut r);
+    if !json {
+        outln!(
+            "mlx5 stats after the {} scenario on {} ({}); latencies are {}\n",
+            which.name(),
+            env.target.describe(),
+            env.target.label(),
+            scenario::latency_kind(env)
+        );
+    }
+    let table = table(t, json);
+    let mut out = scenario::finish(res, env, t, &mut r, Some(("opcodes", table)));
+    if !json {
+        match &out.1 {
+            Ok(()) => outln!("\nscenario result: OK"),
+            Err(e) => outln!("\nscenario result: FAILED ({})", e.message()),
+        }
+    }
+    if let Value::Object(m) = &mut out.0 {
+        m.remove("steps");
+    }
+    out
+}
 
 #[derive(Clone)]
 struct Row {

@@ -234,6 +234,24 @@ impl TeardownSummary {
         self.pages_left == 0 && self.pages_given == self.pages_returned
     }
 
+    /// The one-line teardown result of `caps` and `cmd`.
+    pub fn print_line(&self) {
+        match &self.failed {
+            None => outln!(
+                "\nteardown: {} pages given, {} returned{}",
+                self.pages_given,
+                self.pages_returned,
+                if self.clean() { ", all back" } else { "" }
+            ),
+            Some(why) => outln!(
+                "\nteardown failed ({why}): {} pages given, {} returned, {} still held by firmware",
+                self.pages_given,
+                self.pages_returned,
+                self.pages_left
+            ),
+        }
+    }
+
     /// The model's view: pages, objects, state, violations (model only).
     fn model_view(&mut self, env: &Env<'_>, r: &mut Report) {
         let Some(dev) = env.model else { return };

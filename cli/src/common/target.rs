@@ -157,6 +157,19 @@ impl Faults {
         !self.fail.is_empty() || !self.stall.is_empty() || self.fatal_after.is_some()
     }
 
+    /// The faults asked for, as the JSON of every subcommand on the model
+    /// gives them (`injected_faults`).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "fail": self.fail.iter().map(|(o, s, y, n)| serde_json::json!({
+                "opcode": o.to_string(), "status": s.name(), "syndrome": format!("{y:#x}"),
+                "nth": n,
+            })).collect::<Vec<_>>(),
+            "stall": self.stall.iter().map(|o| o.to_string()).collect::<Vec<_>>(),
+            "fatal_after": self.fatal_after,
+        })
+    }
+
     /// Arm the model (fatal-after is done by the tracer).
     pub fn apply(&self, dev: &Device) {
         for (op, st, syn, nth) in &self.fail {

@@ -127,6 +127,11 @@ impl Flow {
         self.next_seq
     }
 
+    /// The `wr_id` the next receive gets.
+    pub fn next_recv_wr(&self) -> u64 {
+        self.next_recv_wr
+    }
+
     /// Post `n` receives, one buffer slot each, with the HCA's default key
     /// (the DMA key of bring-up).
     pub fn post_recvs<H: Hal>(

@@ -142,7 +142,10 @@ fn the_demo_sends_every_message_through_a_queue_pair_on_every_profile() {
 
 #[test]
 fn the_trace_scenarios_send_through_queue_pairs_too() {
-    for (scenario, n) in [("limit", 4), ("resize", 45)] {
+    // The mission's steps each needs: the limit step sends one message at
+    // a time from 32 posted until fewer than 8 remain (25); the resize
+    // step 12 left waiting and 4 after (16).
+    for (scenario, n) in [("limit", 25), ("resize", 16)] {
         let v = json(&["trace", "--scenario", scenario]);
         let s = &v["summary"];
         assert_eq!(s["model_traffic"]["side_door_uses"], 0, "{scenario}: {s}");
@@ -158,7 +161,7 @@ fn the_trace_scenarios_send_through_queue_pairs_too() {
         assert_eq!(count("DESTROY_QP"), 2);
     }
     let v = json(&["trace", "--scenario", "resize"]);
-    assert_eq!(v["summary"]["resize"]["waiting"], 40);
+    assert_eq!(v["summary"]["resize"]["waiting"], 12);
 }
 
 /// The ```text block after `marker` in `doc`.
@@ -288,4 +291,72 @@ fn the_demo_and_selftest_examples_of_docs_cli_run_as_shown() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A narration line with its numbers masked (`0x6e1`, `20..=24`): what
+/// the step said, whatever ran before it.
+fn masked(line: &str) -> String {
+    let mut out = String::new();
+    let mut in_num = false;
+    for w in line
+        .trim()
+        .split_inclusive(|c: char| !c.is_ascii_alphanumeric())
+    {
+        let word = w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+        let num = !word.is_empty()
+            && (word.bytes().all(|b| b.is_ascii_digit())
+                || (word.starts_with("0x") && word[2..].bytes().all(|b| b.is_ascii_hexdigit())));
+        if num {
+            if !in_num {
+                out.push('N');
+            }
+            in_num = true;
+            out.push_str(&w[word.len()..]);
+        } else {
+            in_num = false;
+            out.push_str(w);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_selftest_runs_the_demos_steps_inside_its_stages() {
+    // The demo's narration from its first step after bring-up to its
+    // destroy step.
+    let o = mlx5(&["demo", "-q"]);
+    assert_eq!(code(&o), 0);
+    let demo = text(&o.stdout);
+    let from = demo.find("\n2. ").expect("step 2");
+    let to = demo.find("\n11. Tear down").expect("the teardown step");
+    let demo_lines: Vec<String> = demo[from..to]
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(masked)
+        .collect();
+    assert!(demo_lines.len() >= 25, "{demo_lines:?}");
+    // The self-test's stages 3 to 10, as its report keeps them.
+    let dir = std::env::temp_dir().join(format!("mlx5-same-steps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = mlx5_in(&dir, &["selftest", "-q", "--report", "s.json"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let b: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("s.json")).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let selftest_lines: Vec<String> = b["stages"].as_array().unwrap()[2..]
+        .iter()
+        .flat_map(|s| s["details"]["lines"].as_array().unwrap().clone())
+        .map(|l| masked(l.as_str().unwrap()))
+        .collect();
+    // Every line of the demo's steps, in order, among the self-test's
+    // (which adds its own between them).
+    let mut rest = selftest_lines.iter();
+    for l in &demo_lines {
+        assert!(
+            rest.any(|s| s == l),
+            "the demo's {l:?} is not in the self-test's stages (in order):\n{}",
+            selftest_lines.join("\n")
+        );
+    }
+    assert!(selftest_lines.len() > demo_lines.len());
 }

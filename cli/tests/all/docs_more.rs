@@ -1,7 +1,12 @@
-//! The `$ mlx5` examples of docs/cli.md's `caps`, `devices`, model options
-//! and `completions`/`man` sections run as shown.
+//! The `$ mlx5` examples of docs/cli.md's `trace`, `caps`, `devices`, model
+//! options and `completions`/`man` sections run as shown.
 
 use crate::common::docs_examples;
+
+#[test]
+fn trace_examples() {
+    assert!(docs_examples("## `trace`") >= 2);
+}
 
 #[test]
 fn caps_examples() {

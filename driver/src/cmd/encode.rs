@@ -7,7 +7,7 @@
 //! answers BAD_INP_LEN / BAD_OUTP_LEN otherwise).
 //!
 //! ```
-//! use mlx5_driver::cmd::encode;
+//! use mlx5_driver::unstable::encode;
 //! use mlx5_regs::Opcode;
 //! let input = encode::query_pages(mlx5_regs::consts::op_mod::QUERY_PAGES_BOOT, false);
 //! assert_eq!(encode::header_opcode(&input), Opcode::QUERY_PAGES.0);

@@ -3,7 +3,8 @@
 //!
 //! This module only moves bytes: it posts an input of any length (16 bytes
 //! inline, the rest in a chain of 512-byte mailbox blocks) and collects the
-//! output. Building inputs and parsing outputs is [`encode`]'s job, waiting
+//! output. Building inputs and parsing outputs is the encoders' job (one
+//! `fn` per command, internal to the crate), waiting
 //! (timeouts, health, page requests) is [`crate::Hca`]'s. Neither knows the
 //! other's internals, so a different transport can reuse the encoders.
 //!
@@ -18,7 +19,7 @@
 //! [`CmdQueue::post_chain`]; Linux allocates every command's mailboxes,
 //! `mlx5_alloc_cmd_msg`).
 
-pub mod encode;
+pub(crate) mod encode;
 
 use mlx5_hal::{barrier, DmaRegion, Hal};
 use mlx5_regs::consts::ctx;

@@ -1,18 +1,16 @@
 //! Completion queues (docs/firmware.md §7, §8).
 
 mod arm;
-pub mod cmd;
+pub(crate) mod cmd;
 mod moderation;
 mod queue;
-pub mod ring;
+pub(crate) mod ring;
 mod syndrome;
 
 pub(crate) use arm::ArmTable;
 pub use moderation::{CqModeration, CqPeriodMode, MAX_CQ_PERIOD};
 pub use queue::{Cq, CqOptions};
-pub use ring::{
-    CqReader, CqRing, Cqe, CqeSize, CqeStatus, CqeView, DoorbellRecord, ResizeCopyError, WaitingCqe,
-};
+pub use ring::{CqReader, Cqe, CqeSize, CqeStatus, CqeView, ResizeCopyError, WaitingCqe};
 pub use syndrome::{CqErrorCause, CqeError};
 
 #[cfg(test)]

@@ -112,6 +112,7 @@ impl<H: Hal> Cq<H> {
 
     /// The ring (geometry and memory, for tools and benchmarks that play
     /// the device).
+    #[doc(hidden)]
     pub fn ring(&self) -> &CqRing<H> {
         &self.ring
     }

@@ -2,6 +2,7 @@
 
 extern crate std;
 
+use super::ring::{CqRing, DoorbellRecord};
 use super::*;
 use mlx5_hal::host::HostHal;
 use mlx5_regs::CqeOpcode;

@@ -31,7 +31,7 @@ impl From<PostFailure> for Error {
     }
 }
 
-/// A refusal of [`crate::srq::SrqRing::post`], which posts one request: it is
+/// A refusal of the SRQ ring's `post`, which posts one request: it is
 /// request 0.
 impl From<PostError> for Error {
     fn from(error: PostError) -> Self {
@@ -45,7 +45,7 @@ impl From<PostSendFailure> for Error {
     }
 }
 
-/// A refusal of [`crate::qp::SendRing::write`], which writes one request: it
+/// A refusal of the send ring's `write`, which writes one request: it
 /// is request 0.
 impl From<SendError> for Error {
     fn from(error: SendError) -> Self {

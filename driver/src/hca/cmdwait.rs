@@ -181,12 +181,19 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     ///
     /// MANAGE_PAGES is refused: pages belong to the page manager.
     ///
+    /// Build the input with `mlx5-regs`' layouts (exact lengths: firmware
+    /// checks them):
+    ///
     /// ```no_run
     /// # fn demo<H: mlx5_hal::Hal>(hca: &mlx5_driver::Hca<H>) -> Result<(), mlx5_driver::Error> {
-    /// use mlx5_driver::cmd::encode;
-    /// let mut out = [0u8; encode::NOP_OUT];
-    /// hca.exec(&encode::nop(), &mut out)?;
-    /// # Ok(()) }
+    /// use mlx5_regs::layouts::{cmd_in, query_issi_in, query_issi_out};
+    /// use mlx5_regs::Opcode;
+    /// let mut input = [0u8; query_issi_in::SIZE];
+    /// cmd_in::opcode.set(&mut input, Opcode::QUERY_ISSI.0)?;
+    /// let mut out = [0u8; query_issi_out::SIZE];
+    /// hca.exec(&input, &mut out)?;
+    /// let current = query_issi_out::current_issi.get(&out);
+    /// # let _ = current; Ok(()) }
     /// ```
     pub fn exec(&self, input: &[u8], output: &mut [u8]) -> Result<(), Error> {
         self.exec_timeout(input, output, self.cfg.cmd_timeout_ns)

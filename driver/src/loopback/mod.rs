@@ -24,7 +24,7 @@
 //! them. [`Hca::loopback_rtr`] fills the INIT→RTR attributes for a peer QP
 //! of this function whatever the mode.
 
-pub mod cmd;
+pub(crate) mod cmd;
 
 use mlx5_hal::Hal;
 use mlx5_regs::consts::{errno, roce};

@@ -27,7 +27,7 @@
 //! firmware honours it in every context is only known on hardware (Linux
 //! no longer uses it).
 
-pub mod cmd;
+pub(crate) mod cmd;
 
 use core::sync::atomic::Ordering;
 

@@ -2,11 +2,12 @@
 //! nothing) as the receive side, the state machine, the send data path and requester
 //! completions.
 //!
-//! * [`cmd`]: the QP commands as encoders and parsers.
-//! * [`ring`]: the send ring: sizing, WQE building, the doorbell, the
-//!   requester-CQE → `wr_id` bookkeeping in the caller's table.
-//! * [`recv`]: the QP's own receive queue: sizing, receive WQEs, the
-//!   receive counter, in-order completion.
+//! * Internal to the crate: `cmd` (the QP commands as encoders and
+//!   parsers), `ring` (the send ring: sizing, WQE building, the doorbell,
+//!   the requester-CQE → `wr_id` bookkeeping in the caller's table) and
+//!   `recv` (the QP's own receive queue: sizing, receive WQEs, the receive
+//!   counter, in-order completion); their sizing types
+//!   ([`SqGeometry`], [`RqGeometry`]) are re-exported here.
 //! * [`wr`]: send work requests, the caller's table entry, the errors.
 //! * [`attr`]: states and the attributes of each transition.
 //! * [`opt`]: the optional attributes of a transition, INIT2INIT and
@@ -15,12 +16,12 @@
 //!   transition, query and destroy it.
 
 pub mod attr;
-pub mod cmd;
+pub(crate) mod cmd;
 mod lifecycle;
 pub mod opt;
 mod queue;
-pub mod recv;
-pub mod ring;
+pub(crate) mod recv;
+pub(crate) mod ring;
 pub mod wr;
 
 pub use crate::eq::QpEvent;
@@ -30,8 +31,8 @@ pub use attr::{
 pub use cmd::{PathQuery, QpQuery};
 pub use opt::QpOptional;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
-pub use recv::{RecvQueueCaps, RecvRing, RqGeometry, RqSizeError};
-pub use ring::{SendQueueCaps, SendRing, SqGeometry, SqSizeError};
+pub use recv::{RecvQueueCaps, RqGeometry, RqSizeError};
+pub use ring::{SendQueueCaps, SqGeometry, SqSizeError};
 pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot, SendWork};
 
 #[cfg(test)]

@@ -125,6 +125,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     }
 
     /// The send ring (for tests and tools that inspect WQEs).
+    #[doc(hidden)]
     pub fn send_ring(&self) -> Option<&SendRing<H>> {
         self.sq.as_ref()
     }
@@ -135,6 +136,7 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     }
 
     /// The own receive ring (for tests and tools that inspect it).
+    #[doc(hidden)]
     pub fn recv_ring(&self) -> Option<&RecvRing<H>> {
         self.rq.as_ref()
     }

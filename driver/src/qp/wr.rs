@@ -1,6 +1,6 @@
 //! Send work requests, the caller's send table and the errors of posting
 //! and completing (the types of the send path; the ring itself is
-//! [`super::ring`]).
+//! internal).
 
 use mlx5_regs::consts::wqe;
 
@@ -119,7 +119,7 @@ pub struct SendRequest<'a> {
 
 /// What the send ring reads of a work request while it writes the WQE.
 ///
-/// The ring ([`super::SendRing::write`], [`super::Qp::post_send_iter`]) is
+/// The ring (its `write`, under [`super::Qp::post_send_iter`]) is
 /// written against this trait, so a request of another shape (the verbs
 /// facade's `SendWr`) goes into the WQE as it is, with one opcode dispatch
 /// and no conversion into a [`SendRequest`] first.

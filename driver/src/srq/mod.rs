@@ -1,12 +1,12 @@
 //! Shared receive queues (docs/firmware.md §9).
 
-pub mod cmd;
+pub(crate) mod cmd;
 mod queue;
-pub mod ring;
+pub(crate) mod ring;
 
 pub use queue::{BadRecvCqe, LimitArm, PostFailure, RecvCompletion, RecvRequest, Srq};
 pub(crate) use ring::holds;
-pub use ring::{CompleteError, CompletedWqe, PostError, Sge, SrqCompleter, SrqGeometry, SrqRing};
+pub use ring::{CompleteError, CompletedWqe, PostError, Sge, SrqGeometry};
 
 #[cfg(test)]
 mod tests;

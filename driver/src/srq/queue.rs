@@ -161,7 +161,7 @@ impl<H: Hal> Srq<H> {
     /// many scatter entries: `EINVAL`) the requests before it stay posted and
     /// the failure names the request.
     /// One request has its own path with no loop to set up
-    /// ([`SrqRing::post`], then [`SrqRing::ring_doorbell`]).
+    /// (the ring's single post, then its doorbell).
     #[inline(always)]
     pub fn post(&mut self, reqs: &[RecvRequest<'_>]) -> Result<(), PostFailure> {
         if let [r] = reqs {
@@ -314,6 +314,7 @@ impl<H: Hal> Srq<H> {
     }
 
     /// The ring (geometry, doorbell record address).
+    #[doc(hidden)]
     pub fn ring(&self) -> &SrqRing<H> {
         &self.ring
     }

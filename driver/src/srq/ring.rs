@@ -114,7 +114,8 @@ fn free_record(rec: &DmaWindow<'_, REC>) -> u64 {
     rec.read_be64::<0>().swap_bytes()
 }
 
-/// A receive completion matched to its WQE by [`SrqRing::complete_wqe`].
+/// A receive completion matched to its WQE (the completion step of an SRQ
+/// or a QP's receive queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompletedWqe {
     /// The caller's id.

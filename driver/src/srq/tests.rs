@@ -2,6 +2,7 @@
 
 extern crate std;
 
+use super::ring::SrqRing;
 use super::*;
 use mlx5_hal::host::HostHal;
 use std::vec::Vec;

@@ -9,7 +9,7 @@
 
 use mlx5_driver::caps::Caps;
 use mlx5_driver::hca::FwVersion;
-use mlx5_driver::loopback::cmd::{parse_hca_vport_context, query_hca_vport_context};
+use mlx5_driver::unstable::loopback_cmd::{parse_hca_vport_context, query_hca_vport_context};
 use mlx5_hal::Hal;
 use mlx5_regs::consts::port::TYPE_ETH;
 use mlx5_regs::layouts::{
@@ -105,7 +105,7 @@ pub fn query<H: Hal>(hca: &TracedHca<'_, H>, env: &Env<'_>) -> Result<DevInfo, C
             let input = query_hca_vport_context(caps.num_ports, p).map_err(|e| {
                 CliError::failed(format!("building QUERY_HCA_VPORT_CONTEXT: {e}"), "a bug")
             })?;
-            let mut out = [0u8; mlx5_driver::loopback::cmd::QUERY_HCA_VPORT_CONTEXT_OUT];
+            let mut out = [0u8; mlx5_driver::unstable::loopback_cmd::QUERY_HCA_VPORT_CONTEXT_OUT];
             exec(hca, &input, &mut out, "querying the port state")?;
             let v = parse_hca_vport_context(&out);
             ports.push(Port {

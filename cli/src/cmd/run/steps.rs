@@ -11,8 +11,8 @@ use super::{Outcome, Session};
 use crate::common::error::{quote, CliError};
 use crate::common::report::Report;
 use crate::common::target::parse_u64;
-use crate::scenario::demo::{create_qps, create_queues};
 use crate::scenario::flow::{demo_len, poll_eq, Kind};
+use crate::scenario::mission::{create_qps, create_queues};
 use crate::scenario::objects::{BUF, NBUF};
 
 /// Argument `name` of a step (default when absent), refused with a range

@@ -1,18 +1,21 @@
-//! `mlx5 selftest`: what a first user with a ConnectX runs. Ten numbered
-//! stages, from bring-up to teardown, each checking what the driver needs;
-//! it stops at the first failure (then still destroys what it made and
-//! tears down), prints a pass/fail table, and writes a report bundle
-//! ([`bundle`]) to attach to a bug report. Stage N failing exits 10 + N.
+//! `mlx5 selftest`: what a first user with a ConnectX runs. It runs the
+//! demo's scenario (the same mission steps on the same runner) inside ten
+//! numbered stages, from bring-up to teardown, adding stages of its own
+//! (the capability checks, a memory key) and the checks that make each
+//! stage pass or fail ([`stages`]); it stops at the first failure (then
+//! still destroys what it made and tears down), prints a pass/fail table,
+//! and writes a report bundle ([`bundle`]) to attach to a bug report.
+//! Stage N failing exits 10 + N.
 
 mod bundle;
 mod setup;
+mod stages;
 mod traffic;
 
 #[cfg(test)]
 mod tests;
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use mlx5_hal::Hal;
 use serde_json::{json, Value};
@@ -22,9 +25,8 @@ use crate::common::report::Report;
 use crate::common::session::{after_failed_bring_up, bring_up, narrate_bring_up, teardown, Env};
 use crate::common::target::{Faults, Target};
 use crate::common::trace::{fmt_ns, Tracer};
-use crate::scenario::flow::Flow;
-use crate::scenario::objects::Objects;
-use setup::State;
+use crate::scenario::{run_steps, Scenario, State, Summary};
+use stages::{Clock, Outcome, StageResult, Stages};
 
 /// The stages: (id, title).
 pub const STAGES: [(&str, &str); 10] = [
@@ -51,76 +53,6 @@ pub struct Opts<'a> {
     /// The model's fault options (checked for having fired before the
     /// bundle is written).
     pub faults: &'a Faults,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Pass,
-    Fail,
-    NotRun,
-}
-
-#[derive(Debug, Clone)]
-struct StageResult {
-    outcome: Outcome,
-    wall_ns: u64,
-    device_ns: u64,
-    commands: u64,
-    error: Option<Value>,
-}
-
-impl StageResult {
-    const NOT_RUN: StageResult = StageResult {
-        outcome: Outcome::NotRun,
-        wall_ns: 0,
-        device_ns: 0,
-        commands: 0,
-        error: None,
-    };
-}
-
-/// Time and commands of the stage running.
-struct Clock<'h, H: Hal> {
-    hal: &'h H,
-    wall: Instant,
-    device: u64,
-    commands: u64,
-}
-
-impl<'h, H: Hal> Clock<'h, H> {
-    fn start(hal: &'h H, t: &Tracer) -> Self {
-        Clock {
-            hal,
-            wall: Instant::now(),
-            device: hal.now_ns(),
-            commands: t.count(),
-        }
-    }
-
-    fn stop(&self, t: &Tracer, res: Result<(), &CliError>, n: usize) -> StageResult {
-        StageResult {
-            outcome: if res.is_ok() {
-                Outcome::Pass
-            } else {
-                Outcome::Fail
-            },
-            wall_ns: self.wall.elapsed().as_nanos() as u64,
-            device_ns: self.hal.now_ns().saturating_sub(self.device),
-            commands: t.count() - self.commands,
-            error: res.err().map(|e| stage_error_json(n, e)),
-        }
-    }
-}
-
-/// A stage's failure as JSON: the cause's fields (kind, opcode, status,
-/// syndrome, errno) with the stage and its exit code.
-fn stage_error_json(n: usize, e: &CliError) -> Value {
-    let mut v = e.to_json();
-    v["stage"] = json!(n + 1);
-    v["stage_name"] = json!(STAGES[n].0);
-    v["exit_code"] = json!(crate::common::error::EXIT_STAGE_BASE + n as i32 + 1);
-    v["hint"] = json!(e.stage_hint());
-    v
 }
 
 /// Run the self-test on an opened device.
@@ -161,71 +93,60 @@ pub fn run<H: Hal>(
         Ok((hca, waited)) => {
             narrate_bring_up(&hca, waited, t, &mut r);
             caps = bundle::capabilities(&hca);
-            let mut st = State {
-                objs: Objects::new(),
-                flow: Flow::new(),
-                model: env.model,
-            };
-            for n in 1..9 {
-                r.step(STAGES[n].0, STAGES[n].1);
-                let c = Clock::start(&clock_hal, t);
-                let res = match n {
-                    1 => setup::capabilities(&hca, &mut r),
-                    2 => setup::cqs(&hca, &mut st, &mut r),
-                    3 => setup::srq(&hca, &mut st, &mut r),
-                    4 => setup::memory_key(&hca, &mut st, &mut r),
-                    5 => setup::qp_pair(&hca, &mut st, &mut r),
-                    6 => traffic::traffic(&hca, &mut st, &mut r),
-                    7 => traffic::srq_limit(&hca, &mut st, &mut r),
-                    _ => traffic::cq_resize(&hca, &mut st, &mut r),
-                };
-                results[n] = c.stop(t, res.as_ref().copied(), n);
-                if let Err(e) = res {
-                    r.say(format!("FAILED: {}", e.message()));
-                    failure = Some(stage(n, e));
-                    break;
-                }
+            // The demo's scenario, every step, inside the stages.
+            let mut st = State::new(env.model);
+            let mut stages = Stages::new(&clock_hal, t, results[0].clone());
+            let mut sum = Summary::default();
+            let steps = Scenario::Demo.steps();
+            let mut res = run_steps(&steps, &hca, &mut st, &mut r, &mut sum, &mut stages);
+            if res.is_ok() {
+                res = stages.finish(&hca, &mut st, &mut r);
             }
             health_before = bundle::health(&clock_hal);
-            if failure.is_none() {
-                r.step(STAGES[9].0, STAGES[9].1);
-                let c = Clock::start(&clock_hal, t);
-                let destroyed = traffic::destroy(&hca, &mut st, &mut r);
-                let (td, td_res) = teardown(hca, env, &mut r);
-                let res = destroyed.and(td_res).and_then(|()| {
-                    if td.clean() {
-                        Ok(())
-                    } else {
-                        Err(CliError::check(format!(
-                            "teardown left {} of {} pages with firmware, {} model objects, {} violations",
-                            td.pages_left,
-                            td.pages_given,
-                            td.model_objects.unwrap_or(0),
-                            td.violations.len()
-                        )))
+            match res {
+                Ok(()) => {
+                    // Stage 10 goes on: the destroy step ran, teardown now.
+                    let (td, td_res) = teardown(hca, env, &mut r);
+                    let res = td_res.and_then(|()| {
+                        if td.clean() {
+                            Ok(())
+                        } else {
+                            Err(CliError::check(format!(
+                                "teardown left {} of {} pages with firmware, {} model objects, {} violations",
+                                td.pages_left,
+                                td.pages_given,
+                                td.model_objects.unwrap_or(0),
+                                td.violations.len()
+                            )))
+                        }
+                    });
+                    stages.close(res.as_ref().copied());
+                    if let Err(e) = res {
+                        failure = Some(stage(stages.cur, e));
                     }
-                });
-                results[9] = c.stop(t, res.as_ref().copied(), 9);
-                if let Err(e) = res {
-                    failure = Some(stage(9, e));
                 }
-            } else {
-                r.heading("After the failure: destroy what was made, tear down");
-                let (lines, _) = st.objs.destroy(&hca);
-                for l in &lines {
-                    r.say(l);
+                Err(e) => {
+                    r.say(format!("FAILED: {}", e.message()));
+                    stages.close(Err(&e));
+                    failure = Some(stage(stages.cur, e));
+                    r.heading("After the failure: destroy what was made, tear down");
+                    let (lines, _) = st.objs.destroy(&hca);
+                    for l in &lines {
+                        r.say(l);
+                    }
+                    let (td, td_res) = teardown(hca, env, &mut r);
+                    after_failure = json!({
+                        "destroyed": lines,
+                        "teardown_error": td_res.err().map(|e| e.message()),
+                        "pages_given": td.pages_given,
+                        "pages_returned": td.pages_returned,
+                        "pages_left": td.pages_left,
+                        "model_objects_left": td.model_objects,
+                        "violations": td.violations,
+                    });
                 }
-                let (td, td_res) = teardown(hca, env, &mut r);
-                after_failure = json!({
-                    "destroyed": lines,
-                    "teardown_error": td_res.err().map(|e| e.message()),
-                    "pages_given": td.pages_given,
-                    "pages_returned": td.pages_returned,
-                    "pages_left": td.pages_left,
-                    "model_objects_left": td.model_objects,
-                    "violations": td.violations,
-                });
             }
+            results = stages.results;
         }
     }
     let steps = r.take_steps();

@@ -1,7 +1,7 @@
-//! The self-test's stages 2 to 6, which build what the traffic stages use
-//! (bring-up is the session's): each narrates what it did and checked, and
-//! fails with the driver's typed error (command, status, syndrome) or a
-//! failed check.
+//! The self-test's own stages 2 and 5, between the mission's steps: the
+//! capability checks and the memory key. Each narrates what it did and
+//! checked, and fails with the driver's typed error (command, status,
+//! syndrome) or a failed check.
 
 use mlx5_driver::mkey::MkeyAccess;
 use mlx5_hal::Hal;
@@ -10,29 +10,13 @@ use mlx5_regs::layouts::{
     query_mkey_in, query_mkey_out, query_vport_state_in, query_vport_state_out,
 };
 use mlx5_regs::Opcode;
-use mlx5_sim::Device;
 
 use crate::common::error::CliError;
-use crate::common::loopback::{loopback_path, loopback_text};
+use crate::common::loopback::loopback_text;
 use crate::common::report::Report;
 use crate::common::session::TracedHca;
-use crate::scenario::flow::Flow;
-use crate::scenario::objects::{
-    alloc_bufs, create_cq, create_pair, create_srq, state_name, Objects, BUF, NBUF,
-};
-
-/// What the stages share.
-pub struct State<'m, H: Hal> {
-    /// The objects made so far.
-    pub objs: Objects<H>,
-    /// The traffic so far.
-    pub flow: Flow,
-    /// The model, when the target is the model.
-    pub model: Option<&'m Device>,
-}
-
-/// Receives the SRQ stage posts (and the limit stage restores).
-pub const POSTED: u64 = 32;
+use crate::scenario::objects::{alloc_bufs, BUF, NBUF};
+use crate::scenario::State;
 
 fn exec<H: Hal>(
     hca: &TracedHca<'_, H>,
@@ -57,7 +41,7 @@ fn check_failed(missing: &[String]) -> CliError {
 
 /// Stage 2: the board (QUERY_ADAPTER), the port (QUERY_VPORT_STATE on
 /// Ethernet), and every capability the later stages need.
-pub fn capabilities<H: Hal>(hca: &TracedHca<'_, H>, r: &mut Report) -> Result<(), CliError> {
+pub(super) fn capabilities<H: Hal>(hca: &TracedHca<'_, H>, r: &mut Report) -> Result<(), CliError> {
     let mut input = [0u8; query_adapter_in::SIZE];
     header(&mut input, Opcode::QUERY_ADAPTER);
     let mut out = [0u8; query_adapter_out::SIZE];
@@ -156,56 +140,6 @@ pub fn capabilities<H: Hal>(hca: &TracedHca<'_, H>, r: &mut Report) -> Result<()
     } else {
         Err(check_failed(&missing))
     }
-}
-
-/// Stage 3: the send and the receive CQ.
-pub fn cqs<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    s: &mut State<'_, H>,
-    r: &mut Report,
-) -> Result<(), CliError> {
-    let scq = s.objs.scq.insert(create_cq(hca, 255, "send CQ")?);
-    let (sn, cap) = (scq.cqn(), scq.capacity());
-    let rcq = s.objs.rcq.insert(create_cq(hca, 255, "receive CQ")?);
-    r.say(format!(
-        "CREATE_CQ twice: send CQ {sn:#x} and receive CQ {:#x}, {cap} entries each, on completion EQ {}",
-        rcq.cqn(),
-        rcq.eqn()
-    ));
-    r.set("send_cqn", sn);
-    r.set("recv_cqn", rcq.cqn());
-    Ok(())
-}
-
-/// Stage 4: the SRQ (an RMP at ISSI 1), the buffers, 32 receives posted.
-pub fn srq<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    s: &mut State<'_, H>,
-    r: &mut Report,
-) -> Result<(), CliError> {
-    let Some(rcq) = s.objs.rcq.as_mut() else {
-        return Err(CliError::failed("internal error: no receive CQ", ""));
-    };
-    let srq = s.objs.srq.insert(create_srq(hca, 63, rcq)?);
-    let name = if srq.is_rmp() { "RMP" } else { "SRQ" };
-    let sbufs = s.objs.sbufs.insert(alloc_bufs(hca, "send buffers")?).iova();
-    let rbufs = s.objs.rbufs.insert(alloc_bufs(hca, "receive buffers")?);
-    s.flow.post_recvs(hca, srq, rbufs, POSTED)?;
-    r.say(format!(
-        "CREATE_{name}: {name} {:#x}, {} WQEs of {} scatter entry; {POSTED} receives of {BUF} bytes posted with lkey {:#x}",
-        srq.srqn(),
-        srq.max_wr(),
-        srq.max_sge(),
-        hca.default_lkey()
-    ));
-    r.say(format!(
-        "buffers: {NBUF} x {BUF} bytes for sends at IOVA {sbufs:#x}, for receives at {:#x}",
-        rbufs.iova()
-    ));
-    r.set("srqn", srq.srqn());
-    r.set("is_rmp", srq.is_rmp());
-    r.set("posted", POSTED);
-    Ok(())
 }
 
 /// Check a key as firmware has it (QUERY_MKEY): the HCA's PD, the rights
@@ -312,7 +246,7 @@ fn query_key<H: Hal>(
 
 /// Stage 5: a key of the run's own (local read/write, remote write: the
 /// RDMA WRITE target's), and firmware's view of it and of the DMA key.
-pub fn memory_key<H: Hal>(
+pub(super) fn memory_key<H: Hal>(
     hca: &TracedHca<'_, H>,
     s: &mut State<'_, H>,
     r: &mut Report,
@@ -356,31 +290,4 @@ pub fn memory_key<H: Hal>(
             wrong.join("; ")
         )))
     }
-}
-
-/// Stage 6: the sender and the SRQ-attached receiver, connected.
-pub fn qp_pair<H: Hal>(
-    hca: &TracedHca<'_, H>,
-    s: &mut State<'_, H>,
-    r: &mut Report,
-) -> Result<(), CliError> {
-    create_pair(hca, &mut s.objs, 64)?;
-    let p = s.objs.parts()?;
-    r.say(format!(
-        "CREATE_QP twice: sender {:#x} ({} send WQEBBs, 64 bytes inline), receiver {:#x} (no send queue, on {} {:#x})",
-        p.sender.qpn(),
-        p.sender.send_geometry().map_or(0, |g| g.wqebbs()),
-        p.receiver.qpn(),
-        if p.srq.is_rmp() { "RMP" } else { "SRQ" },
-        p.srq.srqn()
-    ));
-    r.say(format!(
-        "RST2INIT, INIT2RTR, RTR2RTS on both, each addressing the other {}, path MTU {}: both in {}",
-        loopback_path(hca),
-        hca.loopback_mtu().bytes(),
-        state_name(p.sender.state())
-    ));
-    r.set("sender_qpn", p.sender.qpn());
-    r.set("receiver_qpn", p.receiver.qpn());
-    Ok(())
 }

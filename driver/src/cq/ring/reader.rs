@@ -15,7 +15,7 @@ use mlx5_hal::{barrier, Hal, RingView};
 use super::cqe::off;
 use super::{sw_owned_byte, CqRing, CqeView};
 
-/// The CQEs of one [`CqRing::read`]: takes them in order, each only if
+/// The CQEs of one read of the ring (`Cq::read`): takes them in order, each only if
 /// software owns it.
 pub struct CqReader<'a> {
     ring: RingView<'a, 64>,

@@ -8,6 +8,7 @@ extern crate std;
 use std::vec;
 use std::vec::Vec;
 
+use super::ring::SendRing;
 use super::*;
 
 mod complete;

@@ -7,6 +7,7 @@ use std::vec;
 use std::vec::Vec;
 
 use super::super::recv::{RecvQueueCaps, RecvRing, RqGeometry, RqSizeError};
+use super::super::ring::SendRing;
 use super::super::*;
 use super::{geometry, sge, QPN};
 use crate::cq::{Cqe, CqeStatus};
