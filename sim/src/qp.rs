@@ -52,6 +52,12 @@ pub(crate) struct Path {
     pub rmac: [u8; 6],
     pub udp_sport: u16,
     pub ack_timeout: u8,
+    /// Traffic class (GRH TClass, IPv4 TOS).
+    pub tclass: u8,
+    /// GRH / IPv6 flow label (20 bits).
+    pub flow_label: u32,
+    /// IB service level (LRH SL).
+    pub sl: u8,
 }
 
 /// Why the head send WQE is waiting (IB RC flow control, in device time).

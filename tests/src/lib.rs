@@ -8,6 +8,7 @@ use mlx5_driver::{Hca, HcaConfig};
 
 pub mod fuzz;
 pub mod hostile_send;
+pub mod hosts;
 pub mod qp;
 pub mod qp_random;
 pub mod seeds;

@@ -96,11 +96,14 @@ fn bring_up_follows_the_linux_order() {
         // The RDMA resources (the ConnectX-5 profile can carry RC traffic):
         // the DMA key, the XRC domain, then the loopback choice from the
         // RoCE capability page and the NIC vport context (force-loopback
-        // with RoCE disabled: nothing to configure).
+        // with RoCE disabled: nothing to configure), and the default GIDs
+        // (link-local, RoCE v1 at 0 and v2 at 1, as ib core reserves them).
         Opcode::CREATE_MKEY,
         Opcode::ALLOC_XRCD,
         Opcode::QUERY_HCA_CAP,
         Opcode::QUERY_NIC_VPORT_CONTEXT,
+        Opcode::SET_ROCE_ADDRESS,
+        Opcode::SET_ROCE_ADDRESS,
     ]
     .map(|o| o.0);
     assert_eq!(no_pages, expect, "bring-up order (docs/firmware.md §4.1)");
@@ -119,8 +122,10 @@ fn bring_up_follows_the_linux_order() {
         .filter(|&o| o != Opcode::MANAGE_PAGES.0)
         .collect();
     let expect = [
-        // The RDMA resources first, in reverse (nothing to undo for the
-        // loopback choice on this profile).
+        // The RDMA resources first, in reverse: the default GIDs deleted
+        // (highest index first), the XRC domain, the DMA key.
+        Opcode::SET_ROCE_ADDRESS,
+        Opcode::SET_ROCE_ADDRESS,
         Opcode::DEALLOC_XRCD,
         Opcode::DESTROY_MKEY,
         Opcode::DEALLOC_PD,

@@ -47,10 +47,15 @@ mod qp_random;
 mod qp_resize;
 mod qp_ring;
 
+// Two hosts on one wire (RoCE v2/v1, InfiniBand), through the verbs facade.
+mod two_hosts;
+mod two_hosts_wrong;
+
 // The verbs facade (`verbs::Verbs`).
 mod mr_hostile;
 mod mr_protect;
 mod verbs;
+mod verbs_addresses;
 mod verbs_channels;
 mod verbs_cq;
 mod verbs_cq_events;

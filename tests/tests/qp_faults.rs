@@ -403,11 +403,15 @@ fn every_command_of_a_qp_scenario_failed_once_on_every_port_set_up() {
             need.push(Opcode::QUERY_HCA_VPORT_CONTEXT);
         } else {
             need.push(Opcode::QUERY_NIC_VPORT_CONTEXT);
-            let (modify, set_gid) = match cfg.profile {
-                mlx5_sim::Profile::ConnectX4Lx => (2, 2),
-                mlx5_sim::Profile::ConnectX5 => (0, 0),
-                _ => (2, 0),
+            // roce_en set and cleared where bring-up enables RoCE; the
+            // default GIDs (one per RoCE version) programmed and deleted on
+            // every RoCE port.
+            let modify = match cfg.profile {
+                mlx5_sim::Profile::ConnectX5 => 0,
+                _ => 2,
             };
+            let set_gid = 2 * (caps.roce_caps.roce_version & 0b101).count_ones() as usize;
+            assert!(set_gid > 0, "{}: a RoCE profile", cfg.name());
             let w = cfg.name();
             assert_eq!(count(Opcode::MODIFY_NIC_VPORT_CONTEXT), modify, "{w}");
             assert_eq!(count(Opcode::SET_ROCE_ADDRESS), set_gid, "{w}");

@@ -398,21 +398,19 @@ fn loopback_mode(cfg: RigConfig, roce_v1_only: bool) {
             let v2 = dev.caps().roce_caps.roce_version & 0x4 != 0;
             let version = if v2 { RoceVersion::V2 } else { RoceVersion::V1 };
             let gid = link_local(mac);
+            // The default GIDs: v1 at 0, v2 at 1 (when supported); loopback
+            // uses the last (v2 when there is one).
+            let defaults = if v2 { 2 } else { 1 };
             assert_eq!(
                 mode,
                 Some(LoopbackMode::Roce {
-                    gid_index: 0,
+                    gid_index: defaults - 1,
                     gid,
                     mac,
                     version
                 }),
                 "{what}"
             );
-            let entries = dev.gid_entries();
-            assert_eq!(entries.len(), 1, "{what}: {entries:?}");
-            let (index, e) = entries[0];
-            assert_eq!((index, e.gid, e.mac, e.vlan), (0, gid, mac, None), "{what}");
-            assert_eq!(e.version, if v2 { 2 } else { 0 }, "{what}");
             (false, true)
         }
         (false, Profile::ConnectX5) => {
@@ -426,8 +424,27 @@ fn loopback_mode(cfg: RigConfig, roce_v1_only: bool) {
         // `Profile` is non-exhaustive: a new profile needs its expectations here.
         (false, p) => panic!("{what}: no expected loopback mode for {p:?}"),
     };
-    if !matches!(mode, Some(LoopbackMode::Roce { .. })) {
-        assert!(dev.gid_entries().is_empty(), "{what}: no GID needed");
+    // Every Ethernet port with RoCE has its default link-local GIDs, v1
+    // then v2 as supported (whatever the loopback mode), none on IB.
+    let entries = dev.gid_entries();
+    if cfg.ib_port {
+        assert!(entries.is_empty(), "{what}: {entries:?}");
+    } else {
+        let versions = dev.caps().roce_caps.roce_version;
+        let want: Vec<u8> = [(1u8, 0u8), (4, 2)]
+            .into_iter()
+            .filter(|(bit, _)| versions & bit != 0)
+            .map(|(_, v)| v)
+            .collect();
+        let mac = dev.port_mac();
+        assert_eq!(entries.len(), want.len(), "{what}: {entries:?}");
+        for ((index, e), (i, v)) in entries.iter().zip(want.iter().enumerate()) {
+            assert_eq!(
+                (*index, e.gid, e.mac, e.vlan, e.version),
+                (i as u16, link_local(mac), mac, None, *v),
+                "{what}"
+            );
+        }
     }
     assert_eq!(dev.roce_enabled(), roce_on, "{what}: roce_en");
     assert_eq!(rig.hca.roce_enabled(), roce_on, "{what}");

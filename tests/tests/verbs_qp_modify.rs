@@ -274,8 +274,9 @@ fn modify_qp_out_of_range_values_are_einval_and_change_nothing() {
         );
     }
     assert_eq!(modifies(&dev), sent, "refused before any command");
-    // Firmware's own checks: a partition key index beyond its table, an
-    // unprogrammed source GID. The command goes, the QP stays.
+    // A partition key index beyond the table is firmware's check (the
+    // command goes); an unprogrammed source GID is refused by the facade
+    // before it. The QP stays either way.
     let pkey = QpAttr {
         pkey_index: 128,
         ..rtr

@@ -17,7 +17,7 @@ pub fn loopback_text<H: Hal, O: CmdObserver>(hca: &Hca<H, O>) -> String {
     };
     match hca.loopback_mode() {
         Some(LoopbackMode::ForceLoopback) => {
-            format!("force loopback (the QP path's fl bit; {roce}; no GID entry)")
+            format!("force loopback (the QP path's fl bit; {roce}; no GID used)")
         }
         Some(LoopbackMode::Roce {
             gid_index,

@@ -43,25 +43,25 @@ const PROFILES: [(&str, &str, bool, &str); 4] = [
         "cx4lx",
         "roce",
         true,
-        "RoCE v2 to the port's own address (bring-up set roce_en 0 -> 1; GID entry 0 = fe80:",
+        "RoCE v2 to the port's own address (bring-up set roce_en 0 -> 1; GID entry 1 = fe80:",
     ),
     (
         "cx5",
         "force_loopback",
         false,
-        "force loopback (the QP path's fl bit; roce_en 0 as found, left alone; no GID entry)",
+        "force loopback (the QP path's fl bit; roce_en 0 as found, left alone; no GID used)",
     ),
     (
         "cx6dx",
         "force_loopback",
         true,
-        "force loopback (the QP path's fl bit; bring-up set roce_en 0 -> 1; no GID entry)",
+        "force loopback (the QP path's fl bit; bring-up set roce_en 0 -> 1; no GID used)",
     ),
     (
         "cx7",
         "force_loopback",
         true,
-        "force loopback (the QP path's fl bit; bring-up set roce_en 0 -> 1; no GID entry)",
+        "force loopback (the QP path's fl bit; bring-up set roce_en 0 -> 1; no GID used)",
     ),
 ];
 

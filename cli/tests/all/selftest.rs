@@ -382,15 +382,16 @@ fn a_timeout_and_a_dead_device_stop_their_stage_and_the_health_buffer_shows_it()
     assert!(text(&o.stderr).contains("timed out"), "{}", text(&o.stderr));
     assert_eq!(read_json(&dir.join("t.json"))["error"]["stage"], 6);
 
-    // Bring-up is 23 commands on the ConnectX-5 profile, the capability
-    // stage 2 more: the device dies after the first CREATE_CQ.
+    // Bring-up is 25 commands on the ConnectX-5 profile (with the two
+    // default GIDs), the capability stage 2 more: the device dies after
+    // the first CREATE_CQ.
     let o = mlx5_in(
         &dir,
         &[
             "selftest",
             "-q",
             "--fatal-after",
-            "26",
+            "28",
             "--report",
             "f.json",
         ],

@@ -11,7 +11,7 @@ mod bringup;
 mod cmdwait;
 mod in_place;
 mod page_service;
-mod rdma;
+pub(crate) mod rdma;
 mod service;
 mod teardown;
 mod vectors;
@@ -240,7 +240,7 @@ pub struct Hca<H: Hal, O: CmdObserver = (), const CE: usize = 256, const AE: usi
     terminate_mkey: u32,
     /// RDMA resources of bring-up (DMA key, XRCD, loopback), see
     /// [`rdma`].
-    rdma: rdma::RdmaState,
+    pub(crate) rdma: rdma::RdmaState,
     /// Rolling 8-bit memory-key variant.
     mkey_variant: AtomicU8,
     /// Interrupt vectors of this HCA's EQs (bit `i`: vector `i`), 0 when

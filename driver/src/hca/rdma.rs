@@ -13,8 +13,9 @@ use mlx5_regs::consts::port;
 use super::Hca;
 use crate::cmd::encode;
 use crate::error::Error;
+use crate::gid::{default_gids, GidBook};
 use crate::loopback::cmd as lb;
-use crate::loopback::{choose_eth, gid_entry, loopback_mtu_for, EthPlan, LoopbackMode};
+use crate::loopback::{choose_eth, loopback_mtu_for, EthPlan, LoopbackMode};
 use crate::loopback::{NicVport, RoceCaps};
 use crate::mkey::MkeyAccess;
 use crate::qp::Mtu;
@@ -22,19 +23,19 @@ use crate::stats::CmdObserver;
 
 /// What RDMA bring-up created or changed.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct RdmaState {
-    pub(super) dma_mkey: Option<u32>,
-    pub(super) xrcd: Option<u32>,
-    pub(super) loopback: Option<LoopbackMode>,
-    pub(super) mtu: Mtu,
-    pub(super) roce_caps: Option<RoceCaps>,
-    pub(super) nic_vport: Option<NicVport>,
+pub(crate) struct RdmaState {
+    pub(crate) dma_mkey: Option<u32>,
+    pub(crate) xrcd: Option<u32>,
+    pub(crate) loopback: Option<LoopbackMode>,
+    pub(crate) mtu: Mtu,
+    pub(crate) roce_caps: Option<RoceCaps>,
+    pub(crate) nic_vport: Option<NicVport>,
     /// `roce_en` as it is now (after bring-up possibly set it).
-    pub(super) roce_en: bool,
+    pub(crate) roce_en: bool,
     /// Bring-up set `roce_en` (teardown clears it again).
     roce_enabled_by_us: bool,
-    /// GID table entry bring-up programmed (teardown clears it).
-    gid_programmed: Option<u16>,
+    /// GID table entries programmed (teardown deletes them).
+    pub(crate) gids: GidBook,
 }
 
 impl Default for RdmaState {
@@ -55,14 +56,16 @@ impl RdmaState {
             nic_vport: None,
             roce_en: false,
             roce_enabled_by_us: false,
-            gid_programmed: None,
+            gids: GidBook::new(),
         }
     }
-}
 
-/// GID table entry the driver programs in mode RoCE (index 0: Linux
-/// reserves the first entries for the default GIDs).
-const LOOPBACK_GID_INDEX: u16 = 0;
+    /// `roce_en` was set by the driver (teardown clears it).
+    pub(crate) fn note_roce_enabled(&mut self) {
+        self.roce_en = true;
+        self.roce_enabled_by_us = true;
+    }
+}
 
 impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE> {
     /// The RDMA bring-up steps (see the module docs).
@@ -111,24 +114,25 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         };
         if enable {
             let _: [u8; lb::MODIFY_NIC_VPORT_CONTEXT_OUT] = self.run(lb::set_roce_en(true)?)?;
-            self.rdma.roce_enabled_by_us = true;
-            self.rdma.roce_en = true;
+            self.rdma.note_roce_enabled();
         }
-        self.rdma.loopback = match (plan, roce) {
-            (EthPlan::ForceLoopback { .. }, _) => Some(LoopbackMode::ForceLoopback),
-            (EthPlan::Roce { .. }, Some(r)) => {
-                let (addr, version) = gid_entry(vport.mac, &r);
-                let input = lb::set_roce_address(LOOPBACK_GID_INDEX, Some(&addr))?;
-                let _: [u8; lb::SET_ROCE_ADDRESS_OUT] = self.run(input)?;
-                self.rdma.gid_programmed = Some(LOOPBACK_GID_INDEX);
-                Some(LoopbackMode::Roce {
-                    gid_index: LOOPBACK_GID_INDEX,
-                    gid: addr.gid,
-                    mac: vport.mac,
-                    version,
-                })
+        // The default GIDs, v1 then v2 as supported (ib core's reserved
+        // default entries; `crate::gid`).
+        if let Some(r) = roce {
+            for (index, e) in (0u16..).zip(default_gids(vport.mac, r.roce_version)) {
+                let addr = e.to_roce().expect("a RoCE entry");
+                let _: [u8; lb::SET_ROCE_ADDRESS_OUT] =
+                    self.run(lb::set_roce_address(index, Some(&addr))?)?;
+                self.rdma
+                    .gids
+                    .mark(index, Some(e.gid_type == crate::gid::GidType::RoceV2));
+                self.rdma.gids.defaults = index + 1;
             }
-            _ => None,
+        }
+        self.rdma.loopback = match plan {
+            EthPlan::ForceLoopback { .. } => Some(LoopbackMode::ForceLoopback),
+            EthPlan::Roce { .. } => self.default_roce_loopback(),
+            EthPlan::None => None,
         };
         Ok(())
     }
@@ -137,13 +141,15 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// `note`.
     pub(super) fn rdma_teardown(&mut self, note: &mut impl FnMut(Result<(), Error>)) {
         self.rdma.loopback = None;
-        if let Some(index) = self.rdma.gid_programmed.take() {
+        while let Some(index) = self.rdma.gids.last() {
+            self.rdma.gids.mark(index, None);
             note(
                 lb::set_roce_address(index, None)
                     .map_err(Error::from)
                     .and_then(|i| self.run(i).map(|_: [u8; lb::SET_ROCE_ADDRESS_OUT]| ())),
             );
         }
+        self.rdma.gids.defaults = 0;
         if core::mem::take(&mut self.rdma.roce_enabled_by_us) {
             self.rdma.roce_en = false;
             note(lb::set_roce_en(false).map_err(Error::from).and_then(|i| {

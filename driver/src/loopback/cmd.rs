@@ -109,6 +109,8 @@ pub struct RoceAddress {
     pub version: u8,
     /// `roce_l3_type` (0 IPv4, 1 IPv6).
     pub l3_type: u8,
+    /// The VLAN the entry belongs to (`vlan_valid`, `vlan_id`), if any.
+    pub vlan: Option<u16>,
 }
 
 /// Output length of SET_ROCE_ADDRESS.
@@ -135,8 +137,44 @@ pub fn set_roce_address(
         )?;
         roce_addr_layout::roce_version.set(r, a.version)?;
         roce_addr_layout::roce_l3_type.set(r, a.l3_type)?;
+        if let Some(id) = a.vlan {
+            roce_addr_layout::vlan_valid.set(r, true)?;
+            roce_addr_layout::vlan_id.set(r, id)?;
+        }
     }
     Ok(b)
+}
+
+/// Output length of QUERY_ROCE_ADDRESS.
+pub const QUERY_ROCE_ADDRESS_OUT: usize = query_roce_address_out::SIZE;
+
+/// QUERY_ROCE_ADDRESS of entry `index`.
+pub fn query_roce_address(index: u16) -> Result<[u8; query_roce_address_in::SIZE], RegError> {
+    let mut b = [0u8; query_roce_address_in::SIZE];
+    header_into(&mut b, Opcode::QUERY_ROCE_ADDRESS, 0);
+    query_roce_address_in::roce_address_index.set(&mut b, index)?;
+    Ok(b)
+}
+
+/// Parse QUERY_ROCE_ADDRESS output; `None` for an empty entry (zero GID).
+pub fn parse_roce_address(out: &[u8]) -> Option<RoceAddress> {
+    let r = query_roce_address_out::roce_address.get(out);
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(roce_addr_layout::source_l3_address.get(r));
+    if gid == [0; 16] {
+        return None;
+    }
+    let hi = roce_addr_layout::source_mac_47_32.get(r).to_be_bytes();
+    let lo = roce_addr_layout::source_mac_31_0.get(r).to_be_bytes();
+    Some(RoceAddress {
+        gid,
+        mac: [hi[0], hi[1], lo[0], lo[1], lo[2], lo[3]],
+        version: roce_addr_layout::roce_version.get(r),
+        l3_type: roce_addr_layout::roce_l3_type.get(r),
+        vlan: roce_addr_layout::vlan_valid
+            .get(r)
+            .then(|| roce_addr_layout::vlan_id.get(r)),
+    })
 }
 
 /// What the driver reads from the HCA vport context of an IB port.
@@ -146,6 +184,16 @@ pub struct HcaVport {
     pub lid: u16,
     /// `vport_state` (4 = Active).
     pub vport_state: u8,
+    /// `port_physical_state` (5 = LinkUp).
+    pub phys_state: u8,
+    /// The subnet manager's LID.
+    pub sm_lid: u16,
+    /// The subnet manager's service level.
+    pub sm_sl: u8,
+    /// LID mask control.
+    pub lmc: u8,
+    /// The port GUID.
+    pub port_guid: u64,
 }
 
 /// Output length of QUERY_HCA_VPORT_CONTEXT.
@@ -171,6 +219,11 @@ pub fn parse_hca_vport_context(out: &[u8]) -> HcaVport {
     HcaVport {
         lid: hca_vport_context::lid.get(v),
         vport_state: hca_vport_context::vport_state.get(v),
+        phys_state: hca_vport_context::port_physical_state.get(v),
+        sm_lid: hca_vport_context::sm_lid.get(v),
+        sm_sl: hca_vport_context::sm_sl.get(v),
+        lmc: hca_vport_context::lmc.get(v),
+        port_guid: hca_vport_context::port_guid.get(v),
     }
 }
 
@@ -231,6 +284,7 @@ mod tests {
             mac,
             version: 2,
             l3_type: 1,
+            vlan: None,
         };
         let b = set_roce_address(0, Some(&a)).unwrap();
         assert_eq!(b.len(), 48);
@@ -243,6 +297,19 @@ mod tests {
         assert!(clear[0x08..].iter().all(|&x| x == 0));
         let b = set_roce_address(5, None).unwrap();
         assert_eq!(u16::from_be_bytes([b[8], b[9]]), 5);
+        let tagged = RoceAddress {
+            vlan: Some(0x123),
+            ..a
+        };
+        let b = set_roce_address(1, Some(&tagged)).unwrap();
+        assert_eq!(&b[0x20..0x22], &[0x11, 0x23], "vlan_valid + vlan_id");
+        let mut out = [0u8; QUERY_ROCE_ADDRESS_OUT];
+        out[0x10..0x30].copy_from_slice(&b[0x10..0x30]);
+        assert_eq!(parse_roce_address(&out), Some(tagged));
+        assert_eq!(parse_roce_address(&[0u8; QUERY_ROCE_ADDRESS_OUT]), None);
+        let q = query_roce_address(9).unwrap();
+        assert_eq!(u16::from_be_bytes([q[0], q[1]]), 0x760);
+        assert_eq!(u16::from_be_bytes([q[8], q[9]]), 9);
     }
 
     #[test]
@@ -267,7 +334,12 @@ mod tests {
             parse_hca_vport_context(&out),
             HcaVport {
                 lid: 0x17,
-                vport_state: 4
+                vport_state: 4,
+                phys_state: 0,
+                sm_lid: 0,
+                sm_sl: 0,
+                lmc: 0,
+                port_guid: 0,
             }
         );
         let q = query_hca_vport_context(2, 1).unwrap();

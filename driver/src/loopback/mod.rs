@@ -15,19 +15,22 @@
 //! * Force loopback allowed while RoCE is enabled → enable RoCE
 //!   (MODIFY_NIC_VPORT_CONTEXT `roce_en`, as rdma-core's VFIO driver does
 //!   after INIT_HCA) → force loopback.
-//! * Otherwise, with RoCE: enable RoCE, program GID table entry 0 with the
-//!   link-local GID of the port MAC (RoCE v2 over IPv6 when the device
-//!   supports v2, else v1) and address the QPs to that GID and MAC →
-//!   [`LoopbackMode::Roce`].
+//! * Otherwise, with RoCE: enable RoCE and address the QPs to the port's
+//!   default link-local GID (the RoCE v2 entry when the device supports v2,
+//!   else v1; [`crate::gid`]) and MAC → [`LoopbackMode::Roce`].
 //!
-//! Teardown clears the GID entry and sets `roce_en` back if bring-up changed
-//! them. [`Hca::loopback_rtr`] fills the INIT→RTR attributes for a peer QP
+//! Bring-up programs the default GIDs on every Ethernet port with RoCE,
+//! whatever the mode ([`crate::gid`]). When RoCE gets enabled later (a GID
+//! added, a QP connected over RoCE) on a device that allows force loopback
+//! only with RoCE disabled, the mode becomes [`LoopbackMode::Roce`].
+//! Teardown deletes the GID entries and sets `roce_en` back if the driver
+//! changed them. [`Hca::loopback_rtr`] fills the INIT→RTR attributes for a peer QP
 //! of this function whatever the mode.
 
 pub(crate) mod cmd;
 
 use mlx5_hal::Hal;
-use mlx5_regs::consts::{errno, roce};
+use mlx5_regs::consts::errno;
 
 use crate::error::Error;
 use crate::hca::Hca;
@@ -100,23 +103,6 @@ pub(crate) fn choose_eth(general_fl: bool, roce: Option<&RoceCaps>, roce_en: boo
     }
 }
 
-/// The GID entry for the port MAC: v2 over IPv6 when the device supports
-/// v2, else v1 (Linux `set_roce_addr`).
-pub(crate) fn gid_entry(mac: [u8; 6], roce: &RoceCaps) -> (RoceAddress, RoceVersion) {
-    let v2 = roce.roce_version & roce::VERSION_2_CAP != 0;
-    let addr = RoceAddress {
-        gid: cmd::link_local_gid(mac),
-        mac,
-        version: if v2 { roce::VERSION_2 } else { roce::VERSION_1 },
-        l3_type: if v2 {
-            roce::L3_TYPE_IPV6
-        } else {
-            roce::L3_TYPE_IPV4
-        },
-    };
-    (addr, if v2 { RoceVersion::V2 } else { RoceVersion::V1 })
-}
-
 /// Hop limit of loopback RoCE paths (Linux uses 64 when asked for less
 /// than 2).
 const HOP_LIMIT: u8 = 64;
@@ -156,6 +142,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                     RoceVersion::V1 => 0,
                 },
                 traffic_class: 0,
+                flow_label: 0,
             },
             Some(LoopbackMode::Ib { lid }) => AddressPath::Ib {
                 port,
@@ -244,17 +231,6 @@ mod tests {
             choose_eth(true, None, false),
             EthPlan::ForceLoopback { enable_roce: false }
         );
-    }
-
-    #[test]
-    fn gid_version_follows_the_capability() {
-        let mac = [2, 0xc9, 0, 0, 0, 1];
-        let (a, v) = gid_entry(mac, &page(false, false, 0b101));
-        assert_eq!((v, a.version, a.l3_type), (RoceVersion::V2, 2, 1));
-        let (a, v) = gid_entry(mac, &page(false, false, 0b001));
-        assert_eq!((v, a.version, a.l3_type), (RoceVersion::V1, 0, 0));
-        assert_eq!(a.gid[..2], [0xfe, 0x80]);
-        assert_eq!(a.mac, mac);
     }
 
     #[test]

@@ -222,6 +222,8 @@ pub enum AddressPath {
         udp_sport: u16,
         /// Traffic class.
         traffic_class: u8,
+        /// Flow label (20 bits).
+        flow_label: u32,
     },
     /// InfiniBand: the peer's LID, no GRH.
     Ib {
@@ -232,6 +234,25 @@ pub enum AddressPath {
         /// Service level.
         sl: u8,
     },
+    /// InfiniBand with a global route header: the peer's LID and GID.
+    IbGlobal {
+        /// Port, 1-based.
+        port: u8,
+        /// Destination LID.
+        dlid: u16,
+        /// Service level.
+        sl: u8,
+        /// Source GID table index.
+        sgid_index: u8,
+        /// Destination GID.
+        dgid: [u8; 16],
+        /// Hop limit.
+        hop_limit: u8,
+        /// Traffic class.
+        traffic_class: u8,
+        /// Flow label (20 bits).
+        flow_label: u32,
+    },
 }
 
 impl AddressPath {
@@ -240,7 +261,8 @@ impl AddressPath {
         match *self {
             AddressPath::ForceLoopback { port }
             | AddressPath::Roce { port, .. }
-            | AddressPath::Ib { port, .. } => port,
+            | AddressPath::Ib { port, .. }
+            | AddressPath::IbGlobal { port, .. } => port,
         }
     }
 }

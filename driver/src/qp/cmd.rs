@@ -183,7 +183,9 @@ pub struct RtrFields {
 /// INIT2RTR_QP: MTU, largest message, peer QP and PSN, RNR timer,
 /// responder read depth and the primary path: force loopback (`fl`), RoCE
 /// (destination GID and MAC, source GID index, hop limit, UDP source port,
-/// traffic class) or InfiniBand (destination LID, SL), each with its port
+/// traffic class, flow label) or InfiniBand (destination LID, SL; with a
+/// GRH also `grh`, source GID index, destination GID, hop limit, traffic
+/// class, flow label), each with its port
 /// (Linux `mlx5_set_path`; DPDK `mlx5_devx_cmd_modify_qp_state`).
 pub fn init2rtr_qp(qpn: u32, f: &RtrFields) -> Result<[u8; init2rtr_qp_in::SIZE], RegError> {
     let mut b = [0u8; init2rtr_qp_in::SIZE];
@@ -207,6 +209,7 @@ pub fn init2rtr_qp(qpn: u32, f: &RtrFields) -> Result<[u8; init2rtr_qp_in::SIZE]
             hop_limit,
             udp_sport,
             traffic_class,
+            flow_label,
             ..
         } => {
             ads::rgid_rip.get_mut(path).copy_from_slice(&dgid);
@@ -219,11 +222,31 @@ pub fn init2rtr_qp(qpn: u32, f: &RtrFields) -> Result<[u8; init2rtr_qp_in::SIZE]
             ads::hop_limit.set(path, hop_limit)?;
             ads::udp_sport.set(path, udp_sport)?;
             ads::tclass.set(path, traffic_class)?;
+            ads::flow_label.set(path, flow_label)?;
             ads::dscp.set(path, traffic_class >> 2)?;
         }
         AddressPath::Ib { dlid, sl, .. } => {
             ads::rlid.set(path, dlid)?;
             ads::sl.set(path, sl)?;
+        }
+        AddressPath::IbGlobal {
+            dlid,
+            sl,
+            sgid_index,
+            dgid,
+            hop_limit,
+            traffic_class,
+            flow_label,
+            ..
+        } => {
+            ads::rlid.set(path, dlid)?;
+            ads::sl.set(path, sl)?;
+            ads::grh.set(path, true)?;
+            ads::src_addr_index.set(path, sgid_index)?;
+            ads::hop_limit.set(path, hop_limit)?;
+            ads::tclass.set(path, traffic_class)?;
+            ads::flow_label.set(path, flow_label)?;
+            ads::rgid_rip.get_mut(path).copy_from_slice(&dgid);
         }
     }
     Ok(b)

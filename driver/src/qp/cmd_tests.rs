@@ -245,7 +245,8 @@ fn init2rtr_roce_and_ib_paths() {
         dmac: [2, 0xc9, 0, 1, 2, 3],
         hop_limit: 64,
         udp_sport: 0xc123,
-        traffic_class: 0,
+        traffic_class: 0x28,
+        flow_label: 0x12345,
     });
     assert_eq!(b[0x30] & 0x80, 0, "no force loopback");
     assert_eq!(&b[0x40..0x50], &gid, "rgid_rip");
@@ -254,6 +255,7 @@ fn init2rtr_roce_and_ib_paths() {
     assert_eq!(b[0x3b], 64, "hop_limit");
     assert_eq!(be16(&b, 0x52), 0xc123, "udp_sport");
     assert_eq!(b[0x55], 1);
+    assert_eq!(be32(&b, 0x3c), 0x28 << 20 | 0x12345, "tclass, flow_label");
     let b = rtr(AddressPath::Ib {
         port: 1,
         dlid: 0x17,
@@ -263,6 +265,21 @@ fn init2rtr_roce_and_ib_paths() {
     assert_eq!(be32(&b, 0x54) >> 24 & 0xf, 2, "sl");
     assert_eq!(b[0x30], 0);
     assert!(b[0x40..0x50].iter().all(|&x| x == 0));
+    let b = rtr(AddressPath::IbGlobal {
+        port: 1,
+        dlid: 0x17,
+        sl: 1,
+        sgid_index: 0,
+        dgid: gid,
+        hop_limit: 9,
+        traffic_class: 3,
+        flow_label: 0xabcde,
+    });
+    assert_eq!(be16(&b, 0x36), 0x17, "rlid");
+    assert_eq!(b[0x35] & 0x80, 0x80, "grh");
+    assert_eq!(&b[0x40..0x50], &gid, "rgid");
+    assert_eq!(b[0x3b], 9, "hop_limit");
+    assert_eq!(be32(&b, 0x3c), 3 << 20 | 0xabcde, "tclass, flow_label");
 }
 
 #[test]

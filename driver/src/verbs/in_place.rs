@@ -38,6 +38,7 @@ impl<
             async_q: heapless::Deque::new(),
             next_seq: 0,
             fatal_reported: false,
+            refusal: None,
             other_reported: 0,
             other_acked: 0,
             stats: VerbsStats {

@@ -64,6 +64,7 @@ mod mr;
 mod numap;
 mod poll;
 mod poll_ex;
+mod port;
 mod qp;
 mod qp_recv;
 #[cfg(test)]
@@ -73,11 +74,14 @@ mod srq;
 mod table;
 mod types;
 
+pub use crate::gid::{GidEntry, GidType};
+pub use crate::port::{LinkLayer, PortAttr, PortState};
 pub use channel::{ChannelHandle, CqEvent, CqInitAttrEx, MAX_COMP_CHANNELS};
 pub use cq_moderation::{CqModerationCaps, ModerateCq, ModifyCqAttr};
 pub use errno::Errno;
 pub use mr::Mr;
 pub use poll_ex::{CqPoll, WC_GRH, WC_WITH_IMM, WC_WITH_INV};
+pub use port::GidTableEntry;
 pub use qp_types::{
     AccessFlags, AhAttr, GlobalRoute, Mtu, PostSendError, QpAttr, QpAttrMask, QpCap, QpHandle,
     QpInitAttr, QpState, SendFlags, SendWr, WrOpcode,
@@ -201,6 +205,9 @@ pub struct Verbs<
     async_q: heapless::Deque<AsyncEvent, EVENTS>,
     next_seq: u64,
     fatal_reported: bool,
+    /// The latest argument refusal of the facade's own checks, with the
+    /// command failure that was latest then ([`Verbs::last_error`]).
+    refusal: Option<(&'static str, Option<crate::stats::CmdFailure>)>,
     /// Port/device/QP events read and acknowledged.
     other_reported: u64,
     other_acked: u64,
@@ -233,6 +240,7 @@ impl<
             async_q: heapless::Deque::new(),
             next_seq: 0,
             fatal_reported: false,
+            refusal: None,
             other_reported: 0,
             other_acked: 0,
             stats: VerbsStats::default(),
@@ -305,6 +313,14 @@ impl<
         }
     }
 
+    /// Refuse an argument before any command: `EINVAL`, with `why` kept for
+    /// [`Verbs::last_error`] (as [`crate::Error::InvalidArgument`]) until a
+    /// command fails after it.
+    pub(crate) fn refuse(&mut self, why: &'static str) -> Errno {
+        self.refusal = Some((why, self.hca.stats().last_failure));
+        Errno::EINVAL
+    }
+
     /// The device underneath (read-only escape hatch: objects created
     /// through it directly are not this context's and must be destroyed by
     /// the caller before [`Verbs::close`]).
@@ -318,7 +334,9 @@ impl<
     /// or `None` if no command of this context has failed. An errno says what kind of failure a verb met; when a verb's
     /// errno came from a firmware refusal (a `modify_qp` that firmware
     /// refused is `EINVAL`, as in libibverbs), this holds the cause, until
-    /// the next failing command replaces it.
+    /// the next failing command replaces it. Some refusals of the facade's
+    /// own checks (an address vector it cannot use) are kept here too, as
+    /// [`crate::Error::InvalidArgument`] with the reason.
     ///
     /// ```no_run
     /// # use mlx5_driver::verbs::{QpAttr, QpAttrMask, QpHandle, Verbs};
@@ -338,7 +356,13 @@ impl<
         if let Some(fatal) = self.hca.fatal_error() {
             return Some(fatal);
         }
-        let f = self.hca.stats().last_failure?;
+        let latest = self.hca.stats().last_failure;
+        if let Some((why, at)) = self.refusal {
+            if at == latest {
+                return Some(crate::Error::InvalidArgument(why));
+            }
+        }
+        let f = latest?;
         let (opcode, op_mod) = (f.opcode, f.op_mod);
         Some(match f.outcome {
             CmdOutcome::Status { status, syndrome } => crate::Error::Command {

@@ -7,7 +7,8 @@
 //!    be in the mask, and nothing but them, its optional ones and `STATE`;
 //!    `CUR_STATE` only from RTR, RTS, SQD or SQE;
 //! 2. the values: port, read/atomic depths (Linux `mlx5_ib_modify_qp`), the
-//!    address vector (uverbs, `mlx5_set_path`), and the field widths
+//!    address vector (uverbs, `mlx5_set_path`; the source GID index against
+//!    the table, a RoCE destination MAC), and the field widths
 //!    firmware has (timeouts, retry counts, PSNs, QP numbers);
 //! 3. RESET → RESET succeeds with nothing to do (Linux).
 //!
@@ -16,15 +17,13 @@
 //! command: RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS, RTS2RTS, 2ERR or 2RST,
 //! the optional fields in `opt_param_mask` as Linux's `opt_mask` allows.
 //! Firmware's own refusals (a partition key index beyond its table, an MTU
-//! above the port's, an unprogrammed GID index, a QP whose state the
-//! device changed meanwhile) come back as their errno, `EINVAL`, with the
+//! above the port's, a QP whose state the device changed meanwhile) come back as their errno, `EINVAL`, with the
 //! QP unchanged.
 
 use mlx5_hal::Hal;
 
 use super::qp::QpBook;
 use super::{AccessFlags, AhAttr, Errno, QpAttr, QpAttrMask, QpHandle, QpState, Verbs};
-use crate::loopback::{LoopbackMode, RoceVersion};
 use crate::qp::{roce_udp_sport, AddressPath, InitAttr, QpAccess, QpOptional, RtrAttr, RtsAttr};
 use crate::stats::CmdObserver;
 
@@ -202,6 +201,10 @@ impl<
         } else {
             None
         };
+        if matches!(path, Some(AddressPath::Roce { .. })) {
+            // Firmware connects RoCE QPs only with RoCE enabled.
+            self.hca.enable_roce()?;
+        }
         let hca = &self.hca;
         let e = self.qps.get_mut(qp.0).ok_or(Errno::EINVAL)?;
         let q = &mut e.qp;
@@ -322,14 +325,24 @@ impl<
         Ok(())
     }
 
-    /// The firmware address path of an address vector: force loopback; on
-    /// InfiniBand the LID; on Ethernet (RoCE) the GRH is required, the MAC
-    /// is that of the link-local GID (other GIDs would need neighbour
-    /// resolution, which this driver has not: `EINVAL`) and the RoCE v2
-    /// UDP source port comes from the flow label or, without one, from both
-    /// QP numbers (Linux).
-    fn address_path(
-        &self,
+    /// The firmware address path of an address vector (Linux
+    /// `mlx5_set_path` and ib core's checks before it):
+    ///
+    /// * force loopback (the mlx5 extension);
+    /// * InfiniBand: the destination LID (non-zero), with `is_global` also
+    ///   the GRH (source GID index inside the table, destination GID, hop
+    ///   limit, traffic class, flow label);
+    /// * Ethernet (RoCE): the GRH is required; the source GID index must
+    ///   name a programmed entry, whose RoCE version decides the framing;
+    ///   the destination MAC is [`AhAttr::dmac`] or, without one, that of a
+    ///   link-local destination GID; a hop limit below 2 becomes 64; the
+    ///   RoCE v2 UDP source port comes from the flow label or, without one,
+    ///   from both QP numbers (Linux `rdma_flow_label_to_udp_sport`,
+    ///   `rdma_calc_flow_label`).
+    ///
+    /// A refusal is `EINVAL`, its reason in [`Verbs::last_error`].
+    pub(super) fn address_path(
+        &mut self,
         ah: &AhAttr,
         port: u8,
         lqpn: u32,
@@ -338,36 +351,67 @@ impl<
         if ah.force_loopback {
             return Ok(AddressPath::ForceLoopback { port });
         }
+        let g = &ah.grh;
+        if g.flow_label > 0xf_ffff {
+            return Err(self.refuse("flow label wider than 20 bits"));
+        }
+        let table = self.hca.gid_table_len();
         if self.hca.caps().port_type == mlx5_regs::consts::port::TYPE_IB {
-            return Ok(AddressPath::Ib {
+            if ah.dlid == 0 {
+                return Err(self.refuse("InfiniBand address vector without a destination LID"));
+            }
+            if !ah.is_global {
+                return Ok(AddressPath::Ib {
+                    port,
+                    dlid: ah.dlid,
+                    sl: ah.sl,
+                });
+            }
+            if u16::from(g.sgid_index) >= table {
+                return Err(self.refuse("sgid_index beyond the port's GID table"));
+            }
+            return Ok(AddressPath::IbGlobal {
                 port,
                 dlid: ah.dlid,
                 sl: ah.sl,
+                sgid_index: g.sgid_index,
+                dgid: g.dgid,
+                hop_limit: g.hop_limit,
+                traffic_class: g.traffic_class,
+                flow_label: g.flow_label,
             });
         }
         if !ah.is_global {
-            return Err(Errno::EINVAL);
+            return Err(self.refuse("a RoCE address vector needs the GRH (is_global)"));
         }
-        let g = &ah.grh;
-        let dmac = ll_mac(&g.dgid).ok_or(Errno::EINVAL)?;
-        let v1 = matches!(
-            self.hca.loopback_mode(),
-            Some(LoopbackMode::Roce { gid_index, version: RoceVersion::V1, .. })
-                if gid_index == g.sgid_index as u16
-        );
-        let udp_sport = match (v1, g.flow_label & 0xf_ffff) {
-            (true, _) => 0,
-            (false, 0) => roce_udp_sport(lqpn, rqpn),
-            (false, fl) => flow_label_sport(fl),
+        let index = u16::from(g.sgid_index);
+        if index >= table {
+            return Err(self.refuse("sgid_index beyond the port's GID table"));
+        }
+        if !self.hca.gid_programmed(index) {
+            return Err(self.refuse("sgid_index names an empty GID table entry"));
+        }
+        let Some(dmac) = ah.dmac.or_else(|| ll_mac(&g.dgid)) else {
+            return Err(self.refuse(
+                "RoCE destination without a MAC: the GID is not link-local, so its MAC \
+                 cannot be derived, and this driver has no neighbour table; set AhAttr::dmac",
+            ));
+        };
+        let v2 = self.hca.gid_is_roce_v2(index);
+        let udp_sport = match (v2, g.flow_label) {
+            (false, _) => 0,
+            (true, 0) => roce_udp_sport(lqpn, rqpn),
+            (true, fl) => flow_label_sport(fl),
         };
         Ok(AddressPath::Roce {
             port,
             sgid_index: g.sgid_index,
             dgid: g.dgid,
             dmac,
-            hop_limit: g.hop_limit,
+            hop_limit: if g.hop_limit < 2 { 64 } else { g.hop_limit },
             udp_sport,
             traffic_class: g.traffic_class,
+            flow_label: g.flow_label,
         })
     }
 }

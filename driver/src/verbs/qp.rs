@@ -270,6 +270,7 @@ impl<
                 is_global: eth || p.grh,
                 port_num: p.port,
                 force_loopback: q.fl,
+                dmac: (eth && !q.fl).then_some(p.rmac),
             },
             dest_qp_num: q.remote_qpn,
             rq_psn: q.next_rcv_psn,

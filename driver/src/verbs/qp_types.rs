@@ -227,7 +227,8 @@ pub struct GlobalRoute {
     pub traffic_class: u8,
 }
 
-/// `ibv_ah_attr`, plus the mlx5 force-loopback bit.
+/// `ibv_ah_attr`, plus two mlx5 extensions: the force-loopback bit and the
+/// destination MAC of a RoCE peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AhAttr {
     /// The global route (RoCE: required; InfiniBand: with `is_global`).
@@ -248,6 +249,12 @@ pub struct AhAttr {
     /// this function, no GID, MAC or LID; allowed when the device's
     /// loopback mode is force loopback ([`super::Verbs::loopback_ah`]).
     pub force_loopback: bool,
+    /// The RoCE peer's MAC (an mlx5 extension: libibverbs resolves it
+    /// through the kernel's neighbour table, which a driver without an IP
+    /// stack does not have). Required for a RoCE destination GID that is
+    /// not link-local; for a link-local GID, `None` derives it from the GID
+    /// (Linux `rdma_get_ll_mac`). Ignored on InfiniBand.
+    pub dmac: Option<[u8; 6]>,
 }
 
 /// `ibv_qp_attr`: the fields of an RC QP.

@@ -355,6 +355,9 @@ impl State {
         ads::hop_limit.set(a, p.hop_limit).expect("8-bit");
         ads::rgid_rip.get_mut(a).copy_from_slice(&p.rgid);
         ads::udp_sport.set(a, p.udp_sport).expect("16-bit");
+        ads::tclass.set(a, p.tclass).expect("8-bit");
+        ads::flow_label.set(a, p.flow_label).expect("20-bit");
+        ads::sl.set(a, p.sl).expect("4-bit");
         ads::vhca_port_num.set(a, p.port).expect("8-bit");
         ads::rmac_47_32
             .set(a, u16::from_be_bytes([p.rmac[0], p.rmac[1]]))

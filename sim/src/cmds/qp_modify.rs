@@ -192,6 +192,9 @@ impl State {
             rmac: [rm_hi[0], rm_hi[1], rm_lo[0], rm_lo[1], rm_lo[2], rm_lo[3]],
             udp_sport: ads::udp_sport.get(a),
             ack_timeout: ads::ack_timeout.get(a),
+            tclass: ads::tclass.get(a),
+            flow_label: ads::flow_label.get(a),
+            sl: ads::sl.get(a),
         };
         if path.fl {
             // Force loopback: RC on an Ethernet port with the capability for

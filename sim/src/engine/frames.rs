@@ -42,8 +42,8 @@ impl State {
         let remote = q.remote_qpn;
         if self.caps.port_type == port::TYPE_IB {
             let grh = p.grh.then(|| Grh {
-                tclass: 0,
-                flow_label: 0,
+                tclass: p.tclass,
+                flow_label: p.flow_label,
                 hop_limit: p.hop_limit,
                 sgid: self.port_gid0(),
                 dgid: p.rgid,
@@ -51,7 +51,7 @@ impl State {
             return Some(Encap::Ib {
                 lrh: Lrh {
                     vl: 0,
-                    sl: 0,
+                    sl: p.sl,
                     dlid: p.rlid,
                     slid: self.port.lid,
                 },
@@ -69,8 +69,8 @@ impl State {
             }),
         };
         let grh = Grh {
-            tclass: 0,
-            flow_label: 0,
+            tclass: p.tclass,
+            flow_label: p.flow_label,
             hop_limit: p.hop_limit,
             sgid: g.gid,
             dgid: p.rgid,
@@ -88,7 +88,7 @@ impl State {
             Ip::V4(Ipv4 {
                 src: ipv4_of(&g.gid),
                 dst: ipv4_of(&p.rgid),
-                tos: 0,
+                tos: p.tclass,
                 ttl: p.hop_limit,
                 id: self.port.ip_id,
             })

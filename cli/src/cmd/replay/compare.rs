@@ -54,6 +54,10 @@ pub fn class(name: &str) -> Class {
         "node_guid" | "port_guid" | "system_image_guid" | "mac_addr_47_32" | "mac_addr_31_0" => {
             Class::Address
         }
+        // What derives from it: the GID entries bring-up programs (the
+        // port MAC and its link-local GID), and a path addressed to them.
+        "source_mac_47_32" | "source_mac_31_0" | "source_l3_address" | "rmac_47_32"
+        | "rmac_31_0" | "rgid_rip" => Class::Address,
         b if b.ends_with("_addr") => Class::Address,
         "last_notified_index"
         | "last_solicit_index"
