@@ -62,14 +62,17 @@ fn every_profile_serves_the_pages_its_general_caps_advertise() {
             // `roce` on the Ethernet port, with its page.
             assert!(cmd_hca_cap::roce.get(&cap), "{p:?}");
             f.ok(&linux_query_cap(om::CAP_ROCE, cur), query_hca_cap_out::SIZE);
-            // `atomic` is clear and its page refused.
-            assert!(!cmd_hca_cap::atomic.get(&cap), "{p:?}");
-            f.refused(
+            // `atomic`, with its page: CMP_SWAP and FETCH_ADD on 8 bytes,
+            // settable to host endianness (Linux `handle_hca_cap_atomic`).
+            assert!(cmd_hca_cap::atomic.get(&cap), "{p:?}");
+            let o = f.ok(
                 &linux_query_cap(om::CAP_ATOMIC, cur),
                 query_hca_cap_out::SIZE,
-                CmdStatus::BAD_PARAM_ERR,
-                sy::CAP_TYPE,
             );
+            let page = query_hca_cap_out::capability.get(&o);
+            assert_eq!(atomic_caps::atomic_operations.get(page), 3, "{p:?}");
+            assert_eq!(atomic_caps::atomic_size_qp.get(page), 8, "{p:?}");
+            assert!(atomic_caps::supported_atomic_req_8b_endianness_mode_1.get(page));
         }
     }
 }
@@ -159,4 +162,41 @@ fn set_driver_version_after_init_hca_is_accepted_and_recorded() {
     // A reset forgets it.
     f.dev.function_reset();
     assert_eq!(f.dev.driver_version(), None);
+}
+
+/// SET_HCA_CAP of the atomic page as `handle_hca_cap_atomic` writes it: a
+/// zeroed `set_hca_cap_in` (it is memset between the general and the atomic
+/// page), opcode 0x109, `op_mod` 3 << 1, and in the page only
+/// `atomic_req_8B_endianness_mode` = 1 (host endianness).
+fn linux_set_atomic_host_endianness() -> Vec<u8> {
+    let mut i = vec![0u8; set_hca_cap_in::SIZE];
+    i[0..2].copy_from_slice(&0x0109u16.to_be_bytes());
+    i[6..8].copy_from_slice(&(3u16 << 1).to_be_bytes());
+    atomic_caps::atomic_req_8b_endianness_mode
+        .set(set_hca_cap_in::capability.get_mut(&mut i), 1)
+        .unwrap();
+    i
+}
+
+#[test]
+fn linux_sets_host_endianness_with_a_page_that_is_zero_elsewhere() {
+    let mut f = Fw::new(SimConfig::profile(Profile::ConnectX5));
+    f.enable();
+    assert!(f.set_issi(1).ok());
+    let set = linux_set_atomic_host_endianness();
+    // Exactly the bytes Linux 6.1 sends: the page's other fields are zero,
+    // not the device's values, and that is not a change of them.
+    assert_eq!(set[0x10..].iter().filter(|&&b| b != 0).count(), 1);
+    f.ok(&set, set_hca_cap_out::SIZE);
+    let o = f.ok(
+        &linux_query_cap(om::CAP_ATOMIC, true),
+        query_hca_cap_out::SIZE,
+    );
+    let page = query_hca_cap_out::capability.get(&o);
+    assert_eq!(atomic_caps::atomic_req_8b_endianness_mode.get(page), 1);
+    assert_eq!(
+        atomic_caps::atomic_operations.get(page),
+        3,
+        "the zeros set nothing"
+    );
 }
