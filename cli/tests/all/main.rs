@@ -5,7 +5,7 @@
 //!
 //! Where a new test goes: with the subcommand it exercises (`decode`,
 //! `script` for `run`/`shell`, `replay` for `replay`/`diff`, `selftest`,
-//! `devices`, `stats`, `gendoc` for `completions`/`man`, `demo_qp` for
+//! `devices`, `stats`, `gendoc` for `completions`/`man`, `pingpong`, `demo_qp` for
 //! `demo`/`trace`), in `bad_input` or `hostile` for wrong or hostile
 //! input, in `cli` for options every subcommand shares.
 
@@ -22,6 +22,7 @@ mod docs_more;
 mod fuzz;
 mod gendoc;
 mod hostile;
+mod pingpong;
 mod model_opts;
 mod replay;
 mod script;
