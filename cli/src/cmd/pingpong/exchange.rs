@@ -99,14 +99,17 @@ fn one_way(
     let Some(r) = r else {
         // The sender's completion says why (retry exceeded), when it has one.
         let s = wait_one(from, true, &to.dev)?;
-        return Err(CliError::check(match s {
-            Some(s) if s.status != WcStatus::Success => format!(
-                "{what}: never arrived; the send completed with {:?} (vendor syndrome {:#x}): \
-                 the wire lost it beyond the retry budget (retry_cnt 7)",
-                s.status, s.vendor_err
+        return Err(match s {
+            Some(s) if s.status != WcStatus::Success => CliError::check_with(
+                format!(
+                    "{what}: never arrived; the send completed with {:?}: \
+                     the wire lost it beyond the retry budget (retry_cnt 7)",
+                    s.status
+                ),
+                "lower the fault fractions (--drop, --corrupt, ...): each packet is sent at most 8 times",
             ),
-            _ => format!("{what}: never arrived (no receive completion)"),
-        }));
+            _ => CliError::check(format!("{what}: never arrived (no receive completion)")),
+        });
     };
     if r.status != WcStatus::Success {
         return Err(CliError::check(format!(
