@@ -173,7 +173,10 @@ pub fn host<H: Hal>(
             .iter()
             .find(|e| e.gid_type == ty)
             .ok_or("no default GID of that RoCE version")?;
-        let mac = ctx.query_gid_ex(1, e.gid_index)?.ok_or("empty GID entry")?.mac;
+        let mac = ctx
+            .query_gid_ex(1, e.gid_index)?
+            .ok_or("empty GID entry")?
+            .mac;
         if t == Transport::RoceV2Ipv4 {
             // The interface's IPv4 address, as an IP stack would add it.
             let index = ctx.hca().default_gid_count();
@@ -298,10 +301,20 @@ pub fn host<H: Hal>(
         | M::RQ_PSN
         | M::MAX_DEST_RD_ATOMIC
         | M::MIN_RNR_TIMER;
-    let rts =
-        M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
-    for (state, mask) in [(QpState::Init, init), (QpState::Rtr, rtr), (QpState::Rts, rts)] {
-        ctx.modify_qp(qp, &QpAttr { qp_state: state, ..attr }, mask)?;
+    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
+    for (state, mask) in [
+        (QpState::Init, init),
+        (QpState::Rtr, rtr),
+        (QpState::Rts, rts),
+    ] {
+        ctx.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: state,
+                ..attr
+            },
+            mask,
+        )?;
     }
     // rc_pingpong synchronises here so neither side sends before the other is ready.
     oob.tx.send("ready".into())?;

@@ -10,8 +10,7 @@ pub mod args;
 
 use crate::cmd::{
     caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, pingpong, replay,
-    run as script,
-    selftest, stats, trace as tracecmd,
+    run as script, selftest, stats, trace as tracecmd,
 };
 use crate::common::report;
 use crate::common::target;

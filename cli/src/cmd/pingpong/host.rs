@@ -8,8 +8,8 @@
 use mlx5_driver::qp::Mtu;
 use mlx5_driver::verbs::{
     AccessFlags, AhAttr, CqHandle, Errno, GidEntry, GidTableEntry, GidType, GlobalRoute, Mr,
-    QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, RecvWr, Sge, SrqHandle,
-    SrqInitAttr, Verbs,
+    QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, RecvWr, Sge, SrqHandle, SrqInitAttr,
+    Verbs,
 };
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal};

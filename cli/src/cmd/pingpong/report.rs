@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use mlx5_sim::TrafficStats;
 use mlx5_sim::wire::{Wire, WireStats};
 use mlx5_sim::Device;
+use mlx5_sim::TrafficStats;
 use serde_json::{json, Value};
 
 use super::exchange::Tally;
