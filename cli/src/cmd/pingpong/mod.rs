@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn transports_name_themselves() {
         use clap::ValueEnum;
-        for t in super::Transport::value_variants() {
+        for t in super::opts::Transport::value_variants() {
             assert_eq!(t.to_possible_value().unwrap().get_name(), t.name());
         }
     }
