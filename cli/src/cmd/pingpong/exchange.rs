@@ -70,7 +70,7 @@ fn one_way(
     scratch: &mut [u8],
     tally: &mut Tally,
 ) -> Result<(), CliError> {
-    let dir = if msg % 2 == 0 {
+    let dir = if msg & 1 == 0 {
         "host 1 -> host 2"
     } else {
         "host 2 -> host 1"
