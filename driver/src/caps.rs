@@ -128,6 +128,9 @@ pub struct Caps {
     pub log_max_ra_req_qp: u8,
     /// log2 of the responder RDMA-read/atomic depth per QP.
     pub log_max_ra_res_qp: u8,
+    /// The device has the atomic capability page and executes atomics
+    /// (cap `atomic`; Linux reads the page only then).
+    pub atomic: bool,
     /// MTT entries may carry access bits (`pg`).
     pub pg: bool,
     /// The device clock's frequency in kHz (0: no clock, so no completion
@@ -191,6 +194,7 @@ impl Caps {
             sq_ts_format: c::sq_ts_format.get(r),
             log_max_ra_req_qp: c::log_max_ra_req_qp.get(r),
             log_max_ra_res_qp: c::log_max_ra_res_qp.get(r),
+            atomic: c::atomic.get(r),
             pg: c::pg.get(r),
             device_frequency_khz: c::device_frequency_khz.get(r),
             raw: copy,
@@ -288,5 +292,55 @@ impl Caps {
     /// Number of SRQs: `2^log_max_srq`.
     pub fn max_srq(&self) -> u32 {
         1u32 << self.log_max_srq.min(31)
+    }
+}
+
+/// The atomic capability page (`atomic_caps`, QUERY_HCA_CAP type 3,
+/// current values) as bring-up left it.
+///
+/// ```
+/// use mlx5_driver::AtomicCaps;
+/// let a = AtomicCaps { operations: 3, size_qp: 8, req_endianness_mode: 1, host_endianness_supported: true };
+/// assert!(a.ib_atomics());
+/// assert!(!AtomicCaps { req_endianness_mode: 0, ..a }.ib_atomics());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtomicCaps {
+    /// `atomic_operations` (`MLX5_ATOMIC_OPS_*` bits).
+    pub operations: u16,
+    /// `atomic_size_qp`: operand sizes on RC QPs (bit n = 2^n bytes).
+    pub size_qp: u16,
+    /// `atomic_req_8B_endianness_mode`: 1 = host endianness.
+    pub req_endianness_mode: u8,
+    /// `supported_atomic_req_8B_endianness_mode_1`.
+    pub host_endianness_supported: bool,
+}
+
+impl AtomicCaps {
+    /// Parse the page.
+    pub fn parse(page: &[u8]) -> AtomicCaps {
+        use mlx5_regs::layouts::atomic_caps as a;
+        AtomicCaps {
+            operations: a::atomic_operations.get(page),
+            size_qp: a::atomic_size_qp.get(page),
+            req_endianness_mode: a::atomic_req_8b_endianness_mode.get(page),
+            host_endianness_supported: a::supported_atomic_req_8b_endianness_mode_1.get(page),
+        }
+    }
+
+    /// The standard 8-byte CMP_SWAP and FETCH_ADD on QPs (what Linux
+    /// `get_atomic_mode` needs for `MLX5_ATOMIC_MODE_IB_COMP`).
+    pub fn has_ib_ops(&self) -> bool {
+        use mlx5_regs::consts::atomic as k;
+        let ops = k::OPS_CMP_SWAP | k::OPS_FETCH_ADD;
+        self.operations & ops == ops
+    }
+
+    /// `IBV_ATOMIC_HCA` as Linux `get_atomic_caps` decides it: both IB
+    /// atomics on 8-byte operands, answered in host endianness.
+    pub fn ib_atomics(&self) -> bool {
+        self.has_ib_ops()
+            && self.size_qp & mlx5_regs::consts::atomic::SIZE_QP_8BYTES != 0
+            && self.req_endianness_mode == mlx5_regs::consts::atomic::REQ_MODE_HOST_ENDIANNESS
     }
 }

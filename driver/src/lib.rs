@@ -106,7 +106,7 @@ pub mod verbs;
 #[cfg(test)]
 mod testhal;
 
-pub use caps::Caps;
+pub use caps::{AtomicCaps, Caps};
 pub use eq::Event;
 pub use error::{DestroyError, Error, FatalReason};
 pub use hca::{FwVersion, Hca, HcaConfig, PollReport, TeardownReport, MAX_COMP_VECTORS};

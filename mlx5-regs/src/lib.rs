@@ -192,6 +192,7 @@ all!(
     dealloc_xrcd_out,
     wqe_ctrl_seg,
     wqe_raddr_seg,
+    wqe_atomic_seg,
     wqe_inline_seg,
     qp_doorbell_record,
     // Memory keys (layouts/mkey.rs).
@@ -203,6 +204,7 @@ all!(
     query_mkey_in,
     query_mkey_out,
     // Ports, vports, RoCE (layouts/vport.rs).
+    atomic_caps,
     roce_cap,
     roce_addr_layout,
     set_roce_address_in,

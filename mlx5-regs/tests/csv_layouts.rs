@@ -90,6 +90,7 @@ const NOT_IN_IFC: &[&str] = &[
     // `c_struct_layouts_have_the_compiled_byte_offsets`.
     "wqe_ctrl_seg",
     "wqe_raddr_seg",
+    "wqe_atomic_seg",
     "wqe_inline_seg",
     "qp_doorbell_record",
 ];
@@ -335,6 +336,7 @@ fn structure_sizes_match_mlx5_ifc() {
         ("destroy_mkey_out", 16),
         ("query_mkey_in", 16),
         ("query_mkey_out", 304),
+        ("atomic_caps", 256),
         ("roce_cap", 256),
         ("roce_addr_layout", 32),
         ("set_roce_address_in", 48),
@@ -356,6 +358,7 @@ fn structure_sizes_match_mlx5_ifc() {
         // include/linux/mlx5/qp.h C structs.
         ("wqe_ctrl_seg", 16),
         ("wqe_raddr_seg", 16),
+        ("wqe_atomic_seg", 16),
         ("wqe_inline_seg", 4),
         ("qp_doorbell_record", 8),
     ];
@@ -444,6 +447,10 @@ fn qp_c_struct_layouts_have_the_compiled_byte_offsets() {
     assert_eq!(wqe_raddr_seg::raddr.byte_offset(), 0);
     assert_eq!(wqe_raddr_seg::rkey.byte_offset(), 8);
     assert_eq!(wqe_raddr_seg::SIZE, 16);
+    // struct mlx5_wqe_atomic_seg: swap_add 0, compare 8; 16 bytes.
+    assert_eq!(wqe_atomic_seg::swap_add.byte_offset(), 0);
+    assert_eq!(wqe_atomic_seg::compare.byte_offset(), 8);
+    assert_eq!(wqe_atomic_seg::SIZE, 16);
     // struct mlx5_wqe_inline_seg: byte_count 0, data from 4.
     let mut inl = [0u8; 4];
     wqe_inline_seg::byte_count

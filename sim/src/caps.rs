@@ -126,6 +126,11 @@ pub struct Caps {
     /// The RoCE capability page (`QUERY_HCA_CAP` type 4), reported when
     /// `roce` is set and the port is Ethernet.
     pub roce_caps: RoceCaps,
+    /// General cap `atomic`: the atomic page (`QUERY_HCA_CAP` type 3) is
+    /// served and RC QPs execute CMP_SWAP / FETCH_ADD.
+    pub atomic: bool,
+    /// The atomic capability page (MAX values), served when `atomic` is set.
+    pub atomic_caps: AtomicCaps,
     /// Model behaviour, not a capability bit: arming an SRQ limit above the
     /// WQEs currently available raises the limit event at once (default;
     /// what the verbs documentation promises). `false` models a firmware that
@@ -229,6 +234,16 @@ impl Caps {
             rq_ts_format: 0,
             log_max_ra_req_qp: 4,
             log_max_ra_res_qp: 4,
+            atomic: true,
+            atomic_caps: AtomicCaps {
+                // The two IB atomics on 8-byte operands: what the model
+                // executes (masked and extended atomics are not modelled).
+                atomic_operations: mlx5_regs::consts::atomic::OPS_CMP_SWAP
+                    | mlx5_regs::consts::atomic::OPS_FETCH_ADD,
+                atomic_size_qp: mlx5_regs::consts::atomic::SIZE_QP_8BYTES,
+                atomic_size_dc: mlx5_regs::consts::atomic::SIZE_QP_8BYTES,
+                supported_atomic_req_8b_endianness_mode_1: true,
+            },
             roce_caps: RoceCaps {
                 sw_r_roce_src_udp_port: true,
                 fl_rc_qp_when_roce_disabled: false,
@@ -352,6 +367,7 @@ impl Caps {
             rq_ts_format = self.rq_ts_format,
             log_max_ra_req_qp = self.log_max_ra_req_qp,
             log_max_ra_res_qp = self.log_max_ra_res_qp,
+            atomic = self.atomic,
             umem_uid_0 = self.umem_uid_0,
             terminate_scatter_list_mkey = self.terminate_scatter_list_mkey,
         );
@@ -373,6 +389,42 @@ impl Caps {
         } else {
             self.fl_rc_qp_when_roce_disabled || (rp && self.roce_caps.fl_rc_qp_when_roce_disabled)
         }
+    }
+}
+
+/// The atomic capability page (`atomic_caps` in `mlx5_ifc.h`), MAX values.
+/// The current `atomic_req_8B_endianness_mode` (settable to host
+/// endianness when `supported_atomic_req_8B_endianness_mode_1`) is in the
+/// device's current caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)] // field names are the `atomic_caps` names
+pub struct AtomicCaps {
+    pub atomic_operations: u16,
+    pub atomic_size_qp: u16,
+    pub atomic_size_dc: u16,
+    pub supported_atomic_req_8b_endianness_mode_1: bool,
+}
+
+impl AtomicCaps {
+    /// Render as an `atomic_caps` block with the endianness mode `mode`
+    /// (0 in MAX mode: the reset value).
+    pub(crate) fn to_block(self, out: &mut [u8], mode: u8) {
+        use mlx5_regs::layouts::atomic_caps as a;
+        a::atomic_req_8b_endianness_mode
+            .set(out, mode)
+            .expect("2-bit");
+        a::supported_atomic_req_8b_endianness_mode_1
+            .set(out, self.supported_atomic_req_8b_endianness_mode_1)
+            .expect("flag");
+        a::atomic_operations
+            .set(out, self.atomic_operations)
+            .expect("16-bit");
+        a::atomic_size_qp
+            .set(out, self.atomic_size_qp)
+            .expect("16-bit");
+        a::atomic_size_dc
+            .set(out, self.atomic_size_dc)
+            .expect("16-bit");
     }
 }
 
@@ -434,6 +486,8 @@ pub(crate) struct CurCaps {
     pub cache_line_128byte: bool,
     /// RoCE page: firmware takes the RoCE v2 UDP source port from the QPC.
     pub sw_r_roce_src_udp_port: bool,
+    /// Atomic page: `atomic_req_8B_endianness_mode` (0 big endian, 1 host).
+    pub atomic_req_8b_endianness_mode: u8,
 }
 
 impl CurCaps {
@@ -449,6 +503,7 @@ impl CurCaps {
             uar_4k: false,
             cache_line_128byte: caps.cache_line_128byte,
             sw_r_roce_src_udp_port: false,
+            atomic_req_8b_endianness_mode: 0,
         }
     }
 

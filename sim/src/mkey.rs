@@ -17,6 +17,10 @@ pub(crate) enum Access {
     LocalWrite,
     /// Target of an RDMA WRITE (`rw`).
     RemoteWrite,
+    /// Source of an RDMA READ (`rr`).
+    RemoteRead,
+    /// Target of an atomic (`a`); it reads and writes the operand.
+    RemoteAtomic,
 }
 
 /// Why an access through a key was refused.
@@ -65,6 +69,8 @@ impl Mkey {
             Access::LocalRead => self.lr,
             Access::LocalWrite => self.lw,
             Access::RemoteWrite => self.rw,
+            Access::RemoteRead => self.rr,
+            Access::RemoteAtomic => self.a,
         }
     }
 
@@ -107,10 +113,11 @@ impl Mkey {
             let entry = *self.mtt.get(page).ok_or(KeyError::Bounds)?;
             if self.pg_access {
                 let need = match access {
-                    Access::LocalRead => 1,
+                    Access::LocalRead | Access::RemoteRead => 1,
                     Access::LocalWrite | Access::RemoteWrite => 2,
+                    Access::RemoteAtomic => 3,
                 };
-                if entry & need == 0 {
+                if entry & need != need {
                     return Err(KeyError::Bounds);
                 }
             }

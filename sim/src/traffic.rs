@@ -62,6 +62,15 @@ pub struct TrafficStats {
     /// Receive scatter lists ended by the device's own
     /// `terminate_scatter_list_mkey` (what Linux uses when offered).
     pub terminators_device_key: u64,
+    /// RDMA READs a responder served (replays included).
+    pub reads_served: u64,
+    /// Atomics a responder executed (never counts a replay).
+    pub atomics_executed: u64,
+    /// READ/atomic requests answered again from a saved responder resource.
+    pub rd_atomic_replays: u64,
+    /// Fenced WQEs executed (fence mode FENCE or SMALL_AND_FENCE), each
+    /// after every earlier WQE completed.
+    pub fenced_wqes: u64,
 }
 
 /// `MLX5_OPCODE_SEND`, reported in requester CQEs.

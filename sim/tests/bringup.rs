@@ -392,11 +392,11 @@ fn hca_caps_query_and_set() {
         (o.status, o.syndrome),
         (3, sy::per_opcode(sy::RESERVED, 0x109))
     );
-    // other cap types (the atomic page is not served: cap `atomic` is clear)
-    // and other functions
+    // other cap types (the general-2 page is not served) and other
+    // functions
     let mut i = inp(Opcode::QUERY_HCA_CAP, query_hca_cap_in::SIZE);
     cmd_in::op_mod
-        .set(&mut i, om::query_hca_cap(om::CAP_ATOMIC, true))
+        .set(&mut i, om::query_hca_cap(om::CAP_GENERAL_2, true))
         .unwrap();
     f.refused(
         &i,

@@ -62,14 +62,17 @@ fn every_profile_serves_the_pages_its_general_caps_advertise() {
             // `roce` on the Ethernet port, with its page.
             assert!(cmd_hca_cap::roce.get(&cap), "{p:?}");
             f.ok(&linux_query_cap(om::CAP_ROCE, cur), query_hca_cap_out::SIZE);
-            // `atomic` is clear and its page refused.
-            assert!(!cmd_hca_cap::atomic.get(&cap), "{p:?}");
-            f.refused(
+            // `atomic`, with its page: CMP_SWAP and FETCH_ADD on 8 bytes,
+            // settable to host endianness (Linux `handle_hca_cap_atomic`).
+            assert!(cmd_hca_cap::atomic.get(&cap), "{p:?}");
+            let o = f.ok(
                 &linux_query_cap(om::CAP_ATOMIC, cur),
                 query_hca_cap_out::SIZE,
-                CmdStatus::BAD_PARAM_ERR,
-                sy::CAP_TYPE,
             );
+            let page = query_hca_cap_out::capability.get(&o);
+            assert_eq!(atomic_caps::atomic_operations.get(page), 3, "{p:?}");
+            assert_eq!(atomic_caps::atomic_size_qp.get(page), 8, "{p:?}");
+            assert!(atomic_caps::supported_atomic_req_8b_endianness_mode_1.get(page));
         }
     }
 }

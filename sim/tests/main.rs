@@ -46,6 +46,7 @@ mod wire_codec;
 // Two hosts on one wire: who receives a frame and the wire's faults, then
 // RC traffic segmented into packets over every transport, and recovery (or
 // retry exhaustion) under faults and wrong destinations.
+mod rdma_read_atomic;
 mod two_host_faults;
 mod two_hosts;
 mod wire_segment;

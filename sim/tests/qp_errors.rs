@@ -192,7 +192,7 @@ fn malformed_wqes_are_local_qp_operation_errors() {
             0 => b[7] &= 0xc0,                              // DS 0
             1 => b[4..7].copy_from_slice(&[0, 0x12, 0x34]), // another QPN
             2 => b[1..3].copy_from_slice(&[0, 9]),          // wrong index
-            3 => b[3] = w::OPCODE_RDMA_READ,                // not modelled
+            3 => b[3] = w::OPCODE_ATOMIC_MASKED_CS,         // not modelled
             _ => b[7] = (b[7] & 0xc0) | 0x3f,               // 16 WQEBBs, 1 posted
         }
         p.a.write_wqe(&b);

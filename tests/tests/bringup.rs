@@ -84,6 +84,11 @@ fn bring_up_follows_the_linux_order() {
         Opcode::QUERY_HCA_CAP,
         Opcode::QUERY_HCA_CAP,
         Opcode::SET_HCA_CAP,
+        // The atomic page (cap `atomic`): read, host endianness set, read
+        // back (Linux `handle_hca_cap_atomic`).
+        Opcode::QUERY_HCA_CAP,
+        Opcode::SET_HCA_CAP,
+        Opcode::QUERY_HCA_CAP,
         Opcode::QUERY_PAGES,
         Opcode::INIT_HCA,
         Opcode::QUERY_HCA_CAP,
@@ -205,9 +210,10 @@ fn trace_hook_and_statistics_see_every_command() {
         "statistics count every command"
     );
     let qcap = stats.get(Opcode::QUERY_HCA_CAP).unwrap();
-    // Maximum and current general caps before INIT_HCA, current after it,
-    // and the RoCE page for the loopback choice.
-    assert_eq!((qcap.count, qcap.failures), (4, 0));
+    // Maximum and current general caps before INIT_HCA, the atomic page
+    // twice, current general caps after INIT_HCA, and the RoCE page for the
+    // loopback choice.
+    assert_eq!((qcap.count, qcap.failures), (6, 0));
     assert!(qcap.max_ns <= qcap.total_ns);
     {
         let seen = rec.seen.lock().unwrap();

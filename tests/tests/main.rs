@@ -71,6 +71,8 @@ mod verbs_qp_modify;
 mod verbs_qp_post;
 mod verbs_qp_traffic;
 mod verbs_random;
+mod verbs_rdma;
+mod verbs_rdma_wire;
 mod verbs_srq;
 
 // A hostile device; the fuzz targets as properties.

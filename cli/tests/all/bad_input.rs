@@ -221,7 +221,7 @@ fn json_prints_its_error_document_on_every_exit_path() {
         "no_device"
     );
     assert_eq!(
-        json_doc(&["demo", "--fatal-after", "25", "--json"], 1)["error"]["kind"],
+        json_doc(&["demo", "--fatal-after", "28", "--json"], 1)["error"]["kind"],
         "driver"
     );
     assert_eq!(
@@ -393,7 +393,7 @@ fn after_a_failure_the_demo_still_prints_the_page_and_object_accounting() {
 
     // The device dies mid-run: teardown cannot finish; what the trace and
     // the model know is still printed.
-    let o = mlx5(&["demo", "--fatal-after", "25"]);
+    let o = mlx5(&["demo", "--fatal-after", "28"]);
     assert_eq!(code(&o), 1);
     assert_has(
         &stdout(&o),
@@ -407,7 +407,7 @@ fn after_a_failure_the_demo_still_prints_the_page_and_object_accounting() {
         ],
         "fatal",
     );
-    let v = json_doc(&["demo", "--fatal-after", "25", "--json"], 1);
+    let v = json_doc(&["demo", "--fatal-after", "28", "--json"], 1);
     let s = &v["summary"];
     assert_eq!(s["pages_given"], 64, "{s}");
     assert_eq!(s["pages_returned"], 0, "{s}");

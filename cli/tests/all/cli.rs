@@ -164,7 +164,7 @@ fn a_stalled_command_times_out_and_a_dead_device_is_named() {
     assert_eq!(code(&o), 1);
     assert_has(&stderr(&o), &["CREATE_RMP", "timed out"], "stall");
 
-    let o = mlx5(&["demo", "--fatal-after", "25"]);
+    let o = mlx5(&["demo", "--fatal-after", "28"]);
     assert_eq!(code(&o), 1);
     assert_has(&stderr(&o), &["device fatal", "FW_INTERNAL_ERR"], "fatal");
 

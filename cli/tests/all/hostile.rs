@@ -311,7 +311,7 @@ fn cmd_teardown_hca_is_refused_before_the_device_is_touched() {
 
 #[test]
 fn driver_errors_are_told_in_words() {
-    let o = mlx5(&["demo", "-q", "--fatal-after", "30"]);
+    let o = mlx5(&["demo", "-q", "--fatal-after", "33"]);
     fails_with(
         &o,
         1,
@@ -319,7 +319,7 @@ fn driver_errors_are_told_in_words() {
         "fatal",
     );
     assert_no_internals(&stdout(&o), "fatal stdout");
-    let o = mlx5(&["demo", "-q", "--fatal-after", "30", "--json"]);
+    let o = mlx5(&["demo", "-q", "--fatal-after", "33", "--json"]);
     assert_no_internals(&stdout(&o), "fatal json");
 }
 

@@ -382,7 +382,7 @@ fn a_timeout_and_a_dead_device_stop_their_stage_and_the_health_buffer_shows_it()
     assert!(text(&o.stderr).contains("timed out"), "{}", text(&o.stderr));
     assert_eq!(read_json(&dir.join("t.json"))["error"]["stage"], 6);
 
-    // Bring-up is 25 commands on the ConnectX-5 profile (with the two
+    // Bring-up is 28 commands on the ConnectX-5 profile (with the two
     // default GIDs), the capability stage 2 more: the device dies after
     // the first CREATE_CQ.
     let o = mlx5_in(
@@ -391,7 +391,7 @@ fn a_timeout_and_a_dead_device_stop_their_stage_and_the_health_buffer_shows_it()
             "selftest",
             "-q",
             "--fatal-after",
-            "28",
+            "31",
             "--report",
             "f.json",
         ],

@@ -160,6 +160,15 @@ impl fmt::Display for SendError {
             }
             SendError::NoSendQueue => f.write_str("the QP has no send queue"),
             SendError::DeviceDead => f.write_str("the device is dead"),
+            SendError::AtomicsUnsupported => {
+                f.write_str("the device does not execute the IB atomics")
+            }
+            SendError::BadAtomicBuffer => {
+                f.write_str("an atomic needs one local buffer of at least 8 bytes")
+            }
+            SendError::InlineNotAllowed => {
+                f.write_str("inline data on an RDMA READ or atomic, whose buffer is written")
+            }
         }
     }
 }

@@ -6,7 +6,7 @@ use mlx5_regs::layouts::{cmd_hca_cap, initial_seg};
 use mlx5_regs::{EventMask, Opcode};
 
 use super::{async_event_mask, vectors, FwVersion, Hca, HcaConfig};
-use crate::caps::Caps;
+use crate::caps::{AtomicCaps, Caps};
 use crate::cmd::encode;
 use crate::cmd::{CmdQueue, MAX_CMD_LEN};
 use crate::diag::{self, Show};
@@ -185,6 +185,32 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         Ok(caps)
     }
 
+    /// The atomic page (Linux `handle_hca_cap_atomic`, before INIT_HCA):
+    /// read it; when the device can answer 8-byte atomics in host
+    /// endianness, set `atomic_req_8B_endianness_mode` to 1 and read the
+    /// page back.
+    fn set_up_atomic_page(&self) -> Result<AtomicCaps, Error> {
+        let out: [u8; encode::QUERY_HCA_CAP_OUT] =
+            self.run(encode::query_hca_cap(op_mod::CAP_ATOMIC, true))?;
+        let page = encode::parse_query_hca_cap(&out);
+        let found = AtomicCaps::parse(page);
+        if !found.host_endianness_supported {
+            return Ok(found);
+        }
+        let mut cap = [0u8; mlx5_regs::layouts::atomic_caps::SIZE];
+        cap.copy_from_slice(&page[..mlx5_regs::layouts::atomic_caps::SIZE]);
+        mlx5_regs::layouts::atomic_caps::atomic_req_8b_endianness_mode.set(
+            &mut cap,
+            mlx5_regs::consts::atomic::REQ_MODE_HOST_ENDIANNESS,
+        )?;
+        let mut set = [0u8; encode::SET_HCA_CAP_IN];
+        encode::set_hca_cap(&mut set, op_mod::CAP_ATOMIC, &cap);
+        let _: [u8; encode::SET_HCA_CAP_OUT] = self.run(set)?;
+        let out: [u8; encode::QUERY_HCA_CAP_OUT] =
+            self.run(encode::query_hca_cap(op_mod::CAP_ATOMIC, true))?;
+        Ok(AtomicCaps::parse(encode::parse_query_hca_cap(&out)))
+    }
+
     fn create_eq(&self, log_size: u8, mask: u64, intr: u16) -> Result<EventQueue<H>, Error> {
         let uar = self.uar.ok_or(Error::InvalidArgument("no UAR"))?;
         let mut buf = [0u8; MAX_CMD_LEN];
@@ -243,6 +269,9 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         let mut set = [0u8; encode::SET_HCA_CAP_IN];
         encode::set_hca_cap(&mut set, op_mod::CAP_GENERAL, &cap);
         let _: [u8; encode::SET_HCA_CAP_OUT] = self.run(set)?;
+        if cur.atomic {
+            self.atomic_caps = Some(self.set_up_atomic_page()?);
+        }
 
         // 11. Init pages, 12. INIT_HCA.
         self.startup_pages(op_mod::QUERY_PAGES_INIT)?;

@@ -72,6 +72,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             issi: 0,
             caps: None,
             max_caps: None,
+            atomic_caps: None,
             uar: None,
             pd: None,
             resd_lkey: 0,

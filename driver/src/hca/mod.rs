@@ -21,7 +21,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use mlx5_hal::Hal;
 use mlx5_regs::EventMask;
 
-use crate::caps::Caps;
+use crate::caps::{AtomicCaps, Caps};
 use crate::cmd::MAX_CMD_LEN;
 use crate::eq::Event;
 use crate::error::Error;
@@ -234,6 +234,8 @@ pub struct Hca<H: Hal, O: CmdObserver = (), const CE: usize = 256, const AE: usi
     issi: u16,
     caps: Option<Caps>,
     max_caps: Option<Caps>,
+    /// The atomic page as bring-up left it (cap `atomic` only).
+    atomic_caps: Option<AtomicCaps>,
     uar: Option<u32>,
     pd: Option<u32>,
     resd_lkey: u32,
@@ -293,6 +295,13 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     /// Maximum capabilities (QUERY_HCA_CAP op_mod max).
     pub fn max_caps(&self) -> Option<&Caps> {
         self.max_caps.as_ref()
+    }
+
+    /// The atomic capability page (current values) read at bring-up, when
+    /// the device has cap `atomic`; bring-up set its 8-byte endianness mode
+    /// to host endianness when the device supports it, as Linux does.
+    pub fn atomic_caps(&self) -> Option<AtomicCaps> {
+        self.atomic_caps
     }
 
     /// The ISSI in use (0 or 1).

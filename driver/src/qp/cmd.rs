@@ -155,6 +155,11 @@ pub fn rst2init_qp(
     qpc::rre.set(q, access.remote_read)?;
     qpc::rwe.set(q, access.remote_write)?;
     qpc::rae.set(q, access.remote_atomic)?;
+    if access.remote_atomic {
+        // Linux `to_mlx5_access_flags`: RAE with the atomic mode
+        // `get_atomic_mode` picks (IB-compatible 8-byte atomics).
+        qpc::atomic_mode.set(q, mlx5_regs::consts::atomic::MODE_IB_COMP)?;
+    }
     let path = qpc::primary_address_path.get_mut(q);
     ads::vhca_port_num.set(path, port)?;
     ads::pkey_index.set(path, pkey_index)?;

@@ -188,6 +188,27 @@ fn rst2init_sets_port_pkey_pm_state_and_access() {
     );
 }
 
+#[test]
+fn remote_atomic_sets_rae_with_the_ib_compatible_atomic_mode() {
+    // Linux `to_mlx5_access_flags`: RAE | MLX5_ATOMIC_MODE_IB_COMP << 16.
+    let b = rst2init_qp(
+        0x1234,
+        1,
+        0,
+        QpAccess {
+            remote_read: true,
+            remote_write: false,
+            remote_atomic: true,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        be32(&b, 0xa8),
+        (1 << 15) | (1 << 13) | (1 << 16),
+        "rre rae atomic_mode"
+    );
+}
+
 fn rtr(path: AddressPath) -> [u8; 272] {
     init2rtr_qp(
         0x99,

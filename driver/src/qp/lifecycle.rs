@@ -192,6 +192,11 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if let Some(r) = rq.as_mut() {
             r.set_terminator(self.srq_terminator());
         }
+        if let Some(s) = sq.as_mut() {
+            // rdma-core `atomics_enabled`: atomics are posted only when the
+            // device reports `IBV_ATOMIC_HCA`.
+            s.set_atomics(self.atomic_caps().is_some_and(|a| a.ib_atomics()));
+        }
         let srqn = srq.as_ref().map(|s| s.srqn());
         let params = CreateQpParams {
             pd: self.pd(),

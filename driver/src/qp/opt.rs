@@ -86,6 +86,10 @@ pub(super) fn apply(buf: &mut [u8], op: Opcode, opt: &QpOptional) -> Result<(), 
         qpc::rre.set(q, a.remote_read)?;
         qpc::rwe.set(q, a.remote_write)?;
         qpc::rae.set(q, a.remote_atomic)?;
+        if a.remote_atomic {
+            // As at RST2INIT (`cmd::rst2init_qp`): the IB-compatible mode.
+            qpc::atomic_mode.set(q, mlx5_regs::consts::atomic::MODE_IB_COMP)?;
+        }
     }
     if let Some(t) = opt.min_rnr_timer {
         qpc::min_rnr_nak.set(q, t)?;

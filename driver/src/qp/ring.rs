@@ -8,9 +8,11 @@
 //!
 //! * The ring is `wqe_cnt` basic blocks (WQEBBs) of 64 bytes. A WQE starts at
 //!   WQEBB `cur_post & (wqe_cnt − 1)` and is made of 16-byte units: the
-//!   control segment, the remote-address segment of RDMA writes, then data
-//!   segments (one per non-empty scatter entry) or one inline segment (a
-//!   4-byte header `len | 0x8000_0000` followed by the bytes, padded to 16).
+//!   control segment, the remote-address segment of RDMA writes, READs and
+//!   atomics, the atomic segment of the atomics, then data segments (one
+//!   per non-empty scatter entry; an atomic's one entry with byte count 8)
+//!   or one inline segment (a 4-byte header `len | 0x8000_0000` followed by
+//!   the bytes, padded to 16).
 //!   A WQE may run past the end of the ring and continue at its start.
 //! * `cur_post` is the 16-bit producer counter in WQEBBs; it goes into the
 //!   control segment (the WQE index the device echoes in `wqe_counter`) and,
@@ -43,10 +45,12 @@ pub const WQEBB: usize = wqe::SEND_WQE_BB;
 const UNIT: usize = wqe::SEND_WQE_DS;
 /// Largest WQE in units: `qpn_ds.ds` is 6 bits.
 pub const MAX_DS: usize = 63;
-/// Bytes of the control and remote-address segments: the per-WQE overhead
-/// for the operations this driver posts (rdma-core `_sq_overhead` with
-/// SEND, SEND_IMM, RDMA_WRITE and RDMA_WRITE_IMM).
-pub const SQ_OVERHEAD: usize = 32;
+/// Bytes of the control, remote-address and atomic segments: the per-WQE
+/// overhead for the operations this driver posts (rdma-core `sq_overhead`
+/// with `send_ops_flags` SEND, SEND_WITH_IMM, RDMA_WRITE,
+/// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP and
+/// ATOMIC_FETCH_AND_ADD: the atomics' 16 + 16 + 16).
+pub const SQ_OVERHEAD: usize = 48;
 /// Largest send ring: `log_sq_size` is a 4-bit field.
 const MAX_LOG_WQEBBS: u8 = 15;
 
@@ -107,7 +111,7 @@ impl SqGeometry {
     /// Size a send ring for `req` on a device whose send WQEs may be
     /// `max_wqe_sz_sq` bytes and whose rings `2^log_max_qp_sz` WQEBBs:
     ///
-    /// * overhead 32 bytes (control + remote address);
+    /// * overhead 48 bytes (control + remote address + atomic);
     /// * WQE = max(overhead + 16·SGEs, overhead + align16(4 + inline)),
     ///   refused above `max_wqe_sz_sq` (and above 63 units, the `ds` limit),
     ///   then rounded up to 64 bytes;
@@ -117,7 +121,7 @@ impl SqGeometry {
     /// use mlx5_driver::qp::{SendQueueCaps, SqGeometry};
     /// let g = SqGeometry::for_request(
     ///     &SendQueueCaps { max_send_wr: 10, max_send_sge: 2, max_inline_data: 0 }, 1024, 15).unwrap();
-    /// assert_eq!((g.wqe_size, g.wqebbs(), g.max_send_wr, g.max_send_sge), (64, 16, 16, 2));
+    /// assert_eq!((g.wqe_size, g.wqebbs(), g.max_send_wr, g.max_send_sge), (128, 32, 16, 5));
     /// ```
     pub fn for_request(
         req: &SendQueueCaps,
@@ -194,6 +198,8 @@ pub struct SendRing<H: Hal> {
     bf_offset: usize,
     /// `offset ^= bf_toggle` switches halves.
     bf_toggle: usize,
+    /// The device executes the IB atomics ([`SendRing::set_atomics`]).
+    atomics: bool,
 }
 
 impl<H: Hal> SendRing<H> {
@@ -239,6 +245,7 @@ impl<H: Hal> SendRing<H> {
                 tail: 0,
                 bf_offset,
                 bf_toggle: bf_size / 2,
+                atomics: false,
             },
             pages,
             rq_base,
@@ -263,6 +270,13 @@ impl<H: Hal> SendRing<H> {
     /// `create_qp`).
     pub fn limit_sges(&mut self, max: u32) {
         self.max_sge = max.min(self.geo.max_send_sge);
+    }
+
+    /// Take atomics ([`crate::qp::SendOpcode::is_atomic`]) or refuse them
+    /// with [`SendError::AtomicsUnsupported`] (the default): set at creation
+    /// from the device's atomic page, as rdma-core's `atomics_enabled`.
+    pub fn set_atomics(&mut self, on: bool) {
+        self.atomics = on;
     }
 
     /// Gather entries a work request may carry.
@@ -314,15 +328,32 @@ impl<H: Hal> SendRing<H> {
         let idx = self.cur_post as usize & (wqebbs - 1);
         let ring_units = wqebbs * (WQEBB / UNIT);
         // The opcode alone decides the layout. Segments after the control
-        // segment: [raddr], data or inline. The first WQEBB holds four
-        // units, so everything before the data lies inside it and never
-        // wraps.
+        // segment: [raddr], [atomic], data or inline. The first WQEBB holds
+        // four units, so everything before the data lies inside it and
+        // never wraps.
         let opcode = r.opcode();
-        let rdma = opcode.is_rdma_write();
+        let raddr = opcode.has_raddr();
+        let atomic = opcode.is_atomic();
         let imm = if opcode.has_imm() { r.imm() } else { 0 };
-        let mut ds = 1 + rdma as usize;
+        let mut ds = 1 + raddr as usize + atomic as usize;
         let data_unit = idx * (WQEBB / UNIT) + ds;
+        let mut atomic_buf = (0, 0);
         match r.payload() {
+            Payload::Sges(sges) if atomic => {
+                if !self.atomics {
+                    return Err(SendError::AtomicsUnsupported);
+                }
+                // One local buffer; the device writes 8 bytes into it
+                // (rdma-core `set_data_ptr_seg_atomic`: byte count 8).
+                let [sge] = sges else {
+                    return Err(SendError::BadAtomicBuffer);
+                };
+                if sge.length < 8 {
+                    return Err(SendError::BadAtomicBuffer);
+                }
+                atomic_buf = (sge.lkey, sge.addr);
+                ds += 1;
+            }
             Payload::Sges(sges) => {
                 if sges.len() > self.max_sge as usize {
                     return Err(SendError::TooManySges {
@@ -346,6 +377,9 @@ impl<H: Hal> SendRing<H> {
                     )
                 };
             }
+            Payload::Inline(_) if opcode.reads_remote() => {
+                return Err(SendError::InlineNotAllowed);
+            }
             Payload::Inline(data) => {
                 if data.len() > self.geo.max_inline_data as usize {
                     return Err(SendError::InlineTooLarge {
@@ -368,15 +402,32 @@ impl<H: Hal> SendRing<H> {
             }
         }
         let ctrl = self.buf.entry(idx as u32);
-        if rdma {
+        if raddr {
+            // Linux `set_raddr_seg`.
             let (addr, rkey) = r.remote();
             ctrl.write_be64::<UNIT>(addr);
             ctrl.write_be64::<{ UNIT + 8 }>((rkey as u64) << 32);
+        }
+        if atomic {
+            // Linux `set_atomic_seg`: swap (or the addend), then compare.
+            let (swap_add, compare) = r.atomic();
+            ctrl.write_be64::<{ 2 * UNIT }>(swap_add);
+            ctrl.write_be64::<{ 2 * UNIT + 8 }>(compare);
+            // The one data segment, unit 3 of the first WQEBB.
+            let (lkey, addr) = atomic_buf;
+            ctrl.write_be64::<{ 3 * UNIT }>((8u64 << 32) | lkey as u64);
+            ctrl.write_be64::<{ 3 * UNIT + 8 }>(addr);
         }
         let signaled = r.signaled();
         let fm_ce_se = if signaled { wqe::CTRL_CQ_UPDATE } else { 0 }
             | if r.solicited() {
                 wqe::CTRL_SOLICITED
+            } else {
+                0
+            }
+            // rdma-core's `MLX5_WQE_CTRL_FENCE` (fence mode 4).
+            | if r.fence() {
+                wqe::FENCE_MODE_SMALL_AND_FENCE
             } else {
                 0
             };

@@ -19,6 +19,12 @@ pub enum SendOpcode {
     Send = wqe::OPCODE_SEND,
     /// SEND with immediate (0x0b).
     SendImm = wqe::OPCODE_SEND_IMM,
+    /// RDMA READ (0x10).
+    RdmaRead = wqe::OPCODE_RDMA_READ,
+    /// Atomic compare and swap on 8 bytes (0x11).
+    AtomicCmpSwap = wqe::OPCODE_ATOMIC_CS,
+    /// Atomic fetch and add on 8 bytes (0x12).
+    AtomicFetchAdd = wqe::OPCODE_ATOMIC_FA,
 }
 
 impl SendOpcode {
@@ -35,6 +41,30 @@ impl SendOpcode {
         matches!(self, SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm)
     }
 
+    /// Whether the WQE carries a remote-address segment (the RDMA writes,
+    /// RDMA READ and the atomics; Linux `set_raddr_seg`).
+    #[inline(always)]
+    pub const fn has_raddr(self) -> bool {
+        !matches!(self, SendOpcode::Send | SendOpcode::SendImm)
+    }
+
+    /// Whether the WQE is an atomic, which carries an atomic segment and
+    /// one 8-byte local buffer (Linux `set_atomic_seg`).
+    #[inline(always)]
+    pub const fn is_atomic(self) -> bool {
+        matches!(self, SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd)
+    }
+
+    /// Whether the responder answers with data (RDMA READ, the atomics):
+    /// the local SGEs are written, not read.
+    #[inline(always)]
+    pub const fn reads_remote(self) -> bool {
+        matches!(
+            self,
+            SendOpcode::RdmaRead | SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd
+        )
+    }
+
     /// The opcode a table slot recorded (anything else reads as SEND; the
     /// table is written by this driver only).
     fn from_raw(v: u8) -> SendOpcode {
@@ -42,6 +72,9 @@ impl SendOpcode {
             wqe::OPCODE_RDMA_WRITE => SendOpcode::RdmaWrite,
             wqe::OPCODE_RDMA_WRITE_IMM => SendOpcode::RdmaWriteImm,
             wqe::OPCODE_SEND_IMM => SendOpcode::SendImm,
+            wqe::OPCODE_RDMA_READ => SendOpcode::RdmaRead,
+            wqe::OPCODE_ATOMIC_CS => SendOpcode::AtomicCmpSwap,
+            wqe::OPCODE_ATOMIC_FA => SendOpcode::AtomicFetchAdd,
             _ => SendOpcode::Send,
         }
     }
@@ -75,6 +108,38 @@ pub enum SendOp {
         /// Immediate data.
         imm: u32,
     },
+    /// RDMA READ of the payload's length from `raddr` into the payload's
+    /// gather entries (which the device writes).
+    RdmaRead {
+        /// Remote address.
+        raddr: u64,
+        /// Remote key (needs remote-read rights).
+        rkey: u32,
+    },
+    /// Atomic compare and swap of the 8 bytes at `raddr` (8-byte aligned):
+    /// `swap` is stored when they equal `compare`; the original value
+    /// lands in the payload's one 8-byte gather entry.
+    AtomicCmpSwap {
+        /// Remote address (8-byte aligned).
+        raddr: u64,
+        /// Remote key (needs remote-atomic rights).
+        rkey: u32,
+        /// Compared with the remote value.
+        compare: u64,
+        /// Stored when equal.
+        swap: u64,
+    },
+    /// Atomic fetch and add of `add` to the 8 bytes at `raddr` (8-byte
+    /// aligned, wrapping); the original value lands in the payload's one
+    /// 8-byte gather entry.
+    AtomicFetchAdd {
+        /// Remote address (8-byte aligned).
+        raddr: u64,
+        /// Remote key (needs remote-atomic rights).
+        rkey: u32,
+        /// Added to the remote value.
+        add: u64,
+    },
 }
 
 impl SendOp {
@@ -85,6 +150,9 @@ impl SendOp {
             SendOp::SendImm { .. } => SendOpcode::SendImm,
             SendOp::RdmaWrite { .. } => SendOpcode::RdmaWrite,
             SendOp::RdmaWriteImm { .. } => SendOpcode::RdmaWriteImm,
+            SendOp::RdmaRead { .. } => SendOpcode::RdmaRead,
+            SendOp::AtomicCmpSwap { .. } => SendOpcode::AtomicCmpSwap,
+            SendOp::AtomicFetchAdd { .. } => SendOpcode::AtomicFetchAdd,
         }
     }
 }
@@ -125,11 +193,11 @@ pub struct SendRequest<'a> {
 /// and no conversion into a [`SendRequest`] first.
 ///
 /// The WQE's layout follows [`SendWork::opcode`] alone: the ring reads
-/// [`SendWork::imm`] only for the opcodes with immediate data and
-/// [`SendWork::remote`] only for the RDMA writes (the remote-address
-/// segment is written for those and for no other), and checks the payload
-/// against the QP's limits itself, so no implementation can make it write
-/// a WQE the opcode does not describe.
+/// [`SendWork::imm`] only for the opcodes with immediate data,
+/// [`SendWork::remote`] only for the opcodes with a remote-address segment
+/// (RDMA writes, READ, atomics) and [`SendWork::atomic`] only for the
+/// atomics, and checks the payload against the QP's limits itself, so no
+/// implementation can make it write a WQE the opcode does not describe.
 pub trait SendWork {
     /// Returned with the completion.
     fn wr_id(&self) -> u64;
@@ -137,8 +205,22 @@ pub trait SendWork {
     fn opcode(&self) -> SendOpcode;
     /// Immediate data (read for SEND_IMM and RDMA_WRITE_IMM only).
     fn imm(&self) -> u32;
-    /// Remote address and key (read for the RDMA writes only).
+    /// Remote address and key (read for the opcodes with a remote-address
+    /// segment only).
     fn remote(&self) -> (u64, u32);
+    /// The atomic operands (swap or add, compare), read for the atomics
+    /// only (Linux `set_atomic_seg`: FETCH_ADD carries the addend first and
+    /// a zero compare).
+    #[inline(always)]
+    fn atomic(&self) -> (u64, u64) {
+        (0, 0)
+    }
+    /// `IBV_SEND_FENCE`: the device starts this request only after every
+    /// earlier RDMA READ and atomic completed (fence mode FENCE).
+    #[inline(always)]
+    fn fence(&self) -> bool {
+        false
+    }
     /// The data.
     fn payload(&self) -> Payload<'_>;
     /// Ask for a completion on success.
@@ -162,17 +244,28 @@ impl SendWork for SendRequest<'_> {
     fn imm(&self) -> u32 {
         match self.op {
             SendOp::SendImm { imm } | SendOp::RdmaWriteImm { imm, .. } => imm,
-            SendOp::Send | SendOp::RdmaWrite { .. } => 0,
+            _ => 0,
         }
     }
 
     #[inline(always)]
     fn remote(&self) -> (u64, u32) {
         match self.op {
-            SendOp::RdmaWrite { raddr, rkey } | SendOp::RdmaWriteImm { raddr, rkey, .. } => {
-                (raddr, rkey)
-            }
+            SendOp::RdmaWrite { raddr, rkey }
+            | SendOp::RdmaWriteImm { raddr, rkey, .. }
+            | SendOp::RdmaRead { raddr, rkey }
+            | SendOp::AtomicCmpSwap { raddr, rkey, .. }
+            | SendOp::AtomicFetchAdd { raddr, rkey, .. } => (raddr, rkey),
             SendOp::Send | SendOp::SendImm { .. } => (0, 0),
+        }
+    }
+
+    #[inline(always)]
+    fn atomic(&self) -> (u64, u64) {
+        match self.op {
+            SendOp::AtomicCmpSwap { compare, swap, .. } => (swap, compare),
+            SendOp::AtomicFetchAdd { add, .. } => (add, 0),
+            _ => (0, 0),
         }
     }
 
@@ -265,6 +358,15 @@ pub enum SendError {
     /// The device is dead (fatal health): nothing is posted (`EIO`, as
     /// `mlx5_ib_post_send` on an internal error).
     DeviceDead,
+    /// An atomic on a device without the IB atomics (`EINVAL`, rdma-core's
+    /// `atomics_enabled` check).
+    AtomicsUnsupported,
+    /// An atomic whose local buffer is not one gather entry of at least 8
+    /// bytes (`EINVAL`).
+    BadAtomicBuffer,
+    /// Inline data on an RDMA READ or an atomic, whose local buffer the
+    /// device writes (`EINVAL`).
+    InlineNotAllowed,
 }
 
 impl SendError {
@@ -273,9 +375,12 @@ impl SendError {
         use mlx5_regs::consts::errno;
         match self {
             SendError::Full | SendError::InlineTooLarge { .. } => errno::ENOMEM,
-            SendError::TooManySges { .. } | SendError::BadState { .. } | SendError::NoSendQueue => {
-                errno::EINVAL
-            }
+            SendError::TooManySges { .. }
+            | SendError::BadState { .. }
+            | SendError::NoSendQueue
+            | SendError::AtomicsUnsupported
+            | SendError::BadAtomicBuffer
+            | SendError::InlineNotAllowed => errno::EINVAL,
             SendError::DeviceDead => errno::EIO,
         }
     }

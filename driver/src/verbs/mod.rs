@@ -87,8 +87,8 @@ pub use qp_types::{
     QpInitAttr, QpState, SendFlags, SendWr, WrOpcode,
 };
 pub use types::{
-    AsyncEvent, AsyncEventDetail, AsyncEventType, CqHandle, DeviceAttr, EventElement, SrqAttr,
-    SrqAttrMask, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
+    AsyncEvent, AsyncEventDetail, AsyncEventType, AtomicCap, CqHandle, DeviceAttr, EventElement,
+    SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// `ibv_recv_wr`: the caller's id and its scatter list.
@@ -409,7 +409,20 @@ impl<
             max_send_sge: qp::max_send_sge(caps.max_wqe_sz_sq),
             max_qp_rd_atom: 1u32 << caps.log_max_ra_res_qp.min(31),
             max_qp_init_rd_atom: 1u32 << caps.log_max_ra_req_qp.min(31),
+            max_res_rd_atom: (1u64 << caps.log_max_ra_res_qp.min(31))
+                * (1u64 << caps.log_max_qp.min(31)),
+            atomic_cap: self.atomic_cap(),
             num_comp_vectors: self.hca.num_comp_vectors() as u32,
+        }
+    }
+
+    /// `IBV_ATOMIC_HCA` when the device executes the IB atomics in host
+    /// endianness (Linux `get_atomic_caps`), else `IBV_ATOMIC_NONE`.
+    pub(crate) fn atomic_cap(&self) -> AtomicCap {
+        if self.hca.atomic_caps().is_some_and(|a| a.ib_atomics()) {
+            AtomicCap::Hca
+        } else {
+            AtomicCap::None
         }
     }
 

@@ -145,7 +145,9 @@ impl<
     /// address vector, the widths of firmware's fields). A failed check is
     /// `EINVAL` with nothing changed, as is a refusal by firmware (whose
     /// opcode, status and syndrome [`Verbs::last_error`] gives); SQD and
-    /// alternate paths are `EOPNOTSUPP`; RESET to RESET does nothing. Moving
+    /// alternate paths are `EOPNOTSUPP`, and so is `REMOTE_ATOMIC` (with
+    /// responder resources) on a device without the IB atomics, as Linux
+    /// refuses it; RESET to RESET does nothing. Moving
     /// to RESET also removes the QP's unpolled completions from its CQs
     /// (rdma-core); a QP that reached RTS accepts sends until it is reset.
     pub fn modify_qp(
@@ -201,6 +203,21 @@ impl<
         } else {
             None
         };
+        // The rights firmware would get: remote atomic needs the IB atomics
+        // (Linux `get_atomic_mode` fails `to_mlx5_access_flags` with
+        // EOPNOTSUPP), refused before any command.
+        let sent = match (cur, new) {
+            (QpState::Reset, QpState::Init) => {
+                Some(hw_access(attr.qp_access_flags, book.resp_depth))
+            }
+            (QpState::Init, QpState::Rtr) => Some(access(attr.max_dest_rd_atomic)),
+            (_, QpState::Reset | QpState::Err) => None,
+            _ => opt_access,
+        };
+        let atomics = self.hca.atomic_caps().is_some_and(|a| a.has_ib_ops());
+        if sent.is_some_and(|a| a.remote_atomic) && !atomics {
+            return Err(Errno::EOPNOTSUPP);
+        }
         if matches!(path, Some(AddressPath::Roce { .. })) {
             // Firmware connects RoCE QPs only with RoCE enabled.
             self.hca.enable_roce()?;

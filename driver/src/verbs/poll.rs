@@ -453,6 +453,9 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
                 wc.opcode = match s.opcode {
                     SendOpcode::Send | SendOpcode::SendImm => WcOpcode::Send,
                     SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
+                    SendOpcode::RdmaRead => WcOpcode::RdmaRead,
+                    SendOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
+                    SendOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
                 };
                 true
             }

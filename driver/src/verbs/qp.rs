@@ -3,9 +3,10 @@
 //!
 //! Sizes, limits and errors are rdma-core's (`providers/mlx5/verbs.c`
 //! `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`, `create_qp`; `qp.c`
-//! `_mlx5_post_send`), with the send overhead of the four operations this
+//! `_mlx5_post_send`), with the send overhead of the seven operations this
 //! driver posts (`IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` = SEND, SEND_WITH_IMM,
-//! RDMA_WRITE, RDMA_WRITE_WITH_IMM: control + remote-address segment, 32
+//! RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
+//! ATOMIC_FETCH_AND_ADD: control + remote-address + atomic segment, 48
 //! bytes).
 
 use mlx5_hal::Hal;
@@ -20,7 +21,7 @@ use super::{
 use crate::loopback::LoopbackMode;
 use crate::qp::ring::{MAX_DS, SQ_OVERHEAD};
 use crate::qp::{
-    Payload, Qp, QpLinks, RecvQueueCaps, SendOpcode, SendQueueCaps, SendSlot, SendWork,
+    Payload, Qp, QpLinks, RecvQueueCaps, SendError, SendOpcode, SendQueueCaps, SendSlot, SendWork,
 };
 use crate::stats::CmdObserver;
 
@@ -57,7 +58,7 @@ pub(super) struct QpEntry<H: Hal, const W: usize> {
 }
 
 /// Gather entries a send WQE of a device with `max_wqe_sz_sq` holds after
-/// the 32-byte overhead (and within the 63 units of `ds`).
+/// the 48-byte overhead (and within the 63 units of `ds`).
 pub(super) fn max_send_sge(max_wqe_sz_sq: u16) -> u32 {
     let desc = (max_wqe_sz_sq as usize).min(MAX_DS * 16);
     (desc.saturating_sub(SQ_OVERHEAD) / 16) as u32
@@ -384,8 +385,11 @@ impl<
     /// after RTS takes the request and flushes it with a completion.
     /// `SIGNALED` (or `sq_sig_all`) asks for a completion on success,
     /// `SOLICITED` sets the solicited bit, `INLINE` copies
-    /// [`SendWr::inline_data`]; `FENCE` has nothing to wait for (no RDMA
-    /// reads or atomics are posted) and `IP_CSUM` does not apply to RC. On
+    /// [`SendWr::inline_data`] (`EINVAL` on a READ or atomic), `FENCE`
+    /// makes the request wait for earlier READs and atomics (fence mode 4,
+    /// rdma-core's `MLX5_WQE_CTRL_FENCE`); `IP_CSUM` does not apply to RC.
+    /// An atomic needs a device with `IBV_ATOMIC_HCA` and exactly one gather
+    /// entry of at least 8 bytes (the device writes 8), else `EINVAL`. On
     /// a dead device nothing is posted and the first request fails with
     /// `EIO` (`mlx5_ib_post_send`).
     #[inline(always)]
@@ -403,15 +407,17 @@ impl<
             return Err(fail(0, Errno::ENOMEM));
         }
         let sig_all = e.book.sq_sig_all;
-        // Every refusal of the ring (queue full, more gather entries than
-        // asked for at creation, inline data too large) is ENOMEM, as in
-        // rdma-core; the requests before it stay posted.
+        // Every refusal of the ring for lack of room (queue full, more
+        // gather entries than asked for at creation, inline data too large)
+        // is ENOMEM, as in rdma-core; an atomic without device support or
+        // without one 8-byte buffer, and inline data on a READ or atomic,
+        // are EINVAL. The requests before it stay posted.
         if let [wr] = wrs {
             // One request: no loop, no list bookkeeping.
             return e
                 .qp
                 .post_send_one(&Posted { wr, sig_all })
-                .map_err(|_| fail(0, Errno::ENOMEM));
+                .map_err(|err| fail(0, send_errno(&err)));
         }
         post_list(&mut e.qp, wrs, sig_all)
     }
@@ -451,8 +457,21 @@ fn post_chunk<H: Hal, const W: usize>(
     qp.post_send_iter(chunk.iter().map(|wr| Posted { wr, sig_all }))
         .map_err(|f| PostSendError {
             index: base + f.index,
-            errno: Errno::ENOMEM,
+            errno: send_errno(&f.error),
         })
+}
+
+/// The errno of a ring refusal in `post_send` (rdma-core `_mlx5_post_send`):
+/// no room is `ENOMEM`; a request the device cannot take as given is
+/// `EINVAL`.
+#[inline(always)]
+fn send_errno(e: &SendError) -> Errno {
+    match e {
+        SendError::AtomicsUnsupported
+        | SendError::BadAtomicBuffer
+        | SendError::InlineNotAllowed => Errno::EINVAL,
+        _ => Errno::ENOMEM,
+    }
 }
 
 /// A verbs work request as the send ring reads it ([`SendWork`]), with
@@ -476,7 +495,25 @@ impl SendWork for Posted<'_, '_> {
             WrOpcode::RdmaWriteWithImm => SendOpcode::RdmaWriteImm,
             WrOpcode::Send => SendOpcode::Send,
             WrOpcode::SendWithImm => SendOpcode::SendImm,
+            WrOpcode::RdmaRead => SendOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => SendOpcode::AtomicCmpSwap,
+            WrOpcode::AtomicFetchAndAdd => SendOpcode::AtomicFetchAdd,
         }
+    }
+
+    #[inline(always)]
+    fn atomic(&self) -> (u64, u64) {
+        // rdma-core `set_atomic_seg`: CMP_AND_SWP carries (swap, compare),
+        // FETCH_AND_ADD (the addend, 0).
+        match self.wr.opcode {
+            WrOpcode::AtomicCmpAndSwp => (self.wr.swap, self.wr.compare_add),
+            _ => (self.wr.compare_add, 0),
+        }
+    }
+
+    #[inline(always)]
+    fn fence(&self) -> bool {
+        self.wr.send_flags.contains(SendFlags::FENCE)
     }
 
     #[inline(always)]

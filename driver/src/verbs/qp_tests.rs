@@ -9,14 +9,48 @@ use std::vec::Vec;
 
 use super::qp::Posted;
 use super::{SendFlags, SendWr, WrOpcode};
-use crate::qp::tests::{geometry, qp, sge, slots};
-use crate::qp::{Payload, Qp, SendError, SendOp, SendRequest, SendSlot};
+use crate::qp::tests::{geometry, qp, qp_atomics, sge, slots};
+use crate::qp::{Payload, Qp, SendError, SendOp, SendOpcode, SendRequest, SendSlot, SendWork};
 use crate::testhal::TestHal;
 
+/// A driver request with the fence bit (which [`SendRequest`] has not).
+struct Fenced<'a>(SendRequest<'a>, bool);
+
+impl SendWork for Fenced<'_> {
+    fn wr_id(&self) -> u64 {
+        self.0.wr_id()
+    }
+    fn opcode(&self) -> SendOpcode {
+        self.0.opcode()
+    }
+    fn imm(&self) -> u32 {
+        self.0.imm()
+    }
+    fn remote(&self) -> (u64, u32) {
+        self.0.remote()
+    }
+    fn atomic(&self) -> (u64, u64) {
+        self.0.atomic()
+    }
+    fn fence(&self) -> bool {
+        self.1
+    }
+    fn payload(&self) -> Payload<'_> {
+        self.0.payload()
+    }
+    fn signaled(&self) -> bool {
+        self.0.signaled()
+    }
+    fn solicited(&self) -> bool {
+        self.0.solicited()
+    }
+}
+
 /// The verbs request in the driver's terms, as libibverbs defines each
-/// field: the RDMA fields for the RDMA writes only, `imm_data` for the
-/// `_WITH_IMM` opcodes only, the gather list unless `INLINE`.
-fn request<'a>(wr: &SendWr<'a>, sig_all: bool) -> SendRequest<'a> {
+/// field: the remote fields for the RDMA and atomic opcodes only,
+/// `compare_add`/`swap` for the atomics, `imm_data` for the `_WITH_IMM`
+/// opcodes only, the gather list unless `INLINE`, the fence bit.
+fn request<'a>(wr: &SendWr<'a>, sig_all: bool) -> Fenced<'a> {
     let op = match wr.opcode {
         WrOpcode::Send => SendOp::Send,
         WrOpcode::SendWithImm => SendOp::SendImm { imm: wr.imm_data },
@@ -29,8 +63,23 @@ fn request<'a>(wr: &SendWr<'a>, sig_all: bool) -> SendRequest<'a> {
             rkey: wr.rkey,
             imm: wr.imm_data,
         },
+        WrOpcode::RdmaRead => SendOp::RdmaRead {
+            raddr: wr.remote_addr,
+            rkey: wr.rkey,
+        },
+        WrOpcode::AtomicCmpAndSwp => SendOp::AtomicCmpSwap {
+            raddr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare: wr.compare_add,
+            swap: wr.swap,
+        },
+        WrOpcode::AtomicFetchAndAdd => SendOp::AtomicFetchAdd {
+            raddr: wr.remote_addr,
+            rkey: wr.rkey,
+            add: wr.compare_add,
+        },
     };
-    SendRequest {
+    let r = SendRequest {
         wr_id: wr.wr_id,
         op,
         payload: if wr.send_flags.contains(SendFlags::INLINE) {
@@ -40,7 +89,8 @@ fn request<'a>(wr: &SendWr<'a>, sig_all: bool) -> SendRequest<'a> {
         },
         signaled: sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
         solicited: wr.send_flags.contains(SendFlags::SOLICITED),
-    }
+    };
+    Fenced(r, wr.send_flags.contains(SendFlags::FENCE))
 }
 
 /// Everything of a QP's send side the device or a completion reads.
@@ -56,11 +106,14 @@ fn image(q: &Qp<TestHal, Vec<SendSlot>>) -> (Vec<u8>, Vec<SendSlot>, u64, u16) {
     )
 }
 
-const OPCODES: [WrOpcode; 4] = [
+const OPCODES: [WrOpcode; 7] = [
     WrOpcode::RdmaWrite,
     WrOpcode::RdmaWriteWithImm,
     WrOpcode::Send,
     WrOpcode::SendWithImm,
+    WrOpcode::RdmaRead,
+    WrOpcode::AtomicCmpAndSwp,
+    WrOpcode::AtomicFetchAndAdd,
 ];
 
 #[test]
@@ -79,7 +132,14 @@ fn every_verbs_request_gives_the_wqe_of_its_driver_request() {
     ];
     for sig_all in [false, true] {
         for (o, &opcode) in OPCODES.iter().enumerate() {
+            let reads = matches!(
+                opcode,
+                WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+            );
+            let atomic = reads && opcode != WrOpcode::RdmaRead;
+            // No INLINE on the opcodes whose local buffer is written.
             let wrs: Vec<SendWr<'_>> = (0..16usize)
+                .filter(|m| !reads || m & 4 == 0)
                 .map(|m| {
                     let mut send_flags = SendFlags(0);
                     for (b, &f) in flag_bits.iter().enumerate() {
@@ -91,23 +151,26 @@ fn every_verbs_request_gives_the_wqe_of_its_driver_request() {
                         wr_id: (o * 100 + m) as u64,
                         opcode,
                         send_flags,
-                        sg_list: &sges[..m % 4],
+                        sg_list: if atomic { &sges[..1] } else { &sges[..m % 4] },
                         inline_data: &data[..m * 4],
                         imm_data: 0xdead_0000 + m as u32,
                         remote_addr: 0x1122_3344_5566_7700 + m as u64,
                         rkey: 0xab00 + m as u32,
+                        compare_add: 0x0102_0304_0506_0708 + m as u64,
+                        swap: 0x1112_1314_1516_1718 + m as u64,
                     }
                 })
                 .collect();
             let geo = geometry(16, 4, 64);
-            let (mut one, mut list, mut reference) = (qp(&hal, geo), qp(&hal, geo), qp(&hal, geo));
+            let mk = || qp_atomics(&hal, geo, true);
+            let (mut one, mut list, mut reference) = (mk(), mk(), mk());
             for wr in &wrs {
                 one.post_send_one(&Posted { wr, sig_all }).unwrap();
             }
             list.post_send_iter(wrs.iter().map(|wr| Posted { wr, sig_all }))
                 .unwrap();
-            let reqs: Vec<SendRequest<'_>> = wrs.iter().map(|w| request(w, sig_all)).collect();
-            reference.post_send(&reqs).unwrap();
+            let reqs: Vec<Fenced<'_>> = wrs.iter().map(|w| request(w, sig_all)).collect();
+            reference.post_send_iter(reqs).unwrap();
             let want = image(&reference);
             for (got, how) in [(image(&one), "one at a time"), (image(&list), "as a list")] {
                 let what = std::format!("{opcode:?} {how}, sq_sig_all {sig_all}");
@@ -178,4 +241,106 @@ fn a_single_request_is_refused_like_the_list_form_and_writes_nothing() {
         q.send_ring().unwrap().max_sges(),
         geometry(2, 4, 16).max_send_sge
     );
+}
+
+#[test]
+fn reads_and_atomics_are_laid_out_as_rdma_core_writes_them_and_refused_when_they_cannot_be() {
+    let hal = TestHal::new();
+    let mut q = qp_atomics(&hal, geometry(8, 4, 16), true);
+    let buf = [sge(7, 8)];
+    let cas = SendWr {
+        opcode: WrOpcode::AtomicCmpAndSwp,
+        send_flags: SendFlags::SIGNALED | SendFlags::FENCE,
+        sg_list: &buf,
+        remote_addr: 0x1000,
+        rkey: 0x55,
+        compare_add: 1,
+        swap: 2,
+        ..SendWr::EMPTY
+    };
+    q.post_send_one(&Posted {
+        wr: &cas,
+        sig_all: false,
+    })
+    .unwrap();
+    let ring = q.send_ring().unwrap();
+    let mut w = [0u8; 64];
+    ring.region().read_bytes(ring.base_offset(), &mut w);
+    let be32 = |o: usize| u32::from_be_bytes(w[o..o + 4].try_into().unwrap());
+    let be64 = |o: usize| u64::from_be_bytes(w[o..o + 8].try_into().unwrap());
+    assert_eq!(be32(0) & 0xff, 0x11, "ATOMIC_CS");
+    assert_eq!(be32(4) & 0x3f, 4, "ctrl + raddr + atomic + data");
+    assert_eq!(w[11], 0x80 | 0x08, "fence mode 4, CQ update");
+    assert_eq!((be64(16), be32(24)), (0x1000, 0x55), "raddr segment");
+    assert_eq!((be64(32), be64(40)), (2, 1), "swap, then compare");
+    assert_eq!(
+        (be32(48), be32(52), be64(56)),
+        (8, buf[0].lkey, buf[0].addr),
+        "8-byte data segment"
+    );
+    // Refusals, each with nothing written.
+    let before = image(&q);
+    let two = [sge(1, 8), sge(2, 8)];
+    let short = [sge(1, 4)];
+    for (wr, want) in [
+        (
+            SendWr {
+                sg_list: &two,
+                ..cas
+            },
+            SendError::BadAtomicBuffer,
+        ),
+        (
+            SendWr {
+                sg_list: &short,
+                ..cas
+            },
+            SendError::BadAtomicBuffer,
+        ),
+        (
+            SendWr {
+                sg_list: &[],
+                ..cas
+            },
+            SendError::BadAtomicBuffer,
+        ),
+        (
+            SendWr {
+                opcode: WrOpcode::RdmaRead,
+                send_flags: SendFlags::INLINE,
+                inline_data: &[1, 2, 3],
+                ..cas
+            },
+            SendError::InlineNotAllowed,
+        ),
+    ] {
+        assert_eq!(
+            q.post_send_one(&Posted {
+                wr: &wr,
+                sig_all: false
+            }),
+            Err(want)
+        );
+        assert_eq!(want.errno(), mlx5_regs::consts::errno::EINVAL);
+    }
+    assert_eq!(image(&q), before, "nothing written, no doorbell");
+    // A device without the IB atomics: refused; READ still goes.
+    let mut plain = qp(&hal, geometry(8, 4, 16));
+    assert_eq!(
+        plain.post_send_one(&Posted {
+            wr: &cas,
+            sig_all: false
+        }),
+        Err(SendError::AtomicsUnsupported)
+    );
+    let read = SendWr {
+        opcode: WrOpcode::RdmaRead,
+        ..cas
+    };
+    plain
+        .post_send_one(&Posted {
+            wr: &read,
+            sig_all: false,
+        })
+        .unwrap();
 }

@@ -196,8 +196,8 @@ bits! {
 bits! {
     /// `ibv_send_flags`.
     SendFlags {
-        /// `IBV_SEND_FENCE`: wait for earlier RDMA reads and atomics; this
-        /// driver posts neither, so it has nothing to wait for.
+        /// `IBV_SEND_FENCE`: the device starts the request only after every
+        /// earlier RDMA READ and atomic of the QP completed.
         FENCE = 1 << 0,
         /// `IBV_SEND_SIGNALED`: a completion on success too.
         SIGNALED = 1 << 1,
@@ -333,10 +333,23 @@ pub enum WrOpcode {
     Send = 2,
     /// `IBV_WR_SEND_WITH_IMM`.
     SendWithImm = 3,
+    /// `IBV_WR_RDMA_READ`: read `remote_addr` (through `rkey`) into the
+    /// gather list, which the device writes.
+    RdmaRead = 4,
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP`: at the 8-byte aligned `remote_addr`,
+    /// store `swap` if the value equals `compare_add`; the original value
+    /// lands in the one 8-byte gather entry.
+    AtomicCmpAndSwp = 5,
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD`: add `compare_add` to the 8-byte
+    /// aligned `remote_addr` (wrapping); the original value lands in the
+    /// one 8-byte gather entry.
+    AtomicFetchAndAdd = 6,
 }
 
-/// `ibv_send_wr`. The list is a slice (no `next` pointer); the RDMA fields
-/// are used by the RDMA opcodes only, `imm_data` by the `_WITH_IMM` ones.
+/// `ibv_send_wr`. The list is a slice (no `next` pointer); `remote_addr`
+/// and `rkey` (libibverbs' `wr.rdma` and `wr.atomic`) are used by the RDMA
+/// and atomic opcodes only, `compare_add` and `swap` by the atomics,
+/// `imm_data` by the `_WITH_IMM` ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendWr<'a> {
     /// Returned in the completion.
@@ -354,10 +367,15 @@ pub struct SendWr<'a> {
     pub inline_data: &'a [u8],
     /// Immediate data, as the responder's completion reports it.
     pub imm_data: u32,
-    /// Remote address of an RDMA write.
+    /// Remote address of an RDMA write, READ or atomic.
     pub remote_addr: u64,
-    /// Remote key of an RDMA write.
+    /// Remote key of an RDMA write, READ or atomic.
     pub rkey: u32,
+    /// `wr.atomic.compare_add`: the compare operand of CMP_AND_SWP, the
+    /// addend of FETCH_AND_ADD.
+    pub compare_add: u64,
+    /// `wr.atomic.swap`: the value CMP_AND_SWP stores.
+    pub swap: u64,
 }
 
 impl SendWr<'static> {
@@ -371,6 +389,8 @@ impl SendWr<'static> {
         imm_data: 0,
         remote_addr: 0,
         rkey: 0,
+        compare_add: 0,
+        swap: 0,
     };
 }
 

@@ -48,9 +48,29 @@ pub struct DeviceAttr {
     pub max_qp_rd_atom: u32,
     /// RDMA reads / atomics a QP issues at once: `2^log_max_ra_req_qp`.
     pub max_qp_init_rd_atom: u32,
+    /// RDMA reads / atomics the device accepts at once over all QPs:
+    /// `max_qp_rd_atom · max_qp` (Linux `mlx5_ib_query_device`).
+    pub max_res_rd_atom: u64,
+    /// Atomic support (Linux `get_atomic_caps`): [`AtomicCap::Hca`] when
+    /// the atomic page has 8-byte CMP_SWAP and FETCH_ADD on QPs and bring-up
+    /// could set host endianness, else [`AtomicCap::None`].
+    pub atomic_cap: AtomicCap,
     /// Completion vectors ([`crate::Hca::num_comp_vectors`]): a CQ's
     /// `comp_vector` must be below it.
     pub num_comp_vectors: u32,
+}
+
+/// `ibv_atomic_cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum AtomicCap {
+    /// `IBV_ATOMIC_NONE`: atomics are not supported.
+    None = 0,
+    /// `IBV_ATOMIC_HCA`: atomic against other atomics of this device.
+    Hca = 1,
+    /// `IBV_ATOMIC_GLOB`: atomic against the CPU too (never reported by
+    /// mlx5).
+    Glob = 2,
 }
 
 impl DeviceAttr {
@@ -179,6 +199,15 @@ pub enum WcOpcode {
     /// `IBV_WC_RDMA_WRITE`: an RDMA WRITE (with or without immediate)
     /// completed.
     RdmaWrite,
+    /// `IBV_WC_RDMA_READ`: an RDMA READ completed (`byte_len` = the bytes
+    /// read).
+    RdmaRead,
+    /// `IBV_WC_COMP_SWAP`: an atomic compare and swap completed (the
+    /// original value is in its local buffer).
+    CompSwap,
+    /// `IBV_WC_FETCH_ADD`: an atomic fetch and add completed (the original
+    /// value is in its local buffer).
+    FetchAdd,
     /// `IBV_WC_RECV`: a receive (send, send with immediate, send with
     /// invalidate).
     Recv,

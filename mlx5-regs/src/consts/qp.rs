@@ -436,3 +436,26 @@ pub mod qp_ctx {
     /// Dword of the QP doorbell record holding the send counter (`MLX5_SND_DBR`).
     pub const SND_DBR: usize = 1;
 }
+
+/// The atomic capability page and the QPC's `atomic_mode`
+/// (`include/linux/mlx5/device.h`, `drivers/infiniband/hw/mlx5/qp.c`).
+pub mod atomic {
+    /// `atomic_operations` bit: 8-byte compare and swap (`MLX5_ATOMIC_OPS_CMP_SWAP`).
+    pub const OPS_CMP_SWAP: u16 = 1 << 0;
+    /// `atomic_operations` bit: 8-byte fetch and add (`MLX5_ATOMIC_OPS_FETCH_ADD`).
+    pub const OPS_FETCH_ADD: u16 = 1 << 1;
+    /// `atomic_operations` bit: masked compare and swap (`MLX5_ATOMIC_OPS_MASKED_CMP_SWAP`).
+    pub const OPS_MASKED_CMP_SWAP: u16 = 1 << 2;
+    /// `atomic_operations` bit: masked fetch and add (`MLX5_ATOMIC_OPS_MASKED_FETCH_ADD`).
+    pub const OPS_MASKED_FETCH_ADD: u16 = 1 << 3;
+    /// `atomic_size_qp` bit: 8-byte operands (`MLX5_ATOMIC_SIZE_QP_8BYTES`).
+    pub const SIZE_QP_8BYTES: u16 = 1 << 3;
+    /// `atomic_req_8B_endianness_mode`: big endian (the reset value).
+    pub const REQ_MODE_BE: u8 = 0;
+    /// `atomic_req_8B_endianness_mode`: host endianness
+    /// (`MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS`), what Linux sets.
+    pub const REQ_MODE_HOST_ENDIANNESS: u8 = 1;
+    /// `qpc.atomic_mode`: IB-compatible 8-byte atomics (`MLX5_ATOMIC_MODE_IB_COMP`),
+    /// what Linux `get_atomic_mode` picks without extended atomics.
+    pub const MODE_IB_COMP: u8 = 1;
+}

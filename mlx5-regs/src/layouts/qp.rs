@@ -389,6 +389,15 @@ layouts! {
         rkey: u32 @ 64 : 32,
     }
 
+    /// Atomic segment of CMP_SWAP / FETCH_ADD, after the remote-address
+    /// segment (`struct mlx5_wqe_atomic_seg`, `include/linux/mlx5/qp.h`;
+    /// Linux `set_atomic_seg`): the swap or add operand, then the compare
+    /// operand (0 for FETCH_ADD), both big-endian.
+    wqe_atomic_seg (16) {
+        swap_add: u64 @ 0 : 64,
+        compare: u64 @ 64 : 64,
+    }
+
     /// Inline-data segment header (`struct mlx5_wqe_inline_seg`): the byte
     /// count with `MLX5_INLINE_SEG` (bit 31) set, then the data, the segment
     /// padded to a multiple of 16 bytes (Linux `set_data_inl_seg`,

@@ -11,6 +11,22 @@
 use crate::layouts;
 
 layouts! {
+    /// Atomic capability page (`struct mlx5_ifc_atomic_caps_bits`):
+    /// `QUERY_HCA_CAP` op_mod `(3 << 1) | mode`, read when the general cap
+    /// `atomic` is set; Linux `handle_hca_cap_atomic` sets
+    /// `atomic_req_8B_endianness_mode` to host endianness (1) with
+    /// SET_HCA_CAP when `supported_atomic_req_8B_endianness_mode_1` says it can.
+    atomic_caps (256) {
+        /// 0 = big endian, 1 = host endianness (`MLX5_ATOMIC_REQ_MODE_*`).
+        atomic_req_8b_endianness_mode: u8 @ 64 : 2,
+        supported_atomic_req_8b_endianness_mode_1: bool @ 70 : 1,
+        /// Bit mask of `MLX5_ATOMIC_OPS_*` ([`crate::consts::atomic`]).
+        atomic_operations: u16 @ 144 : 16,
+        /// Bit mask of operand sizes on RC/UC QPs (bit n = 2^n bytes).
+        atomic_size_qp: u16 @ 176 : 16,
+        /// Bit mask of operand sizes on DC targets.
+        atomic_size_dc: u16 @ 208 : 16,
+    }
     /// RoCE capability page (`struct mlx5_ifc_roce_cap_bits`): `QUERY_HCA_CAP`
     /// op_mod `(4 << 1) | mode`, in the `capability` field.
     roce_cap (256) {

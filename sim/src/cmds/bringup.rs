@@ -302,8 +302,9 @@ impl State {
     pub(super) fn query_hca_cap(&mut self, inp: &[u8], op_mod: u16, out: &mut [u8]) -> R {
         let roce = op_mod >> 1 == om::CAP_ROCE && self.caps.has_roce_page();
         let odp = op_mod >> 1 == om::CAP_ODP && self.caps.pg;
+        let atomic = op_mod >> 1 == om::CAP_ATOMIC && self.caps.atomic;
         ensure(
-            op_mod >> 1 == om::CAP_GENERAL || roce || odp,
+            op_mod >> 1 == om::CAP_GENERAL || roce || odp || atomic,
             bad_param(sy::CAP_TYPE),
         )?;
         ensure(
@@ -318,6 +319,17 @@ impl State {
             // The ODP page with no transport able to take page faults: all
             // zero, maximum and current alike (docs/fidelity.md §3).
             blk.fill(0);
+            return Ok(());
+        }
+        if atomic {
+            let mode = if op_mod & 1 == om::HCA_CAP_CUR {
+                self.cur.atomic_req_8b_endianness_mode
+            } else {
+                0
+            };
+            self.caps
+                .atomic_caps
+                .to_block(&mut blk[..mlx5_regs::layouts::atomic_caps::SIZE], mode);
             return Ok(());
         }
         if roce {
@@ -337,8 +349,9 @@ impl State {
     pub(super) fn set_hca_cap(&mut self, inp: &[u8], op_mod: u16) -> R {
         let roce = op_mod >> 1 == om::CAP_ROCE && self.caps.has_roce_page();
         let odp = op_mod >> 1 == om::CAP_ODP && self.caps.pg;
+        let atomic = op_mod >> 1 == om::CAP_ATOMIC && self.caps.atomic;
         ensure(
-            op_mod >> 1 == om::CAP_GENERAL || roce || odp,
+            op_mod >> 1 == om::CAP_GENERAL || roce || odp || atomic,
             bad_param(sy::CAP_TYPE),
         )?;
         ensure(
@@ -362,6 +375,9 @@ impl State {
         }
         if roce {
             return self.set_roce_cap(given);
+        }
+        if atomic {
+            return self.set_atomic_cap(given);
         }
         use mlx5_regs::layouts::cmd_hca_cap as c;
         let mut new = self.cur;

@@ -268,4 +268,34 @@ impl State {
         self.cur.sw_r_roce_src_udp_port = want;
         Ok(())
     }
+
+    /// SET_HCA_CAP op_mod 6 (atomic page): the page as read with only
+    /// `atomic_req_8B_endianness_mode` changed, to 0 or, when
+    /// `supported_atomic_req_8B_endianness_mode_1`, to 1 (Linux
+    /// `handle_hca_cap_atomic`).
+    pub(super) fn set_atomic_cap(&mut self, given: &[u8]) -> R {
+        use mlx5_regs::layouts::atomic_caps;
+        let opc = Opcode::SET_HCA_CAP.0;
+        let (page, rest) = given.split_at(atomic_caps::SIZE);
+        ensure(
+            !reserved_set(&atomic_caps::LAYOUT, page, 0) && rest.iter().all(|&b| b == 0),
+            bad_param(per_opcode(sy::RESERVED, opc)),
+        )?;
+        let want = atomic_caps::atomic_req_8b_endianness_mode.get(page);
+        let mut expect = vec![0u8; atomic_caps::SIZE];
+        self.caps.atomic_caps.to_block(&mut expect, want);
+        ensure(expect == page, bad_param(sy::SET_CAP_NOT_SETTABLE))?;
+        let supported = match want {
+            0 => true,
+            1 => {
+                self.caps
+                    .atomic_caps
+                    .supported_atomic_req_8b_endianness_mode_1
+            }
+            _ => false,
+        };
+        ensure(supported, bad_param(sy::SET_CAP_ABOVE_MAX))?;
+        self.cur.atomic_req_8b_endianness_mode = want;
+        Ok(())
+    }
 }

@@ -13,6 +13,8 @@
 //! silent: `docs/fidelity.md` §14.
 
 mod frames;
+mod rdma;
+mod rdma_wire;
 mod receive;
 mod recv;
 mod requester;
@@ -150,6 +152,15 @@ impl State {
             self.req_done(qpn, &w, 0);
             return true;
         }
+        if w.fence {
+            // The requester runs one WQE at a time and the next only after
+            // the previous completed: a fenced WQE finds every earlier
+            // READ and atomic done.
+            self.stats.fenced_wqes += 1;
+        }
+        if w.is_read_or_atomic() {
+            return self.exec_rd_atomic(qpn, w);
+        }
         let payload = match self.gather(qpn, &w) {
             Ok(p) => p,
             Err(synd) => {
@@ -180,6 +191,63 @@ impl State {
                 false
             }
             Outcome::NoAck => {
+                self.stats.ack_timeouts += 1;
+                let t = self
+                    .objects
+                    .qps
+                    .get(&qpn)
+                    .and_then(|q| ack_timeout_ns(q.path.ack_timeout));
+                self.requester_wait(qpn, &w, WaitKind::Ack, t);
+                false
+            }
+            Outcome::Failed { synd, responder } => {
+                self.req_error(qpn, w.index, w.wqebbs, w.opcode, synd);
+                if let Some((tq, event)) = responder {
+                    if let Some(e) = event {
+                        self.qp_event(tq, e);
+                    }
+                    self.qp_enter_error(tq);
+                }
+                false
+            }
+        }
+    }
+
+    /// Execute a READ or atomic WQE: on the wire, or inside this card. The
+    /// requester runs one WQE at a time, so a fenced WQE always finds the
+    /// READs and atomics before it complete (`IBV_SEND_FENCE` holds).
+    fn exec_rd_atomic(&mut self, qpn: u32, w: Wqe) -> bool {
+        let log_msg_max = self.objects.qps.get(&qpn).map_or(0, |q| q.log_msg_max);
+        if w.len() > 1u64 << log_msg_max {
+            self.req_error(
+                qpn,
+                w.index,
+                w.wqebbs,
+                w.opcode,
+                cqe_syndrome::LOCAL_LENGTH_ERR,
+            );
+            return false;
+        }
+        if self.on_wire() && !self.local_destination(qpn) {
+            return self.wire_exec(qpn, w, &[]);
+        }
+        let (out, bytes) = self.loopback_rd_atomic(qpn, &w);
+        match out {
+            Outcome::Done | Outcome::Duplicate => {
+                if let Err(synd) = self.requester_write_back(qpn, &w, &bytes) {
+                    self.req_error(qpn, w.index, w.wqebbs, w.opcode, synd);
+                    return false;
+                }
+                self.stats.messages += 1;
+                let len = if w.opcode == mlx5_regs::consts::wqe::OPCODE_RDMA_READ {
+                    w.len() as u32
+                } else {
+                    8
+                };
+                self.req_done(qpn, &w, len);
+                true
+            }
+            Outcome::Rnr(_) | Outcome::NoAck => {
                 self.stats.ack_timeouts += 1;
                 let t = self
                     .objects

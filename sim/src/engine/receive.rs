@@ -38,6 +38,8 @@ pub(crate) struct RxState {
     pub msg: Option<RxMsg>,
     /// The message's bytes so far.
     pub buf: Vec<u8>,
+    /// Saved READ/atomic requests for replay (at most `1 << log_rra_max`).
+    pub resources: super::rdma::Resources,
 }
 
 /// A QP's transport state on the wire.
@@ -109,12 +111,20 @@ impl State {
                 Some(a) => self.wire_ack(qpn, bth.psn, a),
                 None => self.stats.wire_dropped += 1,
             },
+            op::READ_RESPONSE_FIRST
+            | op::READ_RESPONSE_MIDDLE
+            | op::READ_RESPONSE_LAST
+            | op::READ_RESPONSE_ONLY
+            | op::ATOMIC_ACKNOWLEDGE => self.wire_rd_response(qpn, bth, &p.ext, p.payload),
+            op::READ_REQUEST | op::COMPARE_SWAP | op::FETCH_ADD => {
+                self.wire_rd_request(qpn, bth, &p.ext)
+            }
             _ => self.wire_request(qpn, &p.encap, bth, &p.ext, p.payload),
         }
     }
 
     /// Send an ACKNOWLEDGE from responder QP `qpn` with `synd` for `psn`.
-    fn wire_reply(&mut self, qpn: u32, synd: u8, psn: u32) {
+    pub(super) fn wire_reply(&mut self, qpn: u32, synd: u8, psn: u32) {
         let Some(encap) = self.encap_for(qpn) else {
             return;
         };
@@ -149,7 +159,7 @@ impl State {
     }
 
     /// A NAK that ends the connection on the responder side too.
-    fn wire_fatal_nak(&mut self, qpn: u32, code: u8, psn: u32) {
+    pub(super) fn wire_fatal_nak(&mut self, qpn: u32, code: u8, psn: u32) {
         self.wire_reply(qpn, syndrome::NAK | code, psn);
         self.qp_enter_error(qpn);
     }
@@ -175,7 +185,7 @@ impl State {
             return;
         }
         let Some((write, pos, imm)) = classify(bth.opcode) else {
-            // READ, atomics, SEND_WITH_INVALIDATE: not served by this model.
+            // SEND_WITH_INVALIDATE and opcodes RC has not: not served.
             self.wire_fatal_nak(qpn, syndrome::NAK_INVALID_REQUEST, bth.psn);
             return;
         };
@@ -235,6 +245,8 @@ impl State {
             solicited: bth.solicited,
             imm: ext.imm.unwrap_or(0),
             remote,
+            atomic: None,
+            fence: false,
             data: Data::Inline(Vec::new()),
         };
         let outcome = self.deliver_message(qpn, sender, &wq, &bytes, l3_bits_of(e));

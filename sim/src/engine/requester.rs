@@ -47,6 +47,8 @@ pub(crate) struct Inflight {
     pub rnr_left: Option<u8>,
     /// What the next run of the QP does with the message.
     pub resend: Resend,
+    /// READ: the response bytes so far (written out at LAST/ONLY).
+    pub rd_buf: Vec<u8>,
 }
 
 impl Inflight {
@@ -91,6 +93,8 @@ impl State {
     /// it. Always stops the send queue (the next WQE waits for the ACK).
     pub(super) fn wire_exec(&mut self, qpn: u32, wq: Wqe, payload: &[u8]) -> bool {
         let now = self.now_ns();
+        let rd_atomic = wq.is_read_or_atomic();
+        let rd_npkts = self.rd_atomic_npkts(qpn, &wq);
         let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return false;
         };
@@ -98,7 +102,11 @@ impl State {
         let mtu = mtu::bytes(q.mtu).unwrap_or(256) as usize;
         let fresh = q.wire.tx.as_ref().is_none_or(|t| t.wqe.index != wq.index);
         if fresh {
-            let npkts = payload.len().div_ceil(mtu).max(1) as u32;
+            let npkts = if rd_atomic {
+                rd_npkts
+            } else {
+                payload.len().div_ceil(mtu).max(1) as u32
+            };
             q.wire.tx = Some(Box::new(Inflight {
                 wqe: wq,
                 first_psn: q.next_send_psn,
@@ -108,6 +116,7 @@ impl State {
                 retry_left: q.retry_count,
                 rnr_left: (q.rnr_retry != 7).then_some(q.rnr_retry),
                 resend: Resend::Timeout,
+                rd_buf: Vec::new(),
             }));
         } else {
             let tx = q.wire.tx.as_mut().expect("in flight");
@@ -123,9 +132,19 @@ impl State {
                 tx.resend_from = tx.una;
             }
             tx.resend = Resend::Timeout;
+            if rd_atomic {
+                // The whole request again; the responder replays it.
+                tx.resend_from = tx.first_psn;
+                tx.una = tx.first_psn;
+                tx.rd_buf.clear();
+            }
             self.stats.retransmissions += 1;
         }
-        self.wire_transmit(qpn, payload, mtu);
+        if rd_atomic {
+            self.wire_transmit_rd_atomic(qpn);
+        } else {
+            self.wire_transmit(qpn, payload, mtu);
+        }
         if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.wait = Some(Wait {
                 kind: WaitKind::Ack,
@@ -214,6 +233,9 @@ impl State {
             return; // nothing in flight: a stale or duplicate ACK
         };
         match aeth.kind() {
+            // A READ/atomic completes with its response, never a plain
+            // ACK (rxe `rxe_comp.c` waits for the READ/atomic response).
+            AckKind::Ack { .. } if tx.wqe.is_read_or_atomic() => {}
             AckKind::Ack { .. } => {
                 if psn_diff(psn, tx.last_psn()) >= 0 && psn_diff(psn, tx.first_psn) >= 0 {
                     let tx = q.wire.tx.take().expect("in flight");

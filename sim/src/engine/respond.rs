@@ -58,7 +58,7 @@ impl Recv {
 
 /// Where a message's PSNs stand at the responder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Psn {
+pub(super) enum Psn {
     /// It starts at the expected PSN.
     Expected,
     /// Every packet is behind it.
@@ -95,7 +95,7 @@ impl State {
 
     /// The responder QP of `sqpn`'s connection if a packet reaches it, and
     /// how the message of `npkts` packets stands against its expected PSN.
-    fn route(&self, sqpn: u32, npkts: u32) -> Option<(u32, Psn)> {
+    pub(super) fn route(&self, sqpn: u32, npkts: u32) -> Option<(u32, Psn)> {
         if !self.local_destination(sqpn) {
             return None;
         }

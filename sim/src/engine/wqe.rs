@@ -2,10 +2,13 @@
 //! (`include/linux/mlx5/qp.h` segments; Linux `mlx5_ib_post_send` in
 //! `drivers/infiniband/hw/mlx5/wr.c`, rdma-core `providers/mlx5/qp.c`):
 //! a 16-byte control segment, a remote-address segment for RDMA writes,
-//! then data segments or one inline segment; a WQE may wrap the ring end.
+//! reads and atomics, an atomic segment for the atomics, then data
+//! segments or one inline segment; a WQE may wrap the ring end.
 
 use mlx5_regs::consts::wqe as w;
-use mlx5_regs::layouts::{wqe_ctrl_seg as ctrl, wqe_data_seg as dseg, wqe_raddr_seg as raddr};
+use mlx5_regs::layouts::{
+    wqe_atomic_seg as aseg, wqe_ctrl_seg as ctrl, wqe_data_seg as dseg, wqe_raddr_seg as raddr,
+};
 
 use crate::state::State;
 
@@ -39,10 +42,23 @@ pub(crate) struct Wqe {
     pub imm: u32,
     /// RDMA: (remote address, rkey).
     pub remote: Option<(u64, u32)>,
+    /// CMP_SWAP / FETCH_ADD: (swap or add operand, compare operand).
+    pub atomic: Option<(u64, u64)>,
+    /// Fence mode FENCE or SMALL_AND_FENCE: wait for earlier READs and
+    /// atomics before executing.
+    pub fence: bool,
     pub data: Data,
 }
 
 impl Wqe {
+    /// RDMA READ or an atomic: the responder answers with data.
+    pub fn is_read_or_atomic(&self) -> bool {
+        matches!(
+            self.opcode,
+            w::OPCODE_RDMA_READ | w::OPCODE_ATOMIC_CS | w::OPCODE_ATOMIC_FA
+        )
+    }
+
     /// Message length in bytes.
     pub fn len(&self) -> u64 {
         match &self.data {
@@ -110,7 +126,12 @@ impl State {
         if ctrl::opmod.get(&first) != 0 {
             return Err(bad(wqebbs, "opcode modifier not 0"));
         }
-        let rdma = matches!(opcode, w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM);
+        let atomic = matches!(opcode, w::OPCODE_ATOMIC_CS | w::OPCODE_ATOMIC_FA);
+        let rdma = atomic
+            || matches!(
+                opcode,
+                w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM | w::OPCODE_RDMA_READ
+            );
         let known = rdma || matches!(opcode, w::OPCODE_NOP | w::OPCODE_SEND | w::OPCODE_SEND_IMM);
         if !known {
             return Err(bad(wqebbs, "send opcode not modelled for RC"));
@@ -133,6 +154,11 @@ impl State {
             solicited: fm_ce_se & w::CTRL_SOLICITED != 0,
             imm: ctrl::imm.get(&first),
             remote: None,
+            atomic: None,
+            fence: matches!(
+                fm_ce_se & 0xe0,
+                w::FENCE_MODE_FENCE | w::FENCE_MODE_SMALL_AND_FENCE
+            ),
             data: Data::Sges(Vec::new()),
         };
         if opcode == w::OPCODE_NOP {
@@ -141,11 +167,37 @@ impl State {
         let mut off = w::SEND_WQE_DS;
         if rdma {
             if bytes.len() < 2 * w::SEND_WQE_DS {
-                return Err(bad(wqebbs, "RDMA WRITE without a remote-address segment"));
+                return Err(bad(
+                    wqebbs,
+                    "RDMA operation without a remote-address segment",
+                ));
             }
             let r = &bytes[off..off + 16];
             wqe.remote = Some((raddr::raddr.get(r), raddr::rkey.get(r)));
             off += w::SEND_WQE_DS;
+        }
+        if atomic {
+            // ctrl, raddr, atomic, exactly one 8-byte local data segment
+            // (Linux `set_atomic_seg` + one `set_data_ptr_seg`).
+            if bytes.len() != 4 * w::SEND_WQE_DS {
+                return Err(bad(
+                    wqebbs,
+                    "atomic WQE is not ctrl + raddr + atomic + one SGE",
+                ));
+            }
+            let a = &bytes[off..off + 16];
+            wqe.atomic = Some((aseg::swap_add.get(a), aseg::compare.get(a)));
+            off += w::SEND_WQE_DS;
+            let s = &bytes[off..off + 16];
+            if dseg::byte_count.get(s) != 8 {
+                return Err(bad(wqebbs, "atomic local buffer is not 8 bytes"));
+            }
+        }
+        if opcode == w::OPCODE_RDMA_READ && off < bytes.len() {
+            let bc = dseg::byte_count.get(&bytes[off..off + 16]);
+            if bc & w::INLINE_SEG != 0 {
+                return Err(bad(wqebbs, "inline segment in an RDMA READ"));
+            }
         }
         if off < bytes.len() {
             let bc = dseg::byte_count.get(&bytes[off..off + 16]);

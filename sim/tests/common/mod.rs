@@ -393,12 +393,46 @@ impl Fw {
             cmd_hca_cap::log_uar_page_sz.set(c, 0).unwrap();
         });
         assert!(o.ok());
+        self.host_endian_atomics();
         let init = self.query_pages(om::QUERY_PAGES_INIT);
         assert!(self.give_pages(init as usize).ok());
         self.ok(
             &inp(Opcode::INIT_HCA, init_hca_in::SIZE),
             init_hca_out::SIZE,
         );
+    }
+
+    /// As Linux `handle_hca_cap_atomic` before INIT_HCA: with cap `atomic`
+    /// and `supported_atomic_req_8B_endianness_mode_1`, set the atomic
+    /// page's endianness mode to host endianness.
+    pub fn host_endian_atomics(&mut self) {
+        let general = self.query_cap(true);
+        if !cmd_hca_cap::atomic.get(&general) {
+            return;
+        }
+        let mut i = inp(Opcode::QUERY_HCA_CAP, query_hca_cap_in::SIZE);
+        cmd_in::op_mod
+            .set(&mut i, om::query_hca_cap(om::CAP_ATOMIC, true))
+            .unwrap();
+        let o = self.ok(&i, query_hca_cap_out::SIZE);
+        let mut page = query_hca_cap_out::capability.get(&o).to_vec();
+        if !atomic_caps::supported_atomic_req_8b_endianness_mode_1.get(&page) {
+            return;
+        }
+        atomic_caps::atomic_req_8b_endianness_mode
+            .set(
+                &mut page,
+                mlx5_regs::consts::atomic::REQ_MODE_HOST_ENDIANNESS,
+            )
+            .unwrap();
+        let mut s = inp(Opcode::SET_HCA_CAP, set_hca_cap_in::SIZE);
+        cmd_in::op_mod
+            .set(&mut s, om::set_hca_cap(om::CAP_ATOMIC))
+            .unwrap();
+        set_hca_cap_in::capability
+            .get_mut(&mut s)
+            .copy_from_slice(&page);
+        self.ok(&s, set_hca_cap_out::SIZE);
     }
 
     pub fn alloc_uar(&mut self) -> u32 {

@@ -25,6 +25,10 @@ pub struct Wr {
     pub remote: Option<(u64, u32)>,
     pub sges: Vec<(u64, u32, u32)>,
     pub inline: Option<Vec<u8>>,
+    /// Atomic segment: (swap or add, compare).
+    pub atomic: Option<(u64, u64)>,
+    /// Fence mode FENCE.
+    pub fence: bool,
 }
 
 impl Wr {
@@ -45,6 +49,12 @@ impl Wr {
             wqe_raddr_seg::raddr.set(&mut r, addr).unwrap();
             wqe_raddr_seg::rkey.set(&mut r, rkey).unwrap();
             segs.extend_from_slice(&r);
+        }
+        if let Some((swap_add, compare)) = self.atomic {
+            let mut a = [0u8; 16];
+            wqe_atomic_seg::swap_add.set(&mut a, swap_add).unwrap();
+            wqe_atomic_seg::compare.set(&mut a, compare).unwrap();
+            segs.extend_from_slice(&a);
         }
         if let Some(data) = &self.inline {
             let mut h = (data.len() as u32 | w::INLINE_SEG).to_be_bytes().to_vec();
@@ -71,6 +81,9 @@ impl Wr {
         }
         if self.solicited {
             fm |= w::CTRL_SOLICITED;
+        }
+        if self.fence {
+            fm |= w::FENCE_MODE_FENCE;
         }
         wqe_ctrl_seg::fm_ce_se.set(&mut c, fm).unwrap();
         wqe_ctrl_seg::imm.set(&mut c, self.imm).unwrap();

@@ -275,6 +275,7 @@ fn send_opcode(op: u8) -> SendOpcode {
         wqe::OPCODE_SEND => SendOpcode::Send,
         wqe::OPCODE_SEND_IMM => SendOpcode::SendImm,
         wqe::OPCODE_RDMA_WRITE => SendOpcode::RdmaWrite,
+        wqe::OPCODE_RDMA_READ => SendOpcode::RdmaRead,
         _ => SendOpcode::RdmaWriteImm,
     }
 }

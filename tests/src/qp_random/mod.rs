@@ -122,6 +122,7 @@ impl Stats {
         self.traffic.rnr_naks += o.traffic.rnr_naks;
         self.traffic.ack_timeouts += o.traffic.ack_timeouts;
         self.traffic.flushed += o.traffic.flushed;
+        self.traffic.reads += o.traffic.reads;
     }
 }
 
@@ -200,6 +201,7 @@ impl Run {
                 lr: true,
                 lw: true,
                 rw: false,
+                rr: false,
             },
         );
         let m = Model {
@@ -348,6 +350,7 @@ impl Run {
             (c.messages, c.rnr_naks, c.ack_timeouts, c.flushed),
             "{at}: device traffic counters (messages, RNR NAKs, ACK timeouts, flushes)"
         );
+        assert_eq!(stats.reads_served, c.reads, "{at}: RDMA READs served");
         assert_eq!(stats.side_door_uses, 0, "{at}: the side door is not used");
         for (qpn, q) in &self.m.qps {
             let info = self.dev.qp(*qpn).expect("the device has the QP");

@@ -48,6 +48,8 @@ pub struct Rights {
     pub lw: bool,
     /// Remote write (RDMA WRITE target).
     pub rw: bool,
+    /// Remote read (RDMA READ source).
+    pub rr: bool,
 }
 
 /// What a key is used for.
@@ -59,6 +61,8 @@ pub enum Need {
     Write,
     /// RDMA WRITE target.
     Remote,
+    /// RDMA READ source.
+    RemoteRead,
 }
 
 /// One scatter/gather entry.
@@ -98,6 +102,10 @@ pub struct Wr {
 }
 
 impl Wr {
+    fn read(&self) -> bool {
+        self.opcode == wqe::OPCODE_RDMA_READ
+    }
+
     fn rdma(&self) -> bool {
         matches!(
             self.opcode,
@@ -272,6 +280,12 @@ pub struct MQp {
     pub view: mlx5_driver::qp::QpState,
     /// Remote write allowed (RST2INIT).
     pub rwe: bool,
+    /// Remote read allowed (RST2INIT).
+    pub rre: bool,
+    /// The responder's saved READ (first PSN, packets, address, key,
+    /// length): one, as `max_dest_rd_atomic` 0 (`log_rra_max` 0) keeps;
+    /// forgotten at RESET and ERR.
+    pub rd_res: Option<(u32, u32, u64, u32, u32)>,
     /// Peer (INIT2RTR).
     pub remote: u32,
     /// Next PSN sent.
@@ -318,6 +332,9 @@ pub struct Counts {
     pub ack_timeouts: u64,
     /// Flush CQEs.
     pub flushed: u64,
+    /// RDMA READs a responder served (replays included; a zero-length
+    /// READ reads nothing).
+    pub reads: u64,
 }
 
 /// The whole reference.
@@ -352,12 +369,13 @@ impl Model {
     pub fn key_ok(&self, key: u32, need: Need) -> bool {
         if key == self.reserved {
             // Identity translation; sends need qpc.rlky, which the driver sets.
-            return need != Need::Remote;
+            return !matches!(need, Need::Remote | Need::RemoteRead);
         }
         self.keys.get(&key).is_some_and(|r| match need {
             Need::Read => r.lr,
             Need::Write => r.lw,
             Need::Remote => r.rw,
+            Need::RemoteRead => r.rr,
         })
     }
 
@@ -427,7 +445,7 @@ impl Model {
                 n += q
                     .pending
                     .iter()
-                    .filter(|w| w.opcode != wqe::OPCODE_RDMA_WRITE)
+                    .filter(|w| !matches!(w.opcode, wqe::OPCODE_RDMA_WRITE | wqe::OPCODE_RDMA_READ))
                     .count() as u32;
             }
         }

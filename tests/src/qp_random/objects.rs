@@ -81,6 +81,7 @@ impl Run {
             lr: self.rng.below(2) == 0,
             lw: self.rng.below(2) == 0,
             rw: self.rng.below(3) != 0,
+            rr: self.rng.below(3) != 0,
         };
         if r.lr {
             access |= MkeyAccess::LOCAL_READ;
@@ -90,6 +91,9 @@ impl Run {
         }
         if r.rw {
             access |= MkeyAccess::REMOTE_WRITE;
+        }
+        if r.rr {
+            access |= MkeyAccess::REMOTE_READ;
         }
         let fault = !access.is_empty() && self.maybe_fault(Opcode::CREATE_MKEY);
         // A translated key over the run's one buffer (every slot and the

@@ -123,6 +123,8 @@ impl Run {
                 fw: Fw::Reset,
                 view: QpState::Reset,
                 rwe: false,
+                rre: false,
+                rd_res: None,
                 remote: 0,
                 send_psn: 0,
                 rcv_psn: 0,
@@ -415,6 +417,7 @@ impl Run {
                 let q = m.qps.get_mut(&qpn).unwrap();
                 q.fw = Fw::Init;
                 q.rwe = access.remote_write;
+                q.rre = access.remote_read;
             }
             Transition::Init2Rtr => {
                 let q = m.qps.get_mut(&qpn).unwrap();
@@ -444,6 +447,7 @@ impl Run {
                 let q = m.qps.get_mut(&qpn).unwrap();
                 q.fw = Fw::Reset;
                 q.wait = None;
+                q.rd_res = None;
                 let slots: Vec<usize> = q.pending.drain(..).filter_map(|w| w.slot).collect();
                 self.free_src.extend(slots);
                 q.sq_ci = 0;
@@ -502,8 +506,8 @@ impl Run {
 }
 
 /// The send queue's rounding, computed independently (rdma-core
-/// `mlx5_calc_send_wqe` / `mlx5_calc_sq_size`): 32 bytes of control and
-/// remote-address segments, 16 per SGE, the inline header and data in
+/// `mlx5_calc_send_wqe` / `mlx5_calc_sq_size`): 48 bytes of control,
+/// remote-address and atomic segments, 16 per SGE, the inline header and data in
 /// 16-byte units, rounded to 64; the ring a power of two of bytes.
 fn check_geometry(
     req: &SendQueueCaps,
@@ -511,9 +515,9 @@ fn check_geometry(
     max_wqe_sz_sq: u16,
     at: &str,
 ) {
-    let gather = 32 + 16 * req.max_send_sge as usize;
+    let gather = 48 + 16 * req.max_send_sge as usize;
     let inline = if req.max_inline_data > 0 {
-        32 + (4 + req.max_inline_data as usize).next_multiple_of(16)
+        48 + (4 + req.max_inline_data as usize).next_multiple_of(16)
     } else {
         0
     };
@@ -524,6 +528,6 @@ fn check_geometry(
     assert_eq!(g.wqe_size, wqe, "{at}: {req:?}");
     assert_eq!(g.wqebbs(), ring / 64, "{at}: {req:?}");
     assert_eq!(g.max_send_wr as usize, ring / wqe, "{at}: {req:?}");
-    assert_eq!(g.max_send_sge as usize, (wqe.min(1008) - 32) / 16, "{at}");
-    assert_eq!(g.max_inline_data as usize, wqe.min(1008) - 36, "{at}");
+    assert_eq!(g.max_send_sge as usize, (wqe.min(1008) - 48) / 16, "{at}");
+    assert_eq!(g.max_inline_data as usize, wqe.min(1008) - 52, "{at}");
 }

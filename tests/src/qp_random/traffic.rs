@@ -25,11 +25,11 @@ impl Run {
         let dma = self.hca.dma_lkey().expect("DMA key");
         let created: Vec<u32> = self.mkeys.iter().map(|k| k.key()).collect();
         let dead = self.dead_keys.clone();
-        if need == Need::Remote {
+        if matches!(need, Need::Remote | Need::RemoteRead) {
             let good: Vec<u32> = created
                 .iter()
                 .copied()
-                .filter(|k| self.m.key_ok(*k, Need::Remote))
+                .filter(|k| self.m.key_ok(*k, need))
                 .collect();
             if self.rng.below(30) != 0 {
                 if let Some(k) = self.pick(&good) {
@@ -62,13 +62,21 @@ impl Run {
             .mkeys
             .iter()
             .any(|k| self.m.key_ok(k.key(), Need::Remote));
-        let opcode = match self.rng.below(10) {
+        let rr_key = self
+            .mkeys
+            .iter()
+            .any(|k| self.m.key_ok(k.key(), Need::RemoteRead));
+        let opcode = match self.rng.below(12) {
             6 | 7 if rw_key || self.rng.below(8) == 0 => wqe::OPCODE_RDMA_WRITE,
             8 | 9 if rw_key || self.rng.below(8) == 0 => wqe::OPCODE_RDMA_WRITE_IMM,
-            0..=2 | 6 | 8 => wqe::OPCODE_SEND,
+            10 | 11 if rr_key || self.rng.below(8) == 0 => wqe::OPCODE_RDMA_READ,
+            0..=2 | 6 | 8 | 10 => wqe::OPCODE_SEND,
             _ => wqe::OPCODE_SEND_IMM,
         };
-        let inline = sq.max_inline > 0 && self.rng.below(3) == 0;
+        let read = opcode == wqe::OPCODE_RDMA_READ;
+        // A READ's entries are written by the device: no inline data, keys
+        // with (or without) local write.
+        let inline = !read && sq.max_inline > 0 && self.rng.below(3) == 0;
         let mut sges = Vec::new();
         let mut slot = None;
         let payload = if inline {
@@ -98,7 +106,7 @@ impl Run {
                 // The whole list stays in its slot (a refused one too: its
                 // bytes are written before the driver refuses it).
                 let len = len.min((SLOT as u64 - off) as u32 / 2);
-                let lkey = self.choose_key(Need::Read);
+                let lkey = self.choose_key(if read { Need::Write } else { Need::Read });
                 sges.push(Sge {
                     addr: base + off,
                     length: len,
@@ -110,12 +118,16 @@ impl Run {
             self.mem.write_bytes(s * SLOT, &bytes);
             bytes
         };
-        let remote =
-            matches!(opcode, wqe::OPCODE_RDMA_WRITE | wqe::OPCODE_RDMA_WRITE_IMM).then(|| {
-                let room = RDMA_LEN.saturating_sub(payload.len()) as u64;
-                let raddr = self.m.rdma_base + self.rng.below(room + 1);
-                (raddr, self.choose_key(Need::Remote))
-            });
+        let remote = matches!(
+            opcode,
+            wqe::OPCODE_RDMA_WRITE | wqe::OPCODE_RDMA_WRITE_IMM | wqe::OPCODE_RDMA_READ
+        )
+        .then(|| {
+            let room = RDMA_LEN.saturating_sub(payload.len()) as u64;
+            let raddr = self.m.rdma_base + self.rng.below(room + 1);
+            let need = if read { Need::RemoteRead } else { Need::Remote };
+            (raddr, self.choose_key(need))
+        });
         let wr_id = self.next_wr;
         self.next_wr += 1;
         let gather = (!inline).then(|| {
@@ -228,7 +240,8 @@ impl Run {
                     call_len = i + 1;
                     break;
                 }
-                let recv = p.wr.opcode != wqe::OPCODE_RDMA_WRITE && recv_room.is_some();
+                let recv = !matches!(p.wr.opcode, wqe::OPCODE_RDMA_WRITE | wqe::OPCODE_RDMA_READ)
+                    && recv_room.is_some();
                 let shared = recv && target_cq == Some(send_cq);
                 send_room -= 1 + shared as i64;
                 if recv && !shared {
@@ -347,6 +360,7 @@ fn request(p: &Planned) -> SendRequest<'_> {
         (wqe::OPCODE_SEND, _) => SendOp::Send,
         (wqe::OPCODE_SEND_IMM, _) => SendOp::SendImm { imm: w.imm },
         (wqe::OPCODE_RDMA_WRITE, Some((raddr, rkey))) => SendOp::RdmaWrite { raddr, rkey },
+        (wqe::OPCODE_RDMA_READ, Some((raddr, rkey))) => SendOp::RdmaRead { raddr, rkey },
         (_, Some((raddr, rkey))) => SendOp::RdmaWriteImm {
             raddr,
             rkey,

@@ -37,8 +37,18 @@ pub(crate) fn geometry(max_wr: u32, max_sge: u32, max_inline: u32) -> SqGeometry
 
 /// A QP in RTS with a send ring of `geo`, built without firmware.
 pub(crate) fn qp(hal: &TestHal, geo: SqGeometry) -> Qp<TestHal, Vec<SendSlot>> {
+    qp_atomics(hal, geo, false)
+}
+
+/// [`qp`] whose ring takes atomics or not.
+pub(crate) fn qp_atomics(
+    hal: &TestHal,
+    geo: SqGeometry,
+    atomics: bool,
+) -> Qp<TestHal, Vec<SendSlot>> {
     let (mut ring, _) = SendRing::new(hal, geo, usize::MAX, BF, BF_SIZE).unwrap();
     ring.set_qpn(QPN);
+    ring.set_atomics(atomics);
     Qp {
         qpn: QPN,
         state: QpState::Rts,
@@ -146,27 +156,28 @@ pub(super) fn flush_cqe(wqe_counter: u16) -> Cqe {
 
 #[test]
 fn geometry_rounds_like_rdma_core() {
-    // 1 SGE: 32 + 16 = 48 -> one WQEBB; 100 WRs -> 128 WQEBBs.
+    // Overhead 48 (control, remote address, atomic).
+    // 1 SGE: 48 + 16 = 64 -> one WQEBB; 100 WRs -> 128 WQEBBs.
     let g = geometry(100, 1, 0);
     assert_eq!((g.wqe_size, g.wqebbs(), g.max_send_wr), (64, 128, 128));
-    assert_eq!((g.max_send_sge, g.max_inline_data), (2, 28));
-    // 4 SGEs: 96 -> 128 bytes; 10 WRs -> 1280 -> 2048 bytes = 32 WQEBBs, 16 WRs.
+    assert_eq!((g.max_send_sge, g.max_inline_data), (1, 12));
+    // 4 SGEs: 112 -> 128 bytes; 10 WRs -> 1280 -> 2048 bytes = 32 WQEBBs, 16 WRs.
     let g = geometry(10, 4, 0);
     assert_eq!(
         (g.wqe_size, g.wqebbs(), g.max_send_wr, g.max_send_sge),
-        (128, 32, 16, 6)
+        (128, 32, 16, 5)
     );
-    // Inline 100: 32 + align16(104) = 144 -> 192 bytes.
+    // Inline 100: 48 + align16(104) = 160 -> 192 bytes.
     let g = geometry(4, 1, 100);
     assert_eq!(
         (g.wqe_size, g.max_inline_data, g.max_send_sge),
-        (192, 156, 10)
+        (192, 140, 9)
     );
     // The largest WQE: 63 units; SGEs beyond it are refused.
-    let g = geometry(1, 61, 0);
+    let g = geometry(1, 60, 0);
     assert_eq!(
         (g.wqe_size, g.max_send_sge, g.max_inline_data),
-        (1024, 61, 972)
+        (1024, 60, 956)
     );
     let limits = |wr, sge, inl, sz, log| {
         SqGeometry::for_request(
@@ -179,10 +190,11 @@ fn geometry_rounds_like_rdma_core() {
             log,
         )
     };
-    assert_eq!(limits(1, 62, 0, 1024, 15), Err(SqSizeError::TooManySges));
-    assert_eq!(limits(1, 1, 977, 1024, 15), Err(SqSizeError::WqeTooLarge));
-    assert!(limits(1, 14, 0, 256, 15).is_ok());
-    assert_eq!(limits(1, 15, 0, 256, 15), Err(SqSizeError::TooManySges));
+    assert_eq!(limits(1, 61, 0, 1024, 15), Err(SqSizeError::TooManySges));
+    assert!(limits(1, 1, 956, 1024, 15).is_ok());
+    assert_eq!(limits(1, 1, 957, 1024, 15), Err(SqSizeError::WqeTooLarge));
+    assert!(limits(1, 13, 0, 256, 15).is_ok());
+    assert_eq!(limits(1, 14, 0, 256, 15), Err(SqSizeError::TooManySges));
     assert_eq!(limits(0, 1, 0, 1024, 15), Err(SqSizeError::NoWorkRequests));
     assert_eq!(
         limits(1 << 14, 1, 0, 1024, 13),
@@ -298,7 +310,7 @@ fn inline_data_is_copied_with_its_header_and_checked_against_the_limit() {
     let hal = TestHal::new();
     let mut q = qp(&hal, geometry(8, 1, 60));
     let max = q.send_geometry().unwrap().max_inline_data as usize;
-    assert_eq!(max, 92, "128-byte WQE: 128 - 32 - 4");
+    assert_eq!(max, 76, "128-byte WQE: 128 - 48 - 4");
     let data: Vec<u8> = (0..max as u8).collect();
     q.post_send(&[SendRequest {
         wr_id: 1,

@@ -62,6 +62,9 @@ impl Model {
     /// Execute the head WQE of RTS QP `s`; true to go on with the next.
     fn exec_head(&mut self, s: u32) -> bool {
         let w = self.qps[&s].pending[0].clone();
+        if w.read() {
+            return self.exec_read(s, &w);
+        }
         if let Some(g) = &w.gather {
             if g.iter()
                 .any(|x| x.len > 0 && !self.key_ok(x.lkey, Need::Read))
@@ -179,6 +182,82 @@ impl Model {
             };
             self.push_cqe(tq.rcq(), e);
             self.check_limit(srq);
+        }
+        self.counts.messages += 1;
+        self.req_done(s);
+        true
+    }
+
+    /// Execute the RDMA READ at the head of `s` (docs/fidelity.md §19):
+    /// route; a repeated READ is served again from the responder's saved
+    /// one (none: invalid request); the responder's `rre` and the key's
+    /// remote-read right (a zero-length READ names no memory); the READ is
+    /// saved, both PSNs advance; then the requester writes the bytes through
+    /// its local keys (local protection error after the responder served).
+    fn exec_read(&mut self, s: u32, w: &Wr) -> bool {
+        let len = w.payload.len() as u32;
+        let npkts = len.div_ceil(self.mtu).max(1);
+        let Some((t, duplicate)) = self.route(s, npkts) else {
+            self.counts.ack_timeouts += 1;
+            self.wait(s, WaitKind::Ack);
+            return false;
+        };
+        let (raddr, rkey) = w.remote.expect("a READ has a remote address");
+        let first = self.qps[&s].send_psn;
+        let served = if duplicate {
+            match self.qps[&t].rd_res {
+                Some((f, n, va, key, l))
+                    if ((first.wrapping_sub(f) << 8) as i32 >> 8) >= 0
+                        && first.wrapping_sub(f) & PSN < n =>
+                {
+                    Some((va, key, l))
+                }
+                _ => {
+                    self.fail(
+                        s,
+                        syn::REMOTE_INVAL_REQ_ERR,
+                        t,
+                        Some(QpEvent::InvalidRequest),
+                    );
+                    return false;
+                }
+            }
+        } else {
+            None
+        };
+        let (_, key, rlen) = served.unwrap_or((raddr, rkey, len));
+        if !self.qps[&t].rre || (rlen > 0 && !self.key_ok(key, Need::RemoteRead)) {
+            self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+            return false;
+        }
+        if rlen > 0 {
+            self.counts.reads += 1;
+        }
+        if let Some(q) = self.qps.get_mut(&s) {
+            q.send_psn = (q.send_psn + npkts) & PSN;
+        }
+        if !duplicate {
+            if let Some(q) = self.qps.get_mut(&t) {
+                q.rd_res = Some((first, npkts, raddr, rkey, len));
+                q.rcv_psn = (q.rcv_psn + npkts) & PSN;
+            }
+        }
+        // The requester writes what came back through its entries.
+        let segs = w.gather.as_deref().unwrap_or(&[]);
+        let mut left = rlen;
+        for x in segs {
+            if left == 0 {
+                break;
+            }
+            if x.len > 0 && !self.key_ok(x.lkey, Need::Write) {
+                self.req_error(s, syn::LOCAL_PROT_ERR);
+                return false;
+            }
+            left -= x.len.min(left);
+        }
+        if left != 0 {
+            self.req_error(s, syn::LOCAL_LENGTH_ERR);
+            return false;
         }
         self.counts.messages += 1;
         self.req_done(s);
@@ -310,6 +389,7 @@ impl Model {
         let was = q.fw;
         q.fw = Fw::Err;
         q.wait = None;
+        q.rd_res = None;
         let srq = q.srq.is_some();
         self.flush(qpn);
         if was != Fw::Err && srq {
