@@ -340,6 +340,14 @@ impl<H: Hal> SendRing<H> {
         let mut atomic_buf = (0, 0);
         match r.payload() {
             Payload::Sges(sges) if atomic => {
+                // rdma-core checks `num_sge` against `sq.max_gs` before
+                // the opcode.
+                if sges.len() > self.max_sge as usize {
+                    return Err(SendError::TooManySges {
+                        given: sges.len(),
+                        max: self.max_sge,
+                    });
+                }
                 if !self.atomics {
                     return Err(SendError::AtomicsUnsupported);
                 }
