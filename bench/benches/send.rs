@@ -17,6 +17,10 @@
 //!   send doorbell executes the WQEs, delivers them and writes both CQEs),
 //!   `driver` the rest.
 //!
+//! - `post_rdma/{write,read,fetch_add,cmp_swap}/<batch>`: RDMA READ and the
+//!   atomics posted beside an RDMA WRITE of the same shape (ratios to
+//!   `write` in docs/perf.md).
+//!
 //! The verbs facade's `post_send` (`Verbs::post_send`) is timed in
 //! `facade.rs` (`facade_send/...`) with the same payloads and batches.
 //!
@@ -116,13 +120,18 @@ impl Sender {
     /// Retire everything posted: the requester CQE the device would write
     /// for the last WQE (`index`) covers the requests before it.
     fn retire(&mut self, index: u16) {
+        self.retire_op(index, mlx5_regs::consts::wqe::OPCODE_SEND);
+    }
+
+    /// [`Sender::retire`] of WQEs posted with `opcode`.
+    fn retire_op(&mut self, index: u16, opcode: u8) {
         let qp = self.qp.as_mut().unwrap();
         let cqe = Cqe {
             opcode: CqeOpcode::REQ,
             status: CqeStatus::Success,
             wqe_counter: index,
             qpn: qp.qpn(),
-            send_opcode: mlx5_regs::consts::wqe::OPCODE_SEND,
+            send_opcode: opcode,
             ..Cqe::EMPTY
         };
         let c = qp.complete_send(&cqe).unwrap();
@@ -439,5 +448,79 @@ fn roundtrip(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, post_send, roundtrip);
+/// `post_rdma/<op>/<batch>`: RDMA READ, FETCH_ADD and CMP_SWAP posted
+/// beside an RDMA WRITE of the same shape (one 64-byte gather entry; the
+/// atomics' one 8-byte entry), `batch` per call, doorbells diverted as in
+/// `post_send`. The ratio to `write` is the cost of the READ/atomic WQE
+/// layout (remote address, atomic segment) over the WRITE's.
+fn post_rdma(c: &mut Criterion) {
+    type Op = (&'static str, fn(u64, u32) -> SendOp, u32);
+    let ops: [Op; 4] = [
+        ("write", |raddr, rkey| SendOp::RdmaWrite { raddr, rkey }, 64),
+        ("read", |raddr, rkey| SendOp::RdmaRead { raddr, rkey }, 64),
+        (
+            "fetch_add",
+            |raddr, rkey| SendOp::AtomicFetchAdd {
+                raddr,
+                rkey,
+                add: 1,
+            },
+            8,
+        ),
+        (
+            "cmp_swap",
+            |raddr, rkey| SendOp::AtomicCmpSwap {
+                raddr,
+                rkey,
+                compare: 1,
+                swap: 2,
+            },
+            8,
+        ),
+    ];
+    let mut group = c.benchmark_group("post_rdma");
+    group.throughput(Throughput::Elements(WRS as u64));
+    for (name, make, len) in ops {
+        for batch in [1usize, 16] {
+            let id = BenchmarkId::new(name, batch);
+            group.bench_with_input(id, &batch, |b, &batch| {
+                let mut s = Sender::new(Kind::Sge1);
+                let sges = [s.hca.sge(s.buf.iova(), len)];
+                let op = make(s.buf.iova() + 1024, 0x1234);
+                let opcode = op.opcode() as u8;
+                let reqs: Vec<SendRequest<'_>> = (0..batch as u64)
+                    .map(|i| SendRequest {
+                        wr_id: i,
+                        op,
+                        payload: Payload::Sges(&sges),
+                        signaled: true,
+                        solicited: false,
+                    })
+                    .collect();
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let qp = s.qp.as_mut().unwrap();
+                        let t = Instant::now();
+                        for _ in 0..WRS as usize / batch {
+                            qp.post_send(black_box(&reqs)).unwrap();
+                        }
+                        total += t.elapsed();
+                        let ring = qp.send_ring().unwrap();
+                        let per = (ring.geometry().wqe_size / 64) as u16;
+                        let last = ring.producer_counter().wrapping_sub(per);
+                        s.retire_op(last, opcode);
+                    }
+                    total
+                });
+                black_box(s.hal.scratch(0));
+                drop(reqs);
+                s.finish();
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, post_send, roundtrip, post_rdma);
 criterion_main!(benches);

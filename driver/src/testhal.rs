@@ -15,6 +15,7 @@ use mlx5_hal::{Hal, HalError, RawDma, PAGE_SIZE};
 pub(crate) struct TestHal {
     live: Arc<AtomicUsize>,
     doorbells: Arc<Mutex<Vec<(usize, u64)>>>,
+    write_combining: bool,
 }
 
 const IOVA_SHIFT: u64 = 0x5500_0000_0000;
@@ -24,6 +25,14 @@ impl TestHal {
         TestHal {
             live: Arc::new(AtomicUsize::new(0)),
             doorbells: Arc::new(Mutex::new(Vec::new())),
+            write_combining: false,
+        }
+    }
+    /// A platform that maps the UAR write-combining (BlueFlame copies).
+    pub(crate) fn write_combining() -> Self {
+        TestHal {
+            write_combining: true,
+            ..TestHal::new()
         }
     }
     pub(crate) fn live(&self) -> usize {
@@ -75,4 +84,7 @@ unsafe impl Hal for TestHal {
         0
     }
     fn delay_us(&self, _us: u32) {}
+    fn write_combining(&self) -> bool {
+        self.write_combining
+    }
 }

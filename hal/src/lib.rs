@@ -245,6 +245,17 @@ pub unsafe trait Hal: Clone {
     /// Wait about `us` microseconds (busy-wait, sleep or virtual time).
     fn delay_us(&self, us: u32);
 
+    /// Whether BAR0's UAR pages are mapped write-combining, so that
+    /// consecutive [`Hal::mmio_write64`] stores into a BlueFlame buffer
+    /// reach the device as one burst and [`barrier::mmio_flush`] sends it.
+    /// The driver then writes a small WQE whole into the buffer
+    /// (BlueFlame). The default, `false`, makes it ring the 8-byte doorbell
+    /// only, as rdma-core does when the UAR is not mapped write-combining
+    /// (`MLX5_DB_METHOD_DB`).
+    fn write_combining(&self) -> bool {
+        false
+    }
+
     /// Number of interrupt vectors the platform delivers from the device, at
     /// most [`MAX_IRQ_VECTORS`]. The default, 0, means none: the driver
     /// polls its event queues and never calls [`Hal::wait_irq`].

@@ -81,6 +81,10 @@ pub enum Violation {
     /// unreadable, producer counter beyond the ring): the QP went to ERR
     /// with a catastrophic-error event.
     SendQueue(String),
+    /// A BlueFlame copy that is not the WQE in memory: a word differing
+    /// from it, out of order or with no doorbell before it, or a copy cut
+    /// short by the next doorbell on the same buffer (torn).
+    BlueFlame(String),
     /// A host's MMIO access the device does not decode (outside BAR0,
     /// unaligned, or of a width the register does not take): ignored, reads
     /// return all ones ([`host`](crate::host)).

@@ -234,6 +234,10 @@ unsafe impl Hal for SimHal {
         now
     }
 
+    fn write_combining(&self) -> bool {
+        self.dev.lock().cfg.write_combining
+    }
+
     fn delay_us(&self, us: u32) {
         let threaded = {
             let mut st = self.dev.lock();

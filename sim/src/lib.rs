@@ -139,6 +139,12 @@ pub struct SimConfig {
     /// enabled a single MSI-X vector. 0 models a platform without
     /// interrupts (the driver polls).
     pub irq_vectors: u16,
+    /// Whether the platform maps the UAR pages write-combining
+    /// ([`SimHal`]'s `write_combining`): the driver then copies small WQEs
+    /// into the BlueFlame buffers, which the model checks against the WQE
+    /// in memory. Default true; false models an uncached mapping (8-byte
+    /// doorbells only).
+    pub write_combining: bool,
 }
 
 impl Default for SimConfig {
@@ -151,6 +157,7 @@ impl Default for SimConfig {
             seed: 0x5eed_1234,
             dma_limit: 1 << 30,
             irq_vectors: 1,
+            write_combining: true,
         }
     }
 }

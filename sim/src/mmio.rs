@@ -173,9 +173,9 @@ impl State {
             (db::UAR_CQ_DOORBELL, true) => self.cq_arm_doorbell(page, value),
             (db::UAR_EQ_DOORBELL_ARM, false) => self.eq_doorbell(page, value as u32, true),
             (db::UAR_EQ_DOORBELL_NO_ARM, false) => self.eq_doorbell(page, value as u32, false),
-            // Any 8-byte store into the BlueFlame registers is a send
-            // doorbell (the model does not take BlueFlame WQE copies).
-            (o, true) if self.bf_area().contains(&o) => self.send_doorbell(page, o, value),
+            // An 8-byte store into the BlueFlame registers: a send doorbell
+            // at a buffer's start, a word of a BlueFlame WQE copy after it.
+            (o, true) if self.bf_area().contains(&o) => self.blueflame_write(page, o, value),
             _ => self.records.violations.push(Violation::UarDoorbell(format!(
                 "write of {value:#x} to UAR {page} offset {off:#x} ({} bits): not a doorbell the model knows",
                 if wide { 64 } else { 32 }

@@ -62,6 +62,8 @@ pub struct TrafficStats {
     /// Receive scatter lists ended by the device's own
     /// `terminate_scatter_list_mkey` (what Linux uses when offered).
     pub terminators_device_key: u64,
+    /// BlueFlame copies received whole and equal to the WQE in memory.
+    pub blueflame_copies: u64,
     /// RDMA READs a responder served (replays included).
     pub reads_served: u64,
     /// Atomics a responder executed (never counts a replay).

@@ -18,6 +18,9 @@ mod reset;
 mod host_interface;
 mod linux_probe;
 
+// Send doorbells that carry the whole WQE (BlueFlame).
+mod blueflame;
+
 // Event and completion queues, shared receive queues.
 mod eq_cq;
 mod srq_traffic;

@@ -38,6 +38,7 @@ mod srq;
 mod stale_events;
 
 // Queue pairs and traffic (`Hca` level).
+mod blueflame;
 mod qp_duplex;
 mod qp_errors;
 mod qp_faults;

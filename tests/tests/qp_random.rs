@@ -46,7 +46,10 @@ fn random_qp_sequences_match_the_reference() {
             t.traffic.messages > 0 && t.traffic.rnr_naks > 0 && t.traffic.ack_timeouts > 0,
             "{t:?}"
         );
-        assert!(t.traffic.reads > 0, "RDMA READs were mixed in: {t:?}");
+        assert!(
+            t.traffic.reads > 0 && t.traffic.atomics > 0,
+            "RDMA READs and atomics were mixed in: {t:?}"
+        );
         assert!(
             t.errors > 0 && t.flushes > 0 && t.events > 0 && t.limit_events > 0,
             "{t:?}"

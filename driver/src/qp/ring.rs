@@ -196,8 +196,19 @@ pub struct SendRing<H: Hal> {
     tail: u32,
     /// BAR0 offset of the BlueFlame half the next doorbell goes to.
     bf_offset: usize,
-    /// `offset ^= bf_toggle` switches halves.
+    /// `offset ^= bf_toggle` switches halves; also the size of one half,
+    /// the largest WQE a BlueFlame copy carries.
     bf_toggle: usize,
+    /// The platform maps the UAR write-combining: a small WQE may be
+    /// copied into the BlueFlame buffer ([`SendRing::ring_doorbell`]).
+    blueflame: bool,
+    /// `head` when the last doorbell was rung: the work requests since are
+    /// the ones the next doorbell publishes.
+    doorbell_head: u32,
+    /// `head` before the last WQE with inline data was written: equal to
+    /// `doorbell_head` when the one request since the last doorbell is
+    /// inline (one store per inline request, none for the others).
+    inline_head: u32,
     /// The device executes the IB atomics ([`SendRing::set_atomics`]).
     atomics: bool,
 }
@@ -245,6 +256,9 @@ impl<H: Hal> SendRing<H> {
                 tail: 0,
                 bf_offset,
                 bf_toggle: bf_size / 2,
+                blueflame: hal.write_combining(),
+                doorbell_head: 0,
+                inline_head: u32::MAX,
                 atomics: false,
             },
             pages,
@@ -340,6 +354,14 @@ impl<H: Hal> SendRing<H> {
         let mut atomic_buf = (0, 0);
         match r.payload() {
             Payload::Sges(sges) if atomic => {
+                // rdma-core checks `num_sge` against `sq.max_gs` before
+                // the opcode.
+                if sges.len() > self.max_sge as usize {
+                    return Err(SendError::TooManySges {
+                        given: sges.len(),
+                        max: self.max_sge,
+                    });
+                }
                 if !self.atomics {
                     return Err(SendError::AtomicsUnsupported);
                 }
@@ -388,6 +410,7 @@ impl<H: Hal> SendRing<H> {
                     });
                 }
                 if !data.is_empty() {
+                    self.inline_head = self.head;
                     let hdr = self.base + data_unit * UNIT;
                     self.buf
                         .write_be32(hdr, data.len() as u32 | wqe::INLINE_SEG);
@@ -456,14 +479,51 @@ impl<H: Hal> SendRing<H> {
     /// 8 bytes of the last WQE, `ctrl`), write-combining flushed, then the
     /// other half of the BlueFlame register is used next time (rdma-core
     /// `post_send_db`).
+    ///
+    /// BlueFlame: when one work request was written since the last
+    /// doorbell, it carries inline data, the platform maps the UAR
+    /// write-combining and the WQE fits one BlueFlame buffer (half the
+    /// register), the whole WQE goes into the buffer instead, 8 bytes at a
+    /// time in order, `ctrl` first, padded to whole WQEBBs (rdma-core's
+    /// default choice in `post_send_db`, the copy as `mlx5_bf_copy`): the
+    /// card takes it from there instead of reading it from memory, one DMA
+    /// read less of latency.
     #[inline]
     pub fn ring_doorbell(&mut self, hal: &H, dbr: &DmaRegion<H>, ctrl: u64) {
         barrier::dma_wmb();
         dbr.write_be32(QP_DBR_SND, self.cur_post as u32);
         barrier::mmio_wmb();
-        hal.mmio_write64(self.bf_offset, ctrl);
+        let single_inline = self.head.wrapping_sub(self.doorbell_head) == 1
+            && self.inline_head == self.doorbell_head;
+        self.doorbell_head = self.head;
+        let bbs = ((ctrl & 0x3f) as usize * UNIT).div_ceil(WQEBB);
+        if single_inline && self.blueflame && bbs * WQEBB <= self.bf_toggle {
+            self.blueflame_copy(hal, ctrl, bbs);
+        } else {
+            hal.mmio_write64(self.bf_offset, ctrl);
+        }
         barrier::mmio_flush();
         self.bf_offset ^= self.bf_toggle;
+    }
+
+    /// The BlueFlame copy of the `bbs` WQEBBs of the WQE `ctrl` names.
+    #[inline]
+    fn blueflame_copy(&self, hal: &H, ctrl: u64, bbs: usize) {
+        let index = (ctrl >> 40) as u16;
+        let mut at = self.bf_offset;
+        for i in 0..bbs {
+            let bb = self.buf.entry(index.wrapping_add(i as u16) as u32);
+            // The doorbell word as built, not read back: the same bytes.
+            hal.mmio_write64(at, if i == 0 { ctrl } else { bb.read_be64::<0>() });
+            hal.mmio_write64(at + 8, bb.read_be64::<8>());
+            hal.mmio_write64(at + 16, bb.read_be64::<16>());
+            hal.mmio_write64(at + 24, bb.read_be64::<24>());
+            hal.mmio_write64(at + 32, bb.read_be64::<32>());
+            hal.mmio_write64(at + 40, bb.read_be64::<40>());
+            hal.mmio_write64(at + 48, bb.read_be64::<48>());
+            hal.mmio_write64(at + 56, bb.read_be64::<56>());
+            at += WQEBB;
+        }
     }
 
     /// Match a requester CQE's `wqe_counter` to its WQE: the slot must hold
@@ -493,6 +553,8 @@ impl<H: Hal> SendRing<H> {
         self.cur_post = 0;
         self.head = 0;
         self.tail = 0;
+        self.doorbell_head = 0;
+        self.inline_head = u32::MAX;
         slots.fill(SendSlot::EMPTY);
     }
 }

@@ -12,6 +12,7 @@
 //! `ibv_get_async_event(3)` describe them. Choices where the sources are
 //! silent: `docs/fidelity.md` §14.
 
+mod blueflame;
 mod frames;
 mod rdma;
 mod rdma_wire;
@@ -21,6 +22,7 @@ mod requester;
 mod respond;
 mod wqe;
 
+pub(crate) use blueflame::BfCopy;
 pub(crate) use receive::WireQp;
 pub(crate) use recv::ScatterError;
 

@@ -93,6 +93,9 @@ pub(crate) struct Objects {
     pub umems: BTreeMap<u32, Umem>,
     /// Allocated UAR pages.
     pub uars: BTreeSet<u32>,
+    /// BlueFlame copies in progress, by the BAR0 offset of their buffer
+    /// (`engine/blueflame.rs`).
+    pub blueflame: BTreeMap<usize, crate::engine::BfCopy>,
     /// Allocated protection domains.
     pub pds: BTreeSet<u32>,
     /// Allocated XRC domains.
@@ -125,6 +128,7 @@ impl Objects {
             mkeys: BTreeMap::new(),
             umems: BTreeMap::new(),
             uars: BTreeSet::new(),
+            blueflame: BTreeMap::new(),
             pds: BTreeSet::new(),
             xrcds: BTreeSet::new(),
             cqn_base: 0x400 + ((h >> 8) & 0x3ff) as u32,
@@ -147,6 +151,7 @@ impl Objects {
         self.mkeys.clear();
         self.umems.clear();
         self.uars.clear();
+        self.blueflame.clear();
         self.pds.clear();
         self.xrcds.clear();
     }

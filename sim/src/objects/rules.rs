@@ -93,6 +93,9 @@ impl Objects {
             busy(sy::UAR_USED_BY_QP),
         )?;
         self.uars.remove(&idx);
+        let page = mlx5_regs::doorbell::uar_page_offset(idx);
+        let end = page + mlx5_regs::doorbell::UAR_PAGE_SIZE;
+        self.blueflame.retain(|at, _| !(page..end).contains(at));
         Ok(())
     }
 

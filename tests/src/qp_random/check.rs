@@ -276,6 +276,8 @@ fn send_opcode(op: u8) -> SendOpcode {
         wqe::OPCODE_SEND_IMM => SendOpcode::SendImm,
         wqe::OPCODE_RDMA_WRITE => SendOpcode::RdmaWrite,
         wqe::OPCODE_RDMA_READ => SendOpcode::RdmaRead,
+        wqe::OPCODE_ATOMIC_CS => SendOpcode::AtomicCmpSwap,
+        wqe::OPCODE_ATOMIC_FA => SendOpcode::AtomicFetchAdd,
         _ => SendOpcode::RdmaWriteImm,
     }
 }

@@ -123,6 +123,7 @@ impl Stats {
         self.traffic.ack_timeouts += o.traffic.ack_timeouts;
         self.traffic.flushed += o.traffic.flushed;
         self.traffic.reads += o.traffic.reads;
+        self.traffic.atomics += o.traffic.atomics;
     }
 }
 
@@ -202,6 +203,7 @@ impl Run {
                 lw: true,
                 rw: false,
                 rr: false,
+                a: false,
             },
         );
         let m = Model {
@@ -351,6 +353,7 @@ impl Run {
             "{at}: device traffic counters (messages, RNR NAKs, ACK timeouts, flushes)"
         );
         assert_eq!(stats.reads_served, c.reads, "{at}: RDMA READs served");
+        assert_eq!(stats.atomics_executed, c.atomics, "{at}: atomics executed");
         assert_eq!(stats.side_door_uses, 0, "{at}: the side door is not used");
         for (qpn, q) in &self.m.qps {
             let info = self.dev.qp(*qpn).expect("the device has the QP");

@@ -39,6 +39,26 @@ pub enum Fw {
     Err,
 }
 
+/// A responder's saved READ or atomic (first PSN, packets, what).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdRes {
+    /// First PSN.
+    pub first: u32,
+    /// Packets (PSNs) it took.
+    pub npkts: u32,
+    /// A READ (address, key, length) or an atomic's original value.
+    pub kind: ResKind,
+}
+
+/// What a saved request replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResKind {
+    /// Served again from memory.
+    Read(u64, u32, u32),
+    /// Answered with the saved original value.
+    Atomic(u64),
+}
+
 /// Rights of a memory key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rights {
@@ -50,6 +70,8 @@ pub struct Rights {
     pub rw: bool,
     /// Remote read (RDMA READ source).
     pub rr: bool,
+    /// Remote atomic (atomic target).
+    pub a: bool,
 }
 
 /// What a key is used for.
@@ -63,6 +85,8 @@ pub enum Need {
     Remote,
     /// RDMA READ source.
     RemoteRead,
+    /// Atomic target.
+    Atomic,
 }
 
 /// One scatter/gather entry.
@@ -85,6 +109,8 @@ pub struct Wr {
     pub opcode: u8,
     /// Immediate data.
     pub imm: u32,
+    /// Atomics: (swap or add, compare).
+    pub operands: (u64, u64),
     /// RDMA: remote address and key.
     pub remote: Option<(u64, u32)>,
     /// Gather list (`None`: inline).
@@ -104,6 +130,10 @@ pub struct Wr {
 impl Wr {
     fn read(&self) -> bool {
         self.opcode == wqe::OPCODE_RDMA_READ
+    }
+
+    fn atomic(&self) -> bool {
+        matches!(self.opcode, wqe::OPCODE_ATOMIC_CS | wqe::OPCODE_ATOMIC_FA)
     }
 
     fn rdma(&self) -> bool {
@@ -282,10 +312,11 @@ pub struct MQp {
     pub rwe: bool,
     /// Remote read allowed (RST2INIT).
     pub rre: bool,
-    /// The responder's saved READ (first PSN, packets, address, key,
-    /// length): one, as `max_dest_rd_atomic` 0 (`log_rra_max` 0) keeps;
-    /// forgotten at RESET and ERR.
-    pub rd_res: Option<(u32, u32, u64, u32, u32)>,
+    /// Remote atomic allowed (RST2INIT).
+    pub rae: bool,
+    /// The responder's saved READ or atomic: one, as `max_dest_rd_atomic`
+    /// 0 (`log_rra_max` 0) keeps; forgotten at RESET and ERR.
+    pub rd_res: Option<RdRes>,
     /// Peer (INIT2RTR).
     pub remote: u32,
     /// Next PSN sent.
@@ -335,6 +366,8 @@ pub struct Counts {
     /// RDMA READs a responder served (replays included; a zero-length
     /// READ reads nothing).
     pub reads: u64,
+    /// Atomics a responder executed (never a replay).
+    pub atomics: u64,
 }
 
 /// The whole reference.
@@ -369,13 +402,14 @@ impl Model {
     pub fn key_ok(&self, key: u32, need: Need) -> bool {
         if key == self.reserved {
             // Identity translation; sends need qpc.rlky, which the driver sets.
-            return !matches!(need, Need::Remote | Need::RemoteRead);
+            return !matches!(need, Need::Remote | Need::RemoteRead | Need::Atomic);
         }
         self.keys.get(&key).is_some_and(|r| match need {
             Need::Read => r.lr,
             Need::Write => r.lw,
             Need::Remote => r.rw,
             Need::RemoteRead => r.rr,
+            Need::Atomic => r.a,
         })
     }
 
@@ -445,7 +479,15 @@ impl Model {
                 n += q
                     .pending
                     .iter()
-                    .filter(|w| !matches!(w.opcode, wqe::OPCODE_RDMA_WRITE | wqe::OPCODE_RDMA_READ))
+                    .filter(|w| {
+                        !matches!(
+                            w.opcode,
+                            wqe::OPCODE_RDMA_WRITE
+                                | wqe::OPCODE_RDMA_READ
+                                | wqe::OPCODE_ATOMIC_CS
+                                | wqe::OPCODE_ATOMIC_FA
+                        )
+                    })
                     .count() as u32;
             }
         }

@@ -82,6 +82,7 @@ impl Run {
             lw: self.rng.below(2) == 0,
             rw: self.rng.below(3) != 0,
             rr: self.rng.below(3) != 0,
+            a: self.rng.below(3) != 0,
         };
         if r.lr {
             access |= MkeyAccess::LOCAL_READ;
@@ -94,6 +95,9 @@ impl Run {
         }
         if r.rr {
             access |= MkeyAccess::REMOTE_READ;
+        }
+        if r.a {
+            access |= MkeyAccess::REMOTE_ATOMIC;
         }
         let fault = !access.is_empty() && self.maybe_fault(Opcode::CREATE_MKEY);
         // A translated key over the run's one buffer (every slot and the

@@ -124,6 +124,7 @@ impl Run {
                 view: QpState::Reset,
                 rwe: false,
                 rre: false,
+                rae: false,
                 rd_res: None,
                 remote: 0,
                 send_psn: 0,
@@ -309,7 +310,7 @@ impl Run {
         let access = QpAccess {
             remote_read: true,
             remote_write: self.rng.below(12) != 0,
-            remote_atomic: false,
+            remote_atomic: self.rng.below(4) != 0,
         };
         let rq_psn = {
             let p = &self.m.qps[&peer];
@@ -418,6 +419,7 @@ impl Run {
                 q.fw = Fw::Init;
                 q.rwe = access.remote_write;
                 q.rre = access.remote_read;
+                q.rae = access.remote_atomic;
             }
             Transition::Init2Rtr => {
                 let q = m.qps.get_mut(&qpn).unwrap();

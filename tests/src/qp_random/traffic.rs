@@ -25,7 +25,7 @@ impl Run {
         let dma = self.hca.dma_lkey().expect("DMA key");
         let created: Vec<u32> = self.mkeys.iter().map(|k| k.key()).collect();
         let dead = self.dead_keys.clone();
-        if matches!(need, Need::Remote | Need::RemoteRead) {
+        if matches!(need, Need::Remote | Need::RemoteRead | Need::Atomic) {
             let good: Vec<u32> = created
                 .iter()
                 .copied()
@@ -66,13 +66,23 @@ impl Run {
             .mkeys
             .iter()
             .any(|k| self.m.key_ok(k.key(), Need::RemoteRead));
-        let opcode = match self.rng.below(12) {
+        let a_key = self
+            .mkeys
+            .iter()
+            .any(|k| self.m.key_ok(k.key(), Need::Atomic));
+        let opcode = match self.rng.below(14) {
             6 | 7 if rw_key || self.rng.below(8) == 0 => wqe::OPCODE_RDMA_WRITE,
             8 | 9 if rw_key || self.rng.below(8) == 0 => wqe::OPCODE_RDMA_WRITE_IMM,
             10 | 11 if rr_key || self.rng.below(8) == 0 => wqe::OPCODE_RDMA_READ,
-            0..=2 | 6 | 8 | 10 => wqe::OPCODE_SEND,
+            12 if a_key || self.rng.below(8) == 0 => wqe::OPCODE_ATOMIC_FA,
+            13 if a_key || self.rng.below(8) == 0 => wqe::OPCODE_ATOMIC_CS,
+            0..=2 | 6 | 8 | 10 | 12 => wqe::OPCODE_SEND,
             _ => wqe::OPCODE_SEND_IMM,
         };
+        let atomic = matches!(opcode, wqe::OPCODE_ATOMIC_CS | wqe::OPCODE_ATOMIC_FA);
+        if atomic {
+            return self.plan_atomic(opcode);
+        }
         let read = opcode == wqe::OPCODE_RDMA_READ;
         // A READ's entries are written by the device: no inline data, keys
         // with (or without) local write.
@@ -143,6 +153,7 @@ impl Run {
             wr: Wr {
                 wr_id,
                 opcode,
+                operands: (0, 0),
                 imm: self.rng.next() as u32,
                 remote,
                 gather,
@@ -154,6 +165,59 @@ impl Run {
             },
             sges,
             inline,
+        })
+    }
+
+    /// An atomic: one 8-byte entry in a source slot (a key with or without
+    /// local write), an 8-byte target in the RDMA area (now and then
+    /// misaligned), a key with or without the atomic right.
+    fn plan_atomic(&mut self, opcode: u8) -> Option<Planned> {
+        let s = self.free_src.pop()?;
+        let lkey = self.choose_key(Need::Write);
+        let sges = vec![Sge {
+            addr: self.mem.iova() + (s * SLOT) as u64,
+            length: 8,
+            lkey,
+        }];
+        // A few 8-byte words of the area, so atomics meet each other.
+        let mut off = 8 * self.rng.below(4);
+        if self.rng.below(12) == 0 {
+            off += 1 + self.rng.below(7);
+        }
+        let raddr = self.m.rdma_base + off;
+        let rkey = self.choose_key(Need::Atomic);
+        // CMP_SWAP: half the time the value the area holds now.
+        let at = off as usize;
+        let mut now = [0u8; 8];
+        now.copy_from_slice(&self.m.rdma[at..at + 8]);
+        let compare = if self.rng.below(2) == 0 {
+            u64::from_le_bytes(now)
+        } else {
+            self.rng.next()
+        };
+        let operands = (self.rng.next() >> self.rng.below(64), compare);
+        let wr_id = self.next_wr;
+        self.next_wr += 1;
+        Some(Planned {
+            wr: Wr {
+                wr_id,
+                opcode,
+                operands,
+                imm: 0,
+                remote: Some((raddr, rkey)),
+                gather: Some(vec![Seg {
+                    addr: sges[0].addr,
+                    len: 8,
+                    lkey,
+                }]),
+                payload: vec![0; 8],
+                signaled: self.rng.below(4) != 0,
+                index: 0,
+                wqebbs: 0,
+                slot: Some(s),
+            },
+            sges,
+            inline: false,
         })
     }
 
@@ -240,8 +304,13 @@ impl Run {
                     call_len = i + 1;
                     break;
                 }
-                let recv = !matches!(p.wr.opcode, wqe::OPCODE_RDMA_WRITE | wqe::OPCODE_RDMA_READ)
-                    && recv_room.is_some();
+                let recv = !matches!(
+                    p.wr.opcode,
+                    wqe::OPCODE_RDMA_WRITE
+                        | wqe::OPCODE_RDMA_READ
+                        | wqe::OPCODE_ATOMIC_CS
+                        | wqe::OPCODE_ATOMIC_FA
+                ) && recv_room.is_some();
                 let shared = recv && target_cq == Some(send_cq);
                 send_room -= 1 + shared as i64;
                 if recv && !shared {
@@ -345,7 +414,8 @@ impl Run {
 /// WQEBBs of a send WQE: control, remote address (RDMA), then one unit
 /// per non-empty gather entry or the inline header and data in units.
 fn wqebbs(w: &Wr) -> u16 {
-    let mut ds = 1 + w.remote.is_some() as usize;
+    let atomic = matches!(w.opcode, wqe::OPCODE_ATOMIC_CS | wqe::OPCODE_ATOMIC_FA);
+    let mut ds = 1 + w.remote.is_some() as usize + atomic as usize;
     ds += match &w.gather {
         Some(g) => g.iter().filter(|s| s.len > 0).count(),
         None if w.payload.is_empty() => 0,
@@ -361,6 +431,17 @@ fn request(p: &Planned) -> SendRequest<'_> {
         (wqe::OPCODE_SEND_IMM, _) => SendOp::SendImm { imm: w.imm },
         (wqe::OPCODE_RDMA_WRITE, Some((raddr, rkey))) => SendOp::RdmaWrite { raddr, rkey },
         (wqe::OPCODE_RDMA_READ, Some((raddr, rkey))) => SendOp::RdmaRead { raddr, rkey },
+        (wqe::OPCODE_ATOMIC_FA, Some((raddr, rkey))) => SendOp::AtomicFetchAdd {
+            raddr,
+            rkey,
+            add: w.operands.0,
+        },
+        (wqe::OPCODE_ATOMIC_CS, Some((raddr, rkey))) => SendOp::AtomicCmpSwap {
+            raddr,
+            rkey,
+            compare: w.operands.1,
+            swap: w.operands.0,
+        },
         (_, Some((raddr, rkey))) => SendOp::RdmaWriteImm {
             raddr,
             rkey,

@@ -11,6 +11,7 @@ use std::vec::Vec;
 use super::ring::SendRing;
 use super::*;
 
+mod blueflame;
 mod complete;
 mod recv;
 use crate::cq::{Cqe, CqeStatus};

@@ -7,7 +7,7 @@ use mlx5_driver::eq::QpEvent;
 use mlx5_regs::consts::{cqe_syndrome as syn, wqe};
 use mlx5_regs::CqeOpcode;
 
-use super::{Exp, ExpEvent, Fw, Id, Model, Need, Seg, Wait, WaitKind, Wr};
+use super::{Exp, ExpEvent, Fw, Id, Model, Need, RdRes, ResKind, Seg, Wait, WaitKind, Wr};
 
 /// Mask of a PSN.
 const PSN: u32 = 0x00ff_ffff;
@@ -62,8 +62,8 @@ impl Model {
     /// Execute the head WQE of RTS QP `s`; true to go on with the next.
     fn exec_head(&mut self, s: u32) -> bool {
         let w = self.qps[&s].pending[0].clone();
-        if w.read() {
-            return self.exec_read(s, &w);
+        if w.read() || w.atomic() {
+            return self.exec_read_atomic(s, &w);
         }
         if let Some(g) = &w.gather {
             if g.iter()
@@ -188,29 +188,39 @@ impl Model {
         true
     }
 
-    /// Execute the RDMA READ at the head of `s` (docs/fidelity.md §19):
-    /// route; a repeated READ is served again from the responder's saved
-    /// one (none: invalid request); the responder's `rre` and the key's
-    /// remote-read right (a zero-length READ names no memory); the READ is
-    /// saved, both PSNs advance; then the requester writes the bytes through
+    /// Execute the RDMA READ or atomic at the head of `s` (docs/fidelity.md
+    /// §19): route; a repeated request is answered from the responder's
+    /// saved one (none: invalid request), a READ served again from memory,
+    /// an atomic with its saved original value; else the responder's right
+    /// (`rre` / `rae`), an atomic's alignment, the key's right (a
+    /// zero-length READ names no memory), execution, the request saved,
+    /// both PSNs advanced; then the requester writes what came back through
     /// its local keys (local protection error after the responder served).
-    fn exec_read(&mut self, s: u32, w: &Wr) -> bool {
-        let len = w.payload.len() as u32;
-        let npkts = len.div_ceil(self.mtu).max(1);
+    fn exec_read_atomic(&mut self, s: u32, w: &Wr) -> bool {
+        let len = if w.atomic() {
+            8
+        } else {
+            w.payload.len() as u32
+        };
+        let npkts = if w.atomic() {
+            1
+        } else {
+            len.div_ceil(self.mtu).max(1)
+        };
         let Some((t, duplicate)) = self.route(s, npkts) else {
             self.counts.ack_timeouts += 1;
             self.wait(s, WaitKind::Ack);
             return false;
         };
-        let (raddr, rkey) = w.remote.expect("a READ has a remote address");
+        let (raddr, rkey) = w.remote.expect("a READ or atomic has a remote address");
         let first = self.qps[&s].send_psn;
-        let served = if duplicate {
+        let saved = if duplicate {
             match self.qps[&t].rd_res {
-                Some((f, n, va, key, l))
-                    if ((first.wrapping_sub(f) << 8) as i32 >> 8) >= 0
-                        && first.wrapping_sub(f) & PSN < n =>
+                Some(r)
+                    if ((first.wrapping_sub(r.first) << 8) as i32 >> 8) >= 0
+                        && first.wrapping_sub(r.first) & PSN < r.npkts =>
                 {
-                    Some((va, key, l))
+                    Some(r.kind)
                 }
                 _ => {
                     self.fail(
@@ -225,26 +235,70 @@ impl Model {
         } else {
             None
         };
-        let (_, key, rlen) = served.unwrap_or((raddr, rkey, len));
-        if !self.qps[&t].rre || (rlen > 0 && !self.key_ok(key, Need::RemoteRead)) {
-            self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
-            return false;
-        }
-        if rlen > 0 {
+        let back = match saved {
+            Some(ResKind::Atomic(_)) => 8,
+            Some(ResKind::Read(_, key, l)) => {
+                if !self.read_allowed(t, key, l) {
+                    self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                    return false;
+                }
+                l
+            }
+            None if w.read() => {
+                if !self.read_allowed(t, rkey, len) {
+                    self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                    return false;
+                }
+                let kind = ResKind::Read(raddr, rkey, len);
+                self.save(t, first, npkts, kind);
+                len
+            }
+            None => {
+                if !self.qps[&t].rae {
+                    self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                    return false;
+                }
+                if raddr % 8 != 0 {
+                    self.fail(
+                        s,
+                        syn::REMOTE_INVAL_REQ_ERR,
+                        t,
+                        Some(QpEvent::InvalidRequest),
+                    );
+                    return false;
+                }
+                if !self.key_ok(rkey, Need::Atomic) {
+                    self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                    return false;
+                }
+                let at = (raddr - self.rdma_base) as usize;
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&self.rdma[at..at + 8]);
+                // Host endianness (bring-up set it, as Linux does).
+                let orig = u64::from_le_bytes(b);
+                let (swap_add, compare) = w.operands;
+                let new = if w.opcode == wqe::OPCODE_ATOMIC_CS {
+                    (orig == compare).then_some(swap_add)
+                } else {
+                    Some(orig.wrapping_add(swap_add))
+                };
+                if let Some(v) = new {
+                    self.rdma[at..at + 8].copy_from_slice(&v.to_le_bytes());
+                }
+                self.counts.atomics += 1;
+                self.save(t, first, npkts, ResKind::Atomic(orig));
+                8
+            }
+        };
+        if w.read() && back > 0 {
             self.counts.reads += 1;
         }
         if let Some(q) = self.qps.get_mut(&s) {
             q.send_psn = (q.send_psn + npkts) & PSN;
         }
-        if !duplicate {
-            if let Some(q) = self.qps.get_mut(&t) {
-                q.rd_res = Some((first, npkts, raddr, rkey, len));
-                q.rcv_psn = (q.rcv_psn + npkts) & PSN;
-            }
-        }
         // The requester writes what came back through its entries.
         let segs = w.gather.as_deref().unwrap_or(&[]);
-        let mut left = rlen;
+        let mut left = back;
         for x in segs {
             if left == 0 {
                 break;
@@ -262,6 +316,19 @@ impl Model {
         self.counts.messages += 1;
         self.req_done(s);
         true
+    }
+
+    /// The responder `t` serves a READ of `len` bytes through `key`.
+    fn read_allowed(&self, t: u32, key: u32, len: u32) -> bool {
+        self.qps[&t].rre && (len == 0 || self.key_ok(key, Need::RemoteRead))
+    }
+
+    /// Responder `t` saves a served request and advances its PSN.
+    fn save(&mut self, t: u32, first: u32, npkts: u32, kind: ResKind) {
+        if let Some(q) = self.qps.get_mut(&t) {
+            q.rd_res = Some(RdRes { first, npkts, kind });
+            q.rcv_psn = (q.rcv_psn + npkts) & PSN;
+        }
     }
 
     /// The peer of `s` if a packet reaches it and it answers: it exists,
