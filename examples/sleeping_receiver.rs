@@ -2,16 +2,18 @@
 //! channel, a completion vector of its own, CQ moderation and the blocking
 //! `get_cq_event_on`, on the device model in threaded mode (the model's
 //! device thread executes the sends while the program sleeps in its
-//! interrupt wait).
+//! interrupt wait), or on a ConnectX bound to vfio-pci, where the sleep is a
+//! wait on the MSI-X vector's eventfd.
 //!
 //! ```sh
 //! cargo run --example sleeping_receiver            # ConnectX-5 profile, 256 messages
 //! cargo run --example sleeping_receiver -- cx7 1000
+//! cargo run --example sleeping_receiver -- vfio:0000:03:00.0 256   # a ConnectX through VFIO
 //! ```
 //!
-//! 1. bring the HCA up with two completion vectors on a platform with four
-//!    interrupt vectors (on hardware: `mlx5_vfio::VfioPlatform::open(..)`,
-//!    whose MSI-X vectors take the model's place);
+//! 1. bring the HCA up with two completion vectors on a platform with
+//!    interrupts (the model: four vectors; VFIO: the MSI-X vectors
+//!    `mlx5_vfio::VfioPlatform::open` enabled);
 //! 2. a completion channel, and the receive CQ on it and on vector 1, with
 //!    moderation: one event per batch of completions instead of one per
 //!    completion (when the device has the `cq_moderation` capability);
@@ -20,7 +22,10 @@
 //! 4. per batch: post the sends, arm the receive CQ, poll it, and when it is
 //!    empty sleep in `get_cq_event_on` until the device's interrupt; check
 //!    every payload, repost each buffer;
-//! 5. destroy everything and tear down: every firmware page comes back.
+//! 5. count the interrupts of the receive CQ's vector (the model's counter;
+//!    through VFIO the kernel's, from `/proc/interrupts`): a sleep that
+//!    ended without one is an error;
+//! 6. destroy everything and tear down: every firmware page comes back.
 
 use std::error::Error;
 
@@ -29,8 +34,9 @@ use mlx5_driver::verbs::{
     SendFlags, SendWr, Sge, SrqInitAttr, Verbs, WcStatus, WorkCompletion,
 };
 use mlx5_driver::{Hca, HcaConfig};
-use mlx5_hal::Hal;
-use mlx5_sim::{Device, Profile, SimConfig, SimHal};
+use mlx5_hal::{Hal, MAX_IRQ_VECTORS};
+use mlx5_sim::{Device, Profile, SimConfig};
+use mlx5_vfio::{VfioOptions, VfioPlatform};
 
 /// Receive buffers (one per posted receive) and their size.
 const RECV_BUFS: usize = 64;
@@ -44,7 +50,9 @@ const TIMEOUT_NS: u64 = 1_000_000_000;
 const VECTOR: u32 = 1;
 const CQ_CONTEXT: u64 = 0x5eed;
 
-type Ctx = Verbs<SimHal>;
+/// Interrupts raised so far on a vector (the model's counter, or the
+/// kernel's for a VFIO device).
+type IrqCount<'a> = &'a dyn Fn(u16) -> Result<u64, Box<dyn Error>>;
 
 /// What a run did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -57,12 +65,15 @@ pub struct Summary {
     pub sleeps: u64,
     /// Whether the receive CQ was moderated (`cq_count` = one batch).
     pub moderated: bool,
-    /// Interrupts the device raised on the receive CQ's vector.
+    /// The receive CQ's interrupt vector.
+    pub vector: u16,
+    /// Interrupts on the receive CQ's vector during the run.
     pub interrupts: u64,
     /// Firmware pages still held after teardown (0).
     pub pages_left: usize,
-    /// Objects the model still holds after teardown (0).
-    pub model_objects_left: usize,
+    /// Objects the model still holds after teardown (0; `None` on a device
+    /// other than the model).
+    pub model_objects_left: Option<usize>,
 }
 
 /// The payload of message `n`: 16..=BUF bytes that name it.
@@ -75,7 +86,11 @@ fn payload(n: u64, out: &mut [u8; BUF]) -> usize {
 }
 
 /// Poll `cq` into `wc` until it is empty; returns the completions.
-fn drain(ctx: &mut Ctx, cq: CqHandle, wc: &mut Vec<WorkCompletion>) -> Result<(), Box<dyn Error>> {
+fn drain<H: Hal>(
+    ctx: &mut Verbs<H>,
+    cq: CqHandle,
+    wc: &mut Vec<WorkCompletion>,
+) -> Result<(), Box<dyn Error>> {
     let mut batch = [WorkCompletion::EMPTY; BATCH];
     loop {
         let n = ctx.poll_cq(cq, &mut batch)?;
@@ -86,6 +101,18 @@ fn drain(ctx: &mut Ctx, cq: CqHandle, wc: &mut Vec<WorkCompletion>) -> Result<()
     }
 }
 
+/// The interrupt vector completion vector `comp` signals on a platform with
+/// `irqs` vectors: vector 0 is the async EQ's, completions spread over the
+/// others (Linux's `MLX5_IRQ_VEC_COMP_BASE`, as the driver assigns them).
+fn comp_irq(irqs: u16, comp: u32) -> u16 {
+    let irqs = irqs.min(MAX_IRQ_VECTORS);
+    if irqs <= 1 {
+        0
+    } else {
+        1 + (comp % u32::from(irqs - 1)) as u16
+    }
+}
+
 /// Run `messages` messages (a multiple of [`BATCH`]) on a model of
 /// `cfg` (forced to threaded mode with four interrupt vectors).
 pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
@@ -93,15 +120,49 @@ pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
         irq_vectors: 4,
         ..cfg.threaded()
     });
+    let counter = dev.clone();
+    let mut s = run_on(dev.hal(), messages, &move |v| Ok(counter.interrupts(v)))?;
+    s.model_objects_left = Some(dev.objects().total());
+    let v = dev.violations();
+    if !v.is_empty() {
+        return Err(format!("the model saw protocol violations: {v:?}").into());
+    }
+    Ok(s)
+}
+
+/// Run `messages` messages on the function at `addr` bound to vfio-pci;
+/// the interrupts are what the kernel counted on the vector's MSI-X line.
+pub fn run_vfio(addr: &str, messages: u64) -> Result<Summary, Box<dyn Error>> {
+    let plat = VfioPlatform::open(addr, VfioOptions::default())?;
+    let counter = plat.clone();
+    run_on(plat, messages, &move |v| {
+        Ok(counter
+            .kernel_irq_counts()?
+            .get(usize::from(v))
+            .copied()
+            .unwrap_or(0))
+    })
+}
+
+/// The program on any platform with interrupts.
+fn run_on<H: Hal>(hal: H, messages: u64, irqs: IrqCount<'_>) -> Result<Summary, Box<dyn Error>> {
+    if hal.irq_vectors() == 0 {
+        return Err("the platform has no interrupt vectors: there is nothing to sleep on".into());
+    }
+    let vector = comp_irq(hal.irq_vectors(), VECTOR);
+    let irqs_before = irqs(vector)?;
     let hca = Hca::bring_up(
-        dev.hal(),
+        hal.clone(),
         HcaConfig {
             comp_vectors: 2,
             ..HcaConfig::default()
         },
     )?;
-    let mut ctx: Box<Ctx> = Box::new(Verbs::open(hca));
-    let mut s = Summary::default();
+    let mut ctx: Box<Verbs<H>> = Box::new(Verbs::open(hca));
+    let mut s = Summary {
+        vector,
+        ..Summary::default()
+    };
 
     // 2. The channel and the CQs: sends complete on a CQ nobody sleeps on.
     let ch = ctx.create_comp_channel()?;
@@ -150,8 +211,8 @@ pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
     let (tx, _) = ctx.create_qp(&attr(scq))?;
     let (rx, _) = ctx.create_qp(&attr(scq))?;
     ctx.connect_loopback(tx, rx)?;
-    let sbuf = dev.hal().alloc_dma(BATCH * BUF)?;
-    let rbuf = dev.hal().alloc_dma(RECV_BUFS * BUF)?;
+    let sbuf = hal.alloc_dma(BATCH * BUF)?;
+    let rbuf = hal.alloc_dma(RECV_BUFS * BUF)?;
     let smr = ctx.reg_mr(sbuf.iova(), (BATCH * BUF) as u64, AccessFlags::LOCAL_WRITE)?;
     let rmr = ctx.reg_mr(
         rbuf.iova(),
@@ -180,6 +241,7 @@ pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
     // 4. Batches: send, then sleep until the receive CQ's event.
     let mut bytes = [0u8; BUF];
     let mut wc = Vec::with_capacity(BATCH);
+    let mut armed = false;
     for first in (0..messages).step_by(BATCH) {
         let mut sges = [[Sge {
             addr: 0,
@@ -211,10 +273,17 @@ pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
             .collect();
         ctx.post_send(tx, &wrs).map_err(|e| e.errno)?;
 
-        // The verbs loop: arm, poll, sleep only when the CQ is empty.
+        // The verbs loop: arm, poll, sleep only when the CQ is empty. An
+        // arm stays outstanding until its event is read: arming again
+        // before that repeats the arm's sequence number, which the device
+        // takes as a stale arm (the event of a batch that was polled in
+        // full is read, without sleeping, at the next batch's first wait).
         wc.clear();
         while wc.len() < BATCH {
-            ctx.req_notify_cq(rcq, false)?;
+            if !armed {
+                ctx.req_notify_cq(rcq, false)?;
+                armed = true;
+            }
             let had = wc.len();
             drain(&mut ctx, rcq, &mut wc)?;
             if wc.len() >= BATCH {
@@ -229,6 +298,7 @@ pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
             }
             ctx.ack_cq_events(rcq, 1)?;
             s.events += 1;
+            armed = false;
             drain(&mut ctx, rcq, &mut wc)?;
         }
         // RC delivers in order: the batch's k-th receive completion is
@@ -257,19 +327,26 @@ pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
         }
         // The batch's one send completion frees the send queue.
         let mut sent = [WorkCompletion::EMPTY; 1];
-        let start = dev.hal().now_ns();
+        let start = hal.now_ns();
         while ctx.poll_cq(scq, &mut sent)? == 0 {
-            if dev.hal().now_ns() - start > TIMEOUT_NS {
+            if hal.now_ns() - start > TIMEOUT_NS {
                 return Err("no send completion".into());
             }
-            dev.hal().delay_us(10);
+            hal.delay_us(10);
         }
     }
-    // Completion vector i signals interrupt vector 1 + i mod (n - 1) (vector
-    // 0 is the async EQ's, as Linux's MLX5_IRQ_VEC_COMP_BASE).
-    s.interrupts = dev.interrupts(1 + VECTOR as u16 % 3);
+    // 5. The interrupts of the receive CQ's vector, before teardown (a VFIO
+    // device's lines go away when its vectors are disabled).
+    s.interrupts = irqs(vector)?.saturating_sub(irqs_before);
+    if s.sleeps > 0 && s.interrupts == 0 {
+        return Err(format!(
+            "{} sleeps ended without an interrupt on vector {vector}",
+            s.sleeps
+        )
+        .into());
+    }
 
-    // 5. Teardown.
+    // 6. Teardown.
     ctx.destroy_qp(tx)?;
     ctx.destroy_qp(rx)?;
     ctx.destroy_srq(srq)?;
@@ -281,41 +358,60 @@ pub fn run(cfg: SimConfig, messages: u64) -> Result<Summary, Box<dyn Error>> {
     drop((sbuf, rbuf));
     let report = ctx.close()?;
     s.pages_left = report.pages_left;
-    let o = dev.objects();
-    s.model_objects_left = o.total();
     Ok(s)
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
-    let profile = match args.next().as_deref() {
-        None | Some("cx5") => Profile::ConnectX5,
-        Some("cx4lx") => Profile::ConnectX4Lx,
-        Some("cx6dx") => Profile::ConnectX6Dx,
-        Some("cx7") => Profile::ConnectX7,
-        Some(p) => return Err(format!("unknown profile {p:?} (cx4lx, cx5, cx6dx, cx7)").into()),
-    };
+    let device = args.next();
     let messages: u64 = match args.next() {
         Some(n) => n.parse()?,
         None => 256,
     };
     let messages = messages.div_ceil(BATCH as u64) * BATCH as u64;
-    let s = run(SimConfig::profile(profile), messages)?;
+    let (name, s) = match device.as_deref() {
+        Some(d) if d.starts_with("vfio:") => (d.to_string(), run_vfio(&d[5..], messages)?),
+        p => {
+            let profile = match p {
+                None | Some("cx5") => Profile::ConnectX5,
+                Some("cx4lx") => Profile::ConnectX4Lx,
+                Some("cx6dx") => Profile::ConnectX6Dx,
+                Some("cx7") => Profile::ConnectX7,
+                Some(p) => {
+                    return Err(format!(
+                        "unknown device {p:?} (cx4lx, cx5, cx6dx, cx7, or vfio:DDDD:BB:DD.F)"
+                    )
+                    .into())
+                }
+            };
+            (
+                format!("{profile:?}"),
+                run(SimConfig::profile(profile), messages)?,
+            )
+        }
+    };
     println!(
-        "{profile:?}: {} messages received by a receiver that slept in get_cq_event_on, payloads checked",
+        "{name}: {} messages received by a receiver that slept in get_cq_event_on, payloads checked",
         s.messages
     );
     println!(
-        "  {} completion events ({} waits found the CQ empty), moderation {}, {} interrupts on the receive CQ's vector",
+        "  {} completion events ({} waits found the CQ empty), moderation {}, {} interrupts on the receive CQ's vector {}",
         s.events,
         s.sleeps,
         if s.moderated { "one event per batch" } else { "off (no cq_moderation capability)" },
-        s.interrupts
+        s.interrupts,
+        s.vector
     );
-    println!(
-        "  {} firmware pages left, {} model objects left",
-        s.pages_left, s.model_objects_left
-    );
+    match s.model_objects_left {
+        Some(o) => println!(
+            "  {} firmware pages left, {o} model objects left",
+            s.pages_left
+        ),
+        None => println!("  {} firmware pages left", s.pages_left),
+    }
+    if s.pages_left != 0 {
+        return Err(format!("{} firmware pages were not returned", s.pages_left).into());
+    }
     Ok(())
 }
 
@@ -348,7 +444,8 @@ mod tests {
                 s.sleeps == 0 || s.interrupts > 0,
                 "{p:?}: slept without an interrupt: {s:?}"
             );
-            assert_eq!((s.pages_left, s.model_objects_left), (0, 0), "{p:?}");
+            assert_eq!((s.pages_left, s.model_objects_left), (0, Some(0)), "{p:?}");
+            assert_eq!(s.vector, 2, "completion vector 1 of 4 interrupt vectors");
         }
     }
 }

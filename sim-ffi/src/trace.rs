@@ -1,7 +1,8 @@
 //! The model's trace file: every command as the firmware saw it (decoded,
 //! for diffing against a guest's `dyndbg` dump) and a `STATE` line whenever
 //! the HCA state, the pages the firmware holds, the live objects, the
-//! violations or the IOMMU faults change. A harness reads the last `STATE`
+//! violations, the IOMMU faults or the MSI-X messages sent (`irqs`, every
+//! vector) change. A harness reads the last `STATE`
 //! line to check that a guest driver's unload returned every page.
 
 use std::fs::File;
@@ -70,7 +71,7 @@ impl TraceFile {
             objects: dev.objects().total(),
             violations: violations.len(),
             faults: faults.len(),
-            irqs: (0..8).map(|v| dev.interrupts(v)).sum(),
+            irqs: (0..dev.irq_vectors()).map(|v| dev.interrupts(v)).sum(),
             driver_version: dev.driver_version(),
         };
         if now != self.last {

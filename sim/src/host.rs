@@ -65,6 +65,7 @@ impl Device {
             let mut st = dev.lock();
             st.dma.external = Some(memory);
             st.irq_hook = Some(irq);
+            st.posted_doorbell_ns = Some(crate::state::HOSTED_DOORBELL_LATENCY_NS);
         }
         dev
     }

@@ -109,15 +109,26 @@ impl State {
     }
 
     /// An MMIO write from the driver: applied now (synchronous mode, or a
-    /// register) or queued for the device thread.
+    /// register) or queued for the device thread. On a hosted device a UAR
+    /// doorbell is posted (applied `HOSTED_DOORBELL_LATENCY_NS` later by
+    /// the host's timer), and any other write first applies the posted ones,
+    /// so the device sees every write in program order.
     pub fn mmio_write(&mut self, offset: usize, value: u64, wide: bool) {
         let is_cmdq_reg = !wide && (offset == 0x10 || offset == 0x14);
         if wide {
             // Checked as it arrives, against the memory the driver published.
             self.check_send_doorbell(offset, value);
         }
-        if self.clock.threaded && !is_cmdq_reg {
-            let at = self.now_ns() + THREADED_LATENCY_NS;
+        let is_uar = offset / db::UAR_PAGE_SIZE >= FIRST_UAR as usize;
+        let latency = if self.clock.threaded && !is_cmdq_reg {
+            Some(THREADED_LATENCY_NS)
+        } else if is_uar {
+            self.posted_doorbell_ns
+        } else {
+            None
+        };
+        if let Some(latency) = latency {
+            let at = self.now_ns() + latency;
             self.mmio_queue.push_back(MmioWrite {
                 at,
                 offset,
@@ -125,6 +136,11 @@ impl State {
                 wide,
             });
         } else {
+            if self.posted_doorbell_ns.is_some() {
+                while let Some(w) = self.mmio_queue.pop_front() {
+                    self.apply_mmio_write(w.offset, w.value, w.wide);
+                }
+            }
             self.apply_mmio_write(offset, value, wide);
             self.run_due();
         }

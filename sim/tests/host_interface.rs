@@ -273,3 +273,40 @@ fn host_reset_returns_the_function_to_power_on() {
     );
     assert!(irqs.lock().unwrap().is_empty());
 }
+
+#[test]
+fn a_hosted_uar_doorbell_is_posted_and_runs_at_the_hosts_timer() {
+    let (dev, _mem, _) = hosted();
+    let now = 10_000_000_000;
+    assert_eq!(dev.host_mmio_read(now, 0x1fc, 4) >> 31, 0);
+    assert_eq!(dev.host_next_deadline_ns(), None, "nothing to do");
+    // A doorbell to UAR page 16, which nobody allocated: the device would
+    // record it as a violation once it processes the write.
+    let uar = 16 * 4096;
+    dev.host_mmio_write(now, uar + 0x20, 4, 0x1234);
+    assert!(
+        dev.violations().is_empty(),
+        "posted: not run inside the write"
+    );
+    let due = dev
+        .host_next_deadline_ns()
+        .expect("the host's timer is armed");
+    assert!(due > now, "{due} after {now}");
+    dev.host_tick(due - 1);
+    assert!(dev.violations().is_empty(), "not yet due");
+    dev.host_tick(due);
+    assert_eq!(dev.violations().len(), 1, "run at the deadline");
+    assert_eq!(dev.host_next_deadline_ns(), None);
+    // A write outside the UAR pages runs at once, after the posted ones
+    // (program order): the second doorbell's violation comes first.
+    dev.host_mmio_write(due, uar + 0x20, 4, 0x5678);
+    assert_eq!(dev.violations().len(), 1);
+    dev.host_mmio_write(due, 0x10, 4, 0);
+    let v = dev.violations();
+    assert_eq!(
+        v.len(),
+        2,
+        "the posted doorbell ran before the register write: {v:?}"
+    );
+    assert!(matches!(v[1], Violation::UarDoorbell(_)), "{v:?}");
+}

@@ -163,3 +163,40 @@ fn set_driver_version_after_init_hca_is_accepted_and_recorded() {
     f.dev.function_reset();
     assert_eq!(f.dev.driver_version(), None);
 }
+
+/// SET_HCA_CAP of the atomic page as `handle_hca_cap_atomic` writes it: a
+/// zeroed `set_hca_cap_in` (it is memset between the general and the atomic
+/// page), opcode 0x109, `op_mod` 3 << 1, and in the page only
+/// `atomic_req_8B_endianness_mode` = 1 (host endianness).
+fn linux_set_atomic_host_endianness() -> Vec<u8> {
+    let mut i = vec![0u8; set_hca_cap_in::SIZE];
+    i[0..2].copy_from_slice(&0x0109u16.to_be_bytes());
+    i[6..8].copy_from_slice(&(3u16 << 1).to_be_bytes());
+    atomic_caps::atomic_req_8b_endianness_mode
+        .set(set_hca_cap_in::capability.get_mut(&mut i), 1)
+        .unwrap();
+    i
+}
+
+#[test]
+fn linux_sets_host_endianness_with_a_page_that_is_zero_elsewhere() {
+    let mut f = Fw::new(SimConfig::profile(Profile::ConnectX5));
+    f.enable();
+    assert!(f.set_issi(1).ok());
+    let set = linux_set_atomic_host_endianness();
+    // Exactly the bytes Linux 6.1 sends: the page's other fields are zero,
+    // not the device's values, and that is not a change of them.
+    assert_eq!(set[0x10..].iter().filter(|&&b| b != 0).count(), 1);
+    f.ok(&set, set_hca_cap_out::SIZE);
+    let o = f.ok(
+        &linux_query_cap(om::CAP_ATOMIC, true),
+        query_hca_cap_out::SIZE,
+    );
+    let page = query_hca_cap_out::capability.get(&o);
+    assert_eq!(atomic_caps::atomic_req_8b_endianness_mode.get(page), 1);
+    assert_eq!(
+        atomic_caps::atomic_operations.get(page),
+        3,
+        "the zeros set nothing"
+    );
+}

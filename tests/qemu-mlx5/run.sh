@@ -6,49 +6,44 @@
 #      firmware images of a self-built QEMU);
 #   2. builds (or reuses from its cache outside the clone) QEMU 7.2 with the mlx5-model device
 #      (tests/qemu-mlx5/build-qemu.sh);
-#   3. builds the model as a shared library (mlx5-sim-ffi, which the device dlopen()s) and the
-#      static `mlx5` tool for the guest;
+#   3. builds the model as a shared library (mlx5-sim-ffi, which the device dlopen()s), and
+#      the static `mlx5` tool and `sleeping_receiver` example for the guest;
 #   4. downloads and unpacks (never installs) Debian's 6.1 guest kernel and busybox-static, and
-#      packs an initramfs: busybox, the vfio and mlx5_core modules, tests/qemu-mlx5/init, mlx5;
+#      packs an initramfs: busybox, the vfio and mlx5_core modules, tests/qemu-mlx5/init, the
+#      two programs;
 #   5. boots QEMU (TCG, q35, emulated Intel IOMMU, the model behind a PCIe root port);
 #   6. prints one PASS/FAIL line per step:
-#        step 1  selftest, demo  the project's tool through vfio-pci (MSI-X, IOMMU);
+#        step 1  selftest, demo  the project's tool through vfio-pci (IOMMU), each run with
+#                                MSI-X messages the guest kernel took on the device's vectors
+#                                (the tool reads vfio-pci's lines of /proc/interrupts);
+#        step 1  sleeping_receiver  examples/sleeping_receiver.rs through vfio-pci: it sleeps in
+#                                get_cq_event_on until the receive CQ's MSI-X interrupt;
+#        step 1  msix            the model sent at least as many MSI-X messages as the guest's
+#                                kernel took in step 1 (its trace), and more than none;
 #        step 2  mlx5_core       Linux's driver probes the function with no error in its log,
 #                                its health poller runs, and unbinding returns every page (the
 #                                model's trace says so);
-#      and keeps the console log, QEMU's stderr and the model's trace in the cache directory.
+#      and keeps the console log, QEMU's stderr and the model's trace in the work directory.
 # Exit status 0 only if every step passed. Environment: BOOT_TIMEOUT seconds (default 900),
 # CARGO_TARGET_DIR (default <repo>/target), QEMU_MLX5_CACHE (QEMU builds, default
 # /var/cache/mlx5-rs), QEMU_MLX5_WORK (logs and downloads, default <repo>/target/qemu-mlx5).
+# The kernel, initramfs, boot and failure-dump pieces are tests/guest-lib.sh, shared with
+# tests/vfio-qemu/run.sh.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-WORK=${QEMU_MLX5_WORK:-$REPO/target/qemu-mlx5}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+GUEST_TAG=qemu-mlx5
+GUEST_DIR=${QEMU_MLX5_WORK:-$REPO/target/qemu-mlx5}
+# shellcheck source=../guest-lib.sh
+. "$REPO/tests/guest-lib.sh"
 BOOT_TIMEOUT=${BOOT_TIMEOUT:-900}
 END_MARKER='=== QEMU-MLX5 END ==='
 
-die() { echo "qemu-mlx5: FAIL: $*" >&2; exit 1; }
-say() { echo "qemu-mlx5: $*"; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-
 T_START=$(now)
-mkdir -p "$WORK"
-SUDO=
-if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; fi
 
 # --- 1. Debian packages -------------------------------------------------------------------
-missing=()
-for p in cpio seabios qemu-system-data; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-    say "apt-get install ${missing[*]}"
-    [ "$(id -u)" = 0 ] || [ -n "$SUDO" ] || die "installing ${missing[*]} needs root"
-    $SUDO apt-get update -q >/dev/null || die "apt-get update failed"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null ||
-        die "cannot install ${missing[*]}"
-fi
+guest_apt_install cpio seabios qemu-system-data
 
 # --- 2. QEMU with the device ------------------------------------------------------------------
 T_QEMU=$(now)
@@ -60,88 +55,42 @@ T_CARGO=$(now)
 (cd "$REPO" && cargo build -q --release --locked -p mlx5-sim-ffi) || die "cannot build mlx5-sim-ffi"
 MODEL_LIB=$CARGO_TARGET_DIR/release/libmlx5_sim_ffi.so
 [ -f "$MODEL_LIB" ] || die "no $MODEL_LIB"
-BUILD=(cargo build -q --release --locked -p mlx5-cli --bin mlx5)
-if command -v rustup >/dev/null && rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1; then
-    (cd "$REPO" && "${BUILD[@]}" --target x86_64-unknown-linux-musl) || die "cannot build mlx5 for musl"
-    TOOL=$CARGO_TARGET_DIR/x86_64-unknown-linux-musl/release/mlx5
-else
-    say "rustup target add x86_64-unknown-linux-musl failed; building a static glibc binary instead"
-    (cd "$REPO" && RUSTFLAGS='-C target-feature=+crt-static' "${BUILD[@]}" --target x86_64-unknown-linux-gnu) ||
-        die "cannot build mlx5 as static glibc"
-    TOOL=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/mlx5
-fi
-[ -x "$TOOL" ] || die "no $TOOL"
-say "model library and guest tool built in $(elapsed "$T_CARGO") s"
+guest_static_build "the mlx5 tool" -p mlx5-cli --bin mlx5
+TOOL=$CARGO_TARGET_DIR/$GUEST_TRIPLE/release/mlx5
+guest_check_static "$TOOL"
+guest_static_build "examples/sleeping_receiver.rs" -p mlx5-examples --example sleeping_receiver
+SLEEPER=$CARGO_TARGET_DIR/$GUEST_TRIPLE/release/examples/sleeping_receiver
+guest_check_static "$SLEEPER"
+say "model library and guest programs built in $(elapsed "$T_CARGO") s"
 
 # --- 4. Guest kernel, busybox, initramfs ----------------------------------------------------------
-fetch_deb() { # $1 = package; unpacks into $WORK/unpacked/$1, prints that path
-    local pkg=$1 dir=$WORK/unpacked/$1
-    if [ ! -f "$dir/.done" ]; then
-        mkdir -p "$WORK/debs"
-        rm -rf "$dir"
-        (cd "$WORK/debs" && rm -f "${pkg}"_*.deb && apt-get download -q "$pkg" >&2) || die "apt-get download $pkg failed"
-        mkdir -p "$dir"
-        dpkg-deb -x "$WORK/debs/${pkg}"_*.deb "$dir" || die "dpkg-deb -x $pkg failed"
-        touch "$dir/.done"
-    fi
-    echo "$dir"
-}
-KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
-if [ -z "$KPKG" ]; then
-    $SUDO apt-get update -q >/dev/null || die "apt-get update failed"
-    KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
-fi
-[ -n "$KPKG" ] || die "cannot find the guest kernel package"
-KDIR=$(fetch_deb "$KPKG")
-BBDIR=$(fetch_deb busybox-static)
-VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -n1)
-KVER=${VMLINUZ##*/vmlinuz-}
-say "guest kernel $KVER"
-
-ROOT=$WORK/initramfs-root
-rm -rf "$ROOT"
-mkdir -p "$ROOT"/{bin,dev,proc,sys,tmp,lib/modules}
-cp "$BBDIR/bin/busybox" "$ROOT/bin/busybox"
-cp "$HERE/init" "$ROOT/init"
-chmod 755 "$ROOT/init"
+guest_kernel
+guest_initramfs_root "$HERE/init"
 cp "$TOOL" "$ROOT/mlx5"
-for m in irqbypass vfio vfio_virqfd vfio_iommu_type1 vfio-pci-core vfio-pci psample pci-hyperv-intf mlxfw mlx5_core; do
-    ko=$(find "$KDIR/lib/modules/$KVER" -name "$m.ko" | head -n1)
-    if [ -z "$ko" ]; then
-        [ "$m" = vfio_virqfd ] && continue
-        die "kernel module $m.ko not found in $KPKG"
-    fi
-    cp "$ko" "$ROOT/lib/modules/$m.ko"
-done
-INITRD=$WORK/initrd.cpio.gz
-(cd "$ROOT" && find . | cpio -o -H newc --quiet | gzip -1 >"$INITRD") || die "cannot pack the initramfs"
+cp "$SLEEPER" "$ROOT/sleeping-receiver"
+guest_add_modules irqbypass vfio vfio_virqfd vfio_iommu_type1 vfio-pci-core vfio-pci \
+    psample pci-hyperv-intf mlxfw mlx5_core
+guest_pack
 
 # --- 5. Boot -------------------------------------------------------------------------------------
-CONSOLE=$WORK/console.log
-QEMU_ERR=$WORK/qemu-stderr.log
-TRACE=$WORK/model-trace.log
+TRACE=$GUEST_DIR/model-trace.log
 rm -f "$TRACE"
-say "booting (TCG, timeout ${BOOT_TIMEOUT}s); console $CONSOLE, model trace $TRACE"
-T_BOOT=$(now)
-set +e
+say "booting (TCG, timeout ${BOOT_TIMEOUT}s); console $GUEST_DIR/console.log, model trace $TRACE"
+export MLX5_MODEL_LIB=$MODEL_LIB
 # intel-iommu before the device; the device alone behind a PCIe root port (FLR and secondary
 # bus reset both work there). mlx5_core.prof_sel=0: no MR cache (docs/hardware.md).
-MLX5_MODEL_LIB=$MODEL_LIB timeout "$BOOT_TIMEOUT" "$QEMU" -L /usr/share/qemu -L /usr/share/seabios \
+guest_boot "$BOOT_TIMEOUT" "$QEMU" -L /usr/share/qemu -L /usr/share/seabios \
     -accel tcg -m 1G -smp 1 \
     -machine q35,kernel-irqchip=split -device intel-iommu,intremap=on \
     -device pcie-root-port,id=rp1,chassis=1 \
     -device mlx5-model,bus=rp1,profile=cx5,trace="$TRACE" \
     -nodefaults -display none -monitor none -serial stdio -no-reboot \
     -kernel "$VMLINUZ" -initrd "$INITRD" \
-    -append "console=ttyS0 intel_iommu=on quiet panic=-1 log_buf_len=16M mlx5_core.prof_sel=0 mlx5_core.dyndbg=+p" \
-    </dev/null >"$CONSOLE" 2>"$QEMU_ERR"
-QEMU_RC=$?
-set -e
-BOOT_S=$(elapsed "$T_BOOT")
-tr -d '\r' <"$CONSOLE" >"$CONSOLE.txt"
+    -append "$GUEST_APPEND log_buf_len=16M mlx5_core.prof_sel=0 mlx5_core.dyndbg=+p"
 
 # --- 6. Verdict ------------------------------------------------------------------------------------
-grep -E '^(INFO|INIT-FAIL|STEP-)' "$CONSOLE.txt" || true
+grep -E '^(INFO|INIT-FAIL|STEP-|interrupts:)' "$CONSOLE.txt" || true
+grep -E 'messages received by a receiver|completion events \(' "$CONSOLE.txt" || true
 say "QEMU exited with $QEMU_RC after $BOOT_S s (whole run $(elapsed "$T_START") s)"
 failures=0
 step() { # $1 name, $2 verdict (empty = pass), $3 what was checked
@@ -152,19 +101,47 @@ step() { # $1 name, $2 verdict (empty = pass), $3 what was checked
         failures=$((failures + 1))
     fi
 }
-boot=
-[ "$QEMU_RC" = 124 ] && boot="QEMU timed out after ${BOOT_TIMEOUT}s"
-grep -qF "$END_MARKER" "$CONSOLE.txt" || boot="${boot:+$boot; }no end marker"
-grep -q '^INIT-FAIL' "$CONSOLE.txt" && boot="${boot:+$boot; }$(grep '^INIT-FAIL' "$CONSOLE.txt" | head -n3 | tr '\n' ' ')"
+boot=$(guest_boot_problems "$END_MARKER")
 grep -q 'MODEL PANIC' "$TRACE" 2>/dev/null && boot="${boot:+$boot; }the model panicked (see $TRACE)"
 step boot "$boot" "the guest booted with the device and ran to the end marker"
 
+# The tool's run on the device: exit 0, and the MSI-X messages the guest's kernel took on the
+# device's vectors while the tool had it open (STEP-<name>-IRQS, from the tool's interrupts line).
+tool_step() { # $1 step name, $2 console tag, $3 command
+    local v= irqs
+    grep -qx "STEP-$2-EXIT 0" "$CONSOLE.txt" || v="$3 did not exit 0 ($(grep "^STEP-$2-EXIT" "$CONSOLE.txt" || echo 'not run'))"
+    irqs=$(sed -n "s/^STEP-$2-IRQS \([0-9][0-9]*\)\$/\1/p" "$CONSOLE.txt" | head -n1)
+    [ "${irqs:-0}" -gt 0 ] || v="${v:+$v; }no MSI-X interrupt reached the guest's kernel on the device's vectors (${irqs:-no interrupts line})"
+    step "1 $1" "$v" "$3 passed through vfio-pci and the vIOMMU; the guest's kernel took ${irqs:-0} MSI-X interrupts of the device"
+}
+tool_step selftest SELFTEST "mlx5 selftest --device vfio:<bdf>"
+tool_step demo DEMO "mlx5 demo --device vfio:<bdf>"
+
+# sleeping_receiver: exit 0, it slept (a wait found the CQ empty) and interrupts on the receive
+# CQ's vector woke it (the kernel's count; the example itself fails a sleep without one).
 v=
-grep -qx 'STEP-SELFTEST-EXIT 0' "$CONSOLE.txt" || v="mlx5 selftest --device vfio:<bdf> did not exit 0 ($(grep '^STEP-SELFTEST-EXIT' "$CONSOLE.txt" || echo 'not run'))"
-step "1 selftest" "$v" "mlx5 selftest --device vfio:<bdf> passed every stage through vfio-pci and the vIOMMU"
+grep -qx 'STEP-SLEEPER-EXIT 0' "$CONSOLE.txt" || v="sleeping_receiver did not exit 0 ($(grep '^STEP-SLEEPER-EXIT' "$CONSOLE.txt" || echo 'not run'))"
+line=$(grep -E '^  [0-9]+ completion events \([0-9]+ waits found the CQ empty\)' "$CONSOLE.txt" | head -n1 || true)
+events=$(echo "$line" | sed -n 's/^  \([0-9]*\) completion events.*/\1/p')
+sleeps=$(echo "$line" | sed -n 's/.*(\([0-9]*\) waits found the CQ empty).*/\1/p')
+wakes=$(echo "$line" | sed -n "s/.*, \([0-9]*\) interrupts on the receive CQ's vector.*/\1/p")
+[ "${sleeps:-0}" -gt 0 ] || v="${v:+$v; }it never slept (${line:-no summary line})"
+[ "${wakes:-0}" -gt 0 ] || v="${v:+$v; }no interrupt on the receive CQ's vector (${line:-no summary line})"
+step "1 sleeping_receiver" "$v" "sleeping_receiver vfio:<bdf> slept ${sleeps:-0} times in get_cq_event_on, woken by ${wakes:-0} MSI-X interrupts on the receive CQ's vector; ${events:-0} completion events, payloads checked"
+
+# The model's side of step 1: the MSI-X messages it sent (its trace's irqs counter, on the last
+# state line before Linux's driver set its version) cover what the guest's kernel counted.
 v=
-grep -qx 'STEP-DEMO-EXIT 0' "$CONSOLE.txt" || v="mlx5 demo --device vfio:<bdf> did not exit 0 ($(grep '^STEP-DEMO-EXIT' "$CONSOLE.txt" || echo 'not run'))"
-step "1 demo" "$v" "mlx5 demo --device vfio:<bdf> exited 0"
+model_irqs=$(awk '/^STATE .*driver_version="Linux/ { exit } /^STATE / { for (i = 1; i <= NF; i++) if ($i ~ /^irqs=/) { split($i, a, "="); n = a[2] } } END { print n + 0 }' "$TRACE" 2>/dev/null || echo 0)
+kernel_irqs=0
+for tag in SELFTEST DEMO; do
+    n=$(sed -n "s/^STEP-$tag-IRQS \([0-9][0-9]*\)\$/\1/p" "$CONSOLE.txt" | head -n1)
+    kernel_irqs=$((kernel_irqs + ${n:-0}))
+done
+kernel_irqs=$((kernel_irqs + ${wakes:-0}))
+[ "$model_irqs" -gt 0 ] || v="the model sent no MSI-X message in step 1"
+[ "$model_irqs" -ge "$kernel_irqs" ] || v="${v:+$v; }the guest's kernel counted $kernel_irqs interrupts but the model sent only $model_irqs"
+step "1 msix" "$v" "the model sent $model_irqs MSI-X messages in step 1; the guest's kernel counted $kernel_irqs of them in the three programs' counts"
 
 # Step 2: bound, no error in mlx5_core's log, the health poller read the counter, and the
 # model's last state after the unbind holds no page and no object.
@@ -186,10 +163,7 @@ echo "$last" | grep -q 'hca=Disabled pages_held=0 objects=0 violations=0 iommu_f
 step "2 mlx5_core" "$v" "probe bound with no error logged, health counter read $health times, unbind left: ${last#STATE }"
 
 if [ "$failures" -gt 0 ]; then
-    echo "----- last 40 console lines ($CONSOLE) -----" >&2
-    tail -n 40 "$CONSOLE.txt" >&2
-    echo "----- QEMU stderr ($QEMU_ERR) -----" >&2
-    tail -n 20 "$QEMU_ERR" >&2
+    guest_dump_failure 40
     die "$failures step(s) failed"
 fi
 say "OK: every step passed"

@@ -23,7 +23,9 @@
 //!   vectors (MSI when the device has no MSI-X), each on its own eventfd;
 //!   [`mlx5_hal::Hal::wait_irq`] is a bounded `ppoll` over them that reports
 //!   each firing once ([`VfioPlatform::interrupts`];
-//!   [`VfioOptions::max_irq_vectors`] `= 0` opts out and the driver polls).
+//!   [`VfioOptions::max_irq_vectors`] `= 0` opts out and the driver polls);
+//!   [`VfioPlatform::kernel_irq_counts`] reads what the kernel counted on
+//!   each vector.
 //! * **Close**: interrupts off, bus mastering off, reset, IOMMU mappings
 //!   removed, files closed; on the last drop or with [`VfioPlatform::close`].
 //!
@@ -71,6 +73,7 @@ mod dma;
 mod error;
 pub mod iova;
 mod irq;
+pub mod irq_counts;
 pub mod pci;
 mod platform;
 mod sys;

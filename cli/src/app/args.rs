@@ -50,6 +50,23 @@ Examples:
   mlx5 selftest --device sim:cx7 --report cx7.json
   mlx5 selftest --fail-opcode create-qp:bad_param_err:0x1234   (exit 16)";
 
+const PINGPONG_HELP: &str = "Each host learns its own address (query_port, query_gid_table, add_gid
+for an IPv4 address), the two exchange QPN, PSN, GID, MAC and LID
+in-process as rc_pingpong does over TCP, and connect. The global --seed
+seeds both devices, the PSNs and the wire's faults.
+
+Exit codes: 0 every message arrived once and intact; 1 the driver or
+firmware failed (or the capture file could not be written); 2 bad command
+line (also --mtu above the ports' MTU, --device vfio:..., --threaded);
+4 a message was lost beyond the retry budget, duplicated, reordered or
+damaged, or teardown left something behind.
+
+Examples:
+  mlx5 pingpong --transport roce-v2-ipv4 --size 64 --iters 100
+  mlx5 pingpong --transport ib --mtu 4096 --size 64K --iters 10
+  mlx5 pingpong --drop 0.02 --corrupt 0.01 --seed 7
+  mlx5 pingpong --transport roce-v1 --iters 3 --pcap v1.pcap   (tshark -r v1.pcap)";
+
 /// `mlx5 --version`: the crate version and the git commit it was built
 /// from (`unknown commit` outside a git checkout).
 pub fn version() -> &'static str {
@@ -357,6 +374,12 @@ Install: mlx5 man > /usr/local/share/man/man1/mlx5.1; mlx5 man caps > mlx5-caps.
         /// A subcommand whose page to print (mlx5-SUBCOMMAND(1))
         subcommand: Option<String>,
     },
+
+    /// Two modelled hosts joined by a wire: an RC QP pair on SRQs, SEND
+    /// messages back and forth as ibv_rc_pingpong sends them, every byte
+    /// checked; the wire's counters, faults and a pcap capture
+    #[command(after_help = PINGPONG_HELP)]
+    Pingpong(crate::cmd::pingpong::opts::Args),
 
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]

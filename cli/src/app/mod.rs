@@ -9,11 +9,10 @@
 pub mod args;
 
 use crate::cmd::{
-    caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, replay, run as script,
-    selftest, stats, trace as tracecmd,
+    caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, pingpong, replay,
+    run as script, selftest, stats, trace as tracecmd,
 };
-use crate::common::report;
-use crate::common::target;
+use crate::common::{interrupts, report, target};
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
 use mlx5_sim::Device;
@@ -96,6 +95,52 @@ fn decode_from_cli(c: &Command, json: bool) -> Option<(Value, Result<(), CliErro
     }))
 }
 
+/// `mlx5 pingpong`: two model devices of the target's profile; a card
+/// and the command-level fault options are refused before anything runs.
+fn pingpong_from_cli(
+    cli: &Cli,
+    args: &pingpong::opts::Args,
+    target: &Target,
+    faults: &target::Faults,
+    model: target::ModelOpts,
+) -> Outcome {
+    let g = &cli.global;
+    let profile = match target {
+        Target::Sim(p) => *p,
+        Target::Vfio(_) => {
+            let e = CliError::usage(
+                "pingpong runs two hosts on the device model; it does not drive real cards yet",
+                "leave out --device, or use --device sim:PROFILE",
+            );
+            return (Value::Null, Err(e));
+        }
+    };
+    if faults.any() {
+        let e = CliError::usage(
+            "pingpong does not take --fail-opcode, --stall-opcode or --fatal-after",
+            "its faults are the wire's: --drop, --dup, --reorder, --corrupt",
+        );
+        return (Value::Null, Err(e));
+    }
+    let mut cfg = HcaConfig::default();
+    if let Some(ms) = g.cmd_timeout_ms {
+        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
+    }
+    let run = pingpong::Run {
+        args,
+        profile,
+        model,
+        cfg,
+        json: g.json,
+        progress: !g.quiet,
+    };
+    let mut out = pingpong::run(&run);
+    if let Value::Object(m) = &mut out.0 {
+        m.insert("device".into(), json!(target.label()));
+    }
+    out
+}
+
 fn dispatch(cli: &Cli) -> Outcome {
     let g = &cli.global;
     // Generated from the argument definitions, without a device.
@@ -140,6 +185,10 @@ fn dispatch(cli: &Cli) -> Outcome {
     }
     if let Command::Diff { a, b } = &cli.command {
         return replay::diff(a, b, g.json);
+    }
+    // Two hosts of its own, on the model.
+    if let Command::Pingpong(args) = &cli.command {
+        return pingpong_from_cli(cli, args, &target, &faults, model_opts);
     }
     // Discovery needs no device.
     if let Command::Cmd {
@@ -228,8 +277,15 @@ fn dispatch(cli: &Cli) -> Outcome {
                 model: None,
                 cfg,
             };
+            // A clone keeps the vectors enabled past the driver's teardown,
+            // so the kernel's interrupt counts can still be read; the
+            // device closes when it is dropped.
+            let irq_view = plat.clone();
             let mut out = subcommand(cli, plat, &env, &tracer, &faults, script);
             add_device(&mut out.0, &target, None, &faults);
+            let narrates = matches!(cli.command, Command::Selftest { .. } | Command::Demo);
+            interrupts::report(&irq_view, &mut out.0, narrates && !g.json);
+            drop(irq_view);
             out
         }
     }
@@ -314,10 +370,11 @@ fn subcommand<H: Hal>(
         Command::Decode { .. }
         | Command::Diff { .. }
         | Command::Devices { .. }
+        | Command::Pingpong(_)
         | Command::Completions { .. }
         | Command::Man { .. } => {
             unreachable!(
-                "decode, diff, devices, completions and man run before the device is opened"
+                "decode, diff, devices, pingpong, completions and man run before the device is opened"
             )
         }
         Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),

@@ -78,6 +78,8 @@ pub enum CliError {
     Check {
         /// What is wrong.
         what: String,
+        /// What to do, when the failure is not a bug (a lossy wire).
+        hint: Option<String>,
     },
     /// Two traces (recorded and replayed, or `diff A B`) differ.
     Differ {
@@ -190,7 +192,18 @@ impl CliError {
 
     /// A failed check.
     pub fn check(what: impl Into<String>) -> Self {
-        CliError::Check { what: what.into() }
+        CliError::Check {
+            what: what.into(),
+            hint: None,
+        }
+    }
+
+    /// A failed check with its own hint (the failure is not a bug).
+    pub fn check_with(what: impl Into<String>, hint: impl Into<String>) -> Self {
+        CliError::Check {
+            what: what.into(),
+            hint: Some(hint.into()),
+        }
     }
 
     /// The process exit code for this error.
@@ -219,7 +232,7 @@ impl CliError {
             CliError::Driver { step, err, .. } => {
                 format!("{step}: {} (errno {})", driver_text(err), err.errno())
             }
-            CliError::Check { what } => format!("check failed: {what}"),
+            CliError::Check { what, .. } => format!("check failed: {what}"),
             CliError::FaultNotFired { what } => what.clone(),
             CliError::Expect { what } => format!("expect failed: {what}"),
             CliError::Differ { what } => what.clone(),
@@ -238,9 +251,9 @@ impl CliError {
             | CliError::NoDevice { hint, .. }
             | CliError::Failed { hint, .. }
             | CliError::Driver { hint, .. } => Some(hint.as_str()).filter(|h| !h.is_empty()),
-            CliError::Check { .. } => Some(
+            CliError::Check { hint, .. } => Some(hint.as_deref().unwrap_or(
                 "this is a driver or model bug; please report it with the output of `mlx5 trace`",
-            ),
+            )),
             CliError::Differ { .. } => Some(
                 "each difference is listed (--json: differences[]); object numbers remapped one to one, addresses, device identity (GUIDs, MAC) and timings are not compared",
             ),

@@ -3,6 +3,7 @@
 //! format and the parsing of numbers and names.
 
 pub mod error;
+pub mod interrupts;
 pub mod loopback;
 pub mod record;
 pub mod report;

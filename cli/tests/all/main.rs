@@ -5,7 +5,7 @@
 //!
 //! Where a new test goes: with the subcommand it exercises (`decode`,
 //! `script` for `run`/`shell`, `replay` for `replay`/`diff`, `selftest`,
-//! `devices`, `stats`, `gendoc` for `completions`/`man`, `demo_qp` for
+//! `devices`, `stats`, `gendoc` for `completions`/`man`, `pingpong`, `demo_qp` for
 //! `demo`/`trace`), in `bad_input` or `hostile` for wrong or hostile
 //! input, in `cli` for options every subcommand shares.
 
@@ -23,6 +23,7 @@ mod fuzz;
 mod gendoc;
 mod hostile;
 mod model_opts;
+mod pingpong;
 mod replay;
 mod script;
 mod selftest;

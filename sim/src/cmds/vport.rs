@@ -282,9 +282,19 @@ impl State {
             bad_param(per_opcode(sy::RESERVED, opc)),
         )?;
         let want = atomic_caps::atomic_req_8b_endianness_mode.get(page);
+        // The page as read back with the new mode, or zero but for the mode:
+        // Linux's `handle_hca_cap_atomic` sends its zeroed buffer with only
+        // the mode set (docs/fidelity.md, atomic capability page).
         let mut expect = vec![0u8; atomic_caps::SIZE];
         self.caps.atomic_caps.to_block(&mut expect, want);
-        ensure(expect == page, bad_param(sy::SET_CAP_NOT_SETTABLE))?;
+        let mut only_mode = vec![0u8; atomic_caps::SIZE];
+        atomic_caps::atomic_req_8b_endianness_mode
+            .set(&mut only_mode, want)
+            .expect("the field holds what it gave");
+        ensure(
+            expect == page || only_mode == page,
+            bad_param(sy::SET_CAP_NOT_SETTABLE),
+        )?;
         let supported = match want {
             0 => true,
             1 => {

@@ -185,6 +185,27 @@ impl VfioPlatform {
         self.inner.irq.as_ref().map(|i| i.info)
     }
 
+    /// How many interrupts the kernel took on each enabled vector so far
+    /// (entry `i`: vector `i`), from the `vfio-msix[i](<address>)` lines
+    /// of `/proc/interrupts` ([`crate::irq_counts`]): proof that the
+    /// device's messages reached the kernel, independent of this
+    /// platform's waits. Empty without interrupts; an error only when
+    /// `/proc/interrupts` cannot be read. Call it before
+    /// [`VfioPlatform::close`]: the kernel drops the lines when the vectors
+    /// are disabled.
+    pub fn kernel_irq_counts(&self) -> std::io::Result<Vec<u64>> {
+        let Some(irq) = self.inner.irq.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let text = std::fs::read_to_string("/proc/interrupts")?;
+        Ok(crate::irq_counts::parse_proc_interrupts(
+            &text,
+            irq.info.kind,
+            &self.inner.info.addr.to_string(),
+            irq.info.vectors,
+        ))
+    }
+
     /// The eventfd interrupt vector `vector` signals, for a program that
     /// waits in its own event loop (`epoll`, `mio`, an async runtime)
     /// beside its other descriptors instead of in [`Hal::wait_irq`]. It

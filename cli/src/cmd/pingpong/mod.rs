@@ -1,0 +1,228 @@
+//! `mlx5 pingpong`: two modelled hosts joined by a wire, an RC QP pair on
+//! SRQs through the verbs facade, SEND messages back and forth as
+//! rdma-core's `ibv_rc_pingpong` sends them, every byte checked; prints
+//! what `ibv_rc_pingpong` prints plus the wire's and the ports' counters.
+//!
+//! Each host learns its own address (`query_port`, `query_gid_table`,
+//! `add_gid` for RoCE v2 over IPv4), hands QPN, PSN, GID, MAC and LID to
+//! the other in-process (rc_pingpong's TCP exchange), and connects.
+
+pub mod exchange;
+pub mod host;
+pub mod opts;
+pub mod report;
+
+use mlx5_driver::HcaConfig;
+use mlx5_sim::wire::{Faults, LinkType, Wire};
+use mlx5_sim::{Device, Profile};
+use serde_json::Value;
+
+use crate::common::error::CliError;
+use crate::common::target::{self, ModelOpts};
+use host::Host;
+use opts::Args;
+
+/// The seed when `--seed` is not given.
+const DEFAULT_SEED: u64 = 1;
+
+/// How `mlx5 pingpong` runs.
+pub struct Run<'a> {
+    /// Its own options.
+    pub args: &'a Args,
+    /// The model profile of both hosts.
+    pub profile: Profile,
+    /// The global model options (`--seed`, `--issi0`, `--dma-limit`).
+    pub model: ModelOpts,
+    /// The driver's configuration (`--cmd-timeout-ms`).
+    pub cfg: HcaConfig,
+    /// `--json`.
+    pub json: bool,
+    /// Progress lines on stderr.
+    pub progress: bool,
+}
+
+/// A PSN from the seed (rc_pingpong draws `lrand48() & 0xffffff`).
+fn psn(seed: u64, n: u64) -> u32 {
+    let mut z = seed.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) & 0xff_ffff) as u32
+}
+
+/// Refusals that need no device: options `pingpong` cannot honour.
+fn check_options(r: &Run<'_>) -> Result<(), CliError> {
+    let t = r.args.transport;
+    if t.ib() && matches!(r.profile, Profile::ConnectX4Lx | Profile::ConnectX6Dx) {
+        return Err(CliError::usage(
+            format!(
+                "--transport ib needs an InfiniBand-capable (VPI) profile; {} ports are Ethernet only",
+                r.profile.name()
+            ),
+            "use --device sim:cx5 or sim:cx7 (the default is cx5)",
+        ));
+    }
+    if r.model.threaded {
+        return Err(CliError::usage(
+            "pingpong does not run the model threaded (--threaded)",
+            "leave out --threaded: the two hosts run on the model's virtual clocks",
+        ));
+    }
+    Ok(())
+}
+
+/// Run it: the JSON value and the result (exit 0 only when every message
+/// arrived once and intact).
+pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
+    let mut rep = report::Report::new(r.args, r.model.seed.unwrap_or(DEFAULT_SEED));
+    if let Err(e) = check_options(r) {
+        return (Value::Null, Err(e));
+    }
+    let res = session(r, &mut rep);
+    let res = match (res, rep.teardown.take()) {
+        (Ok(()), Some(Err(e))) => Err(e),
+        (res, _) => res,
+    };
+    let value = rep.to_json(&res);
+    if !r.json {
+        rep.print(&res);
+    }
+    (value, res)
+}
+
+fn progress(r: &Run<'_>, what: &str) {
+    if r.progress {
+        eprintln!("mlx5: {what}");
+    }
+}
+
+fn session(r: &Run<'_>, rep: &mut report::Report) -> Result<(), CliError> {
+    let a = r.args;
+    let t = a.transport;
+    let seed = rep.seed;
+    let wire = Wire::new(if t.ib() {
+        LinkType::Infiniband
+    } else {
+        LinkType::Ethernet
+    });
+    if let Some(path) = &a.pcap {
+        let file = std::fs::File::create(path).map_err(|e| {
+            CliError::failed(
+                format!("cannot create the capture file {}: {e}", path.display()),
+                "name a file in a writable directory",
+            )
+        })?;
+        let out = std::io::BufWriter::new(file);
+        wire.capture(Box::new(out)).map_err(|e| {
+            CliError::failed(
+                format!("cannot write the capture file {}: {e}", path.display()),
+                "name a file in a writable directory",
+            )
+        })?;
+    }
+    let device = |n: u64| -> Device {
+        let opts = ModelOpts {
+            seed: Some(seed.wrapping_mul(2).wrapping_add(n)),
+            ..r.model
+        };
+        let dev = target::model(r.profile, &opts);
+        if t.ib() {
+            // A VPI card whose port is configured for InfiniBand.
+            dev.caps_mut(|c| c.port_type = 0);
+        }
+        dev
+    };
+    let slot = a.size.max(1);
+    progress(r, "bringing up host 1");
+    let mut h1 = Host::new(t, 1, device(1), &wire, r.cfg, slot, psn(seed, 1))?;
+    progress(r, "bringing up host 2");
+    let h2 = Host::new(t, 2, device(2), &wire, r.cfg, slot, psn(seed, 2));
+    let mut h2 = match h2 {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = h1.close(1);
+            return Err(e);
+        }
+    };
+    let res = connected(r, rep, &wire, &mut h1, &mut h2);
+    // The counters before teardown; the capture ends with the traffic.
+    rep.counters(&wire, &h1.dev, &h2.dev);
+    if a.pcap.is_some() {
+        match wire.end_capture() {
+            Ok(n) => rep.captured = Some(n),
+            Err(e) => {
+                rep.teardown = Some(Err(CliError::failed(
+                    format!("writing the capture file: {e}"),
+                    "check the disk space and the file's directory",
+                )))
+            }
+        }
+    }
+    progress(r, "tearing down both hosts");
+    let closed = h1.close(1).and(h2.close(2));
+    if let Err(e) = closed {
+        rep.teardown = Some(Err(e));
+    }
+    res
+}
+
+fn connected(
+    r: &Run<'_>,
+    rep: &mut report::Report,
+    wire: &Wire,
+    h1: &mut Host,
+    h2: &mut Host,
+) -> Result<(), CliError> {
+    let a = r.args;
+    let t = a.transport;
+    // The out-of-band exchange: each side's address, as rc_pingpong's
+    // 52-byte records carry them over TCP.
+    let (l, p) = (h1.addr, h2.addr);
+    rep.local = Some(l);
+    rep.remote = Some(p);
+    let port_mtu = l.mtu.min(p.mtu);
+    if a.mtu > port_mtu {
+        return Err(CliError::usage(
+            format!(
+                "--mtu {} is larger than the ports' active MTU ({})",
+                a.mtu.bytes(),
+                port_mtu.bytes()
+            ),
+            format!("use --mtu {} or less", port_mtu.bytes()),
+        ));
+    }
+    h1.connect(h1.ah_to(t, &p), &p, a.mtu)?;
+    h2.connect(h2.ah_to(t, &l), &l, a.mtu)?;
+    wire.set_faults(Faults {
+        seed: rep.seed,
+        drop: a.drop,
+        duplicate: a.dup,
+        reorder: a.reorder,
+        corrupt: a.corrupt,
+        chosen: Vec::new(),
+    });
+    progress(r, "connected; ping-pong");
+    let start = std::time::Instant::now();
+    let (tally, res) = exchange::run(h1, h2, a.size, a.iters);
+    rep.elapsed = start.elapsed();
+    rep.tally = tally;
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn psns_are_24_bits_and_differ() {
+        let (a, b) = (super::psn(1, 1), super::psn(1, 2));
+        assert!(a <= 0xff_ffff && b <= 0xff_ffff);
+        assert_ne!(a, b);
+        assert_eq!(a, super::psn(1, 1));
+    }
+
+    #[test]
+    fn transports_name_themselves() {
+        use clap::ValueEnum;
+        for t in super::opts::Transport::value_variants() {
+            assert_eq!(t.to_possible_value().unwrap().get_name(), t.name());
+        }
+    }
+}
