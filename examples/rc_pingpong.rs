@@ -23,7 +23,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use mlx5_driver::qp::Mtu;
 use mlx5_driver::verbs::{
     AccessFlags, AhAttr, GidEntry, GidTableEntry, GidType, GlobalRoute, QpAttr, QpAttrMask, QpCap,
-    QpInitAttr, QpState, RecvWr, SendFlags, SendWr, Sge, SrqInitAttr, Verbs, WcOpcode, WcStatus,
+    QpInitAttr, RecvWr, SendFlags, SendWr, Sge, SrqInitAttr, Verbs, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
 };
 use mlx5_driver::{Hca, HcaConfig};
@@ -276,7 +276,6 @@ pub fn host<H: Hal>(
             ..AhAttr::default()
         }
     };
-    use QpAttrMask as M;
     let attr = QpAttr {
         port_num: 1,
         qp_access_flags: AccessFlags::LOCAL_WRITE,
@@ -293,20 +292,8 @@ pub fn host<H: Hal>(
         max_dest_rd_atomic: 1,
         ..QpAttr::default()
     };
-    let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-    let rtr = M::STATE
-        | M::AV
-        | M::PATH_MTU
-        | M::DEST_QPN
-        | M::RQ_PSN
-        | M::MAX_DEST_RD_ATOMIC
-        | M::MIN_RNR_TIMER;
-    let rts = M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
-    for (state, mask) in [
-        (QpState::Init, init),
-        (QpState::Rtr, rtr),
-        (QpState::Rts, rts),
-    ] {
+    // The attributes each transition needs (`ibv_modify_qp(3)`).
+    for (state, mask) in QpAttrMask::RC_CONNECT {
         ctx.modify_qp(
             qp,
             &QpAttr {

@@ -21,8 +21,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mlx5_driver::qp::Mtu;
 use mlx5_driver::verbs::{
     AccessFlags, AhAttr, CqHandle, GidEntry, GidType, GlobalRoute, Mr, QpAttr, QpAttrMask, QpCap,
-    QpHandle, QpInitAttr, QpState, RecvWr, SendFlags, SendWr, Sge, SrqHandle, SrqInitAttr, Verbs,
-    WcStatus, WorkCompletion, WrOpcode,
+    QpHandle, QpInitAttr, RecvWr, SendFlags, SendWr, Sge, SrqHandle, SrqInitAttr, Verbs, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal};
@@ -114,7 +114,6 @@ fn post_recv(ctx: &mut Ctx, e: &End, slot: usize) {
 }
 
 fn connect(ctx: &mut Ctx, e: &End, ah: AhAttr, dest: u32) {
-    use QpAttrMask as M;
     let a = QpAttr {
         port_num: 1,
         qp_access_flags: AccessFlags::LOCAL_WRITE,
@@ -127,27 +126,7 @@ fn connect(ctx: &mut Ctx, e: &End, ah: AhAttr, dest: u32) {
         rnr_retry: 7,
         ..QpAttr::default()
     };
-    let steps = [
-        (
-            QpState::Init,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        ),
-        (
-            QpState::Rtr,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        ),
-        (
-            QpState::Rts,
-            M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-        ),
-    ];
-    for (s, m) in steps {
+    for (s, m) in QpAttrMask::RC_CONNECT {
         ctx.modify_qp(e.qp, &QpAttr { qp_state: s, ..a }, m)
             .unwrap();
     }

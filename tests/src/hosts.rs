@@ -7,7 +7,7 @@
 use mlx5_driver::qp::Mtu;
 use mlx5_driver::verbs::{
     AccessFlags, AhAttr, CqHandle, GidEntry, GidTableEntry, GidType, GlobalRoute, LinkLayer, Mr,
-    PortState, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, RecvWr, Sge, SrqHandle,
+    PortState, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, RecvWr, Sge, SrqHandle,
     SrqInitAttr, Verbs, WorkCompletion,
 };
 use mlx5_hal::{DmaRegion, Hal};
@@ -313,7 +313,6 @@ impl Host {
 
     /// RESET → INIT → RTR (toward `peer` by `ah`) → RTS.
     pub fn connect(&mut self, ah: AhAttr, peer: &Addr, mtu: Mtu, retry_cnt: u8, pkey_index: u16) {
-        use QpAttrMask as M;
         let base = QpAttr {
             port_num: 1,
             pkey_index,
@@ -331,32 +330,7 @@ impl Host {
             max_dest_rd_atomic: 0,
             ..QpAttr::default()
         };
-        let steps = [
-            (
-                QpState::Init,
-                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-            ),
-            (
-                QpState::Rtr,
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER,
-            ),
-            (
-                QpState::Rts,
-                M::STATE
-                    | M::TIMEOUT
-                    | M::RETRY_CNT
-                    | M::RNR_RETRY
-                    | M::SQ_PSN
-                    | M::MAX_QP_RD_ATOMIC,
-            ),
-        ];
-        for (state, mask) in steps {
+        for (state, mask) in QpAttrMask::RC_CONNECT {
             let a = QpAttr {
                 qp_state: state,
                 ..base

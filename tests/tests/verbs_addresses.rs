@@ -15,8 +15,6 @@ use mlx5_driver::verbs::{
 use mlx5_regs::Opcode;
 use mlx5_sim::{Device, Profile};
 
-use QpAttrMask as M;
-
 const NO_ENTRY: GidTableEntry = GidTableEntry {
     gid: [0; 16],
     gid_index: 0,
@@ -232,21 +230,12 @@ fn roce_pair_in_init() -> (Device, Ctx, Pair) {
             port_num: 1,
             ..QpAttr::default()
         };
-        ctx.modify_qp(q, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)
-            .unwrap();
+        ctx.modify_qp(q, &a, QpAttrMask::RC_INIT).unwrap();
     }
     (dev, ctx, p)
 }
 
-const RTR: QpAttrMask = QpAttrMask(
-    M::STATE.0
-        | M::AV.0
-        | M::PATH_MTU.0
-        | M::DEST_QPN.0
-        | M::RQ_PSN.0
-        | M::MAX_DEST_RD_ATOMIC.0
-        | M::MIN_RNR_TIMER.0,
-);
+const RTR: QpAttrMask = QpAttrMask::RC_RTR;
 
 #[test]
 fn roce_address_vectors_are_checked_and_explained() {

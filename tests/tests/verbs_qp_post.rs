@@ -134,13 +134,7 @@ fn post_send_before_rts_is_enomem_and_rings_nothing() {
         port_num: 1,
         ..QpAttr::default()
     };
-    use QpAttrMask as M;
-    ctx.modify_qp(
-        p.a,
-        &init,
-        M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
-    )
-    .unwrap();
+    ctx.modify_qp(p.a, &init, QpAttrMask::RC_INIT).unwrap();
     refused(&mut ctx, "INIT");
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
@@ -149,18 +143,7 @@ fn post_send_before_rts_is_enomem_and_rings_nothing() {
         min_rnr_timer: 12,
         ..QpAttr::default()
     };
-    ctx.modify_qp(
-        p.a,
-        &rtr,
-        M::STATE
-            | M::AV
-            | M::PATH_MTU
-            | M::DEST_QPN
-            | M::RQ_PSN
-            | M::MAX_DEST_RD_ATOMIC
-            | M::MIN_RNR_TIMER,
-    )
-    .unwrap();
+    ctx.modify_qp(p.a, &rtr, QpAttrMask::RC_RTR).unwrap();
     refused(&mut ctx, "RTR");
     // ERR reached without RTS: still refused (rdma-core).
     to_state(&mut ctx, p.a, QpState::Err);

@@ -52,7 +52,6 @@ pub(crate) fn connect_rd(
     access: AccessFlags,
     depth: u8,
 ) -> Result<(), Errno> {
-    use QpAttrMask as M;
     let base = QpAttr {
         port_num: 1,
         qp_access_flags: access,
@@ -67,27 +66,7 @@ pub(crate) fn connect_rd(
         max_dest_rd_atomic: depth,
         ..QpAttr::default()
     };
-    let steps = [
-        (
-            QpState::Init,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        ),
-        (
-            QpState::Rtr,
-            M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-        ),
-        (
-            QpState::Rts,
-            M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC,
-        ),
-    ];
-    for (state, mask) in steps {
+    for (state, mask) in QpAttrMask::RC_CONNECT {
         ctx.modify_qp(
             qp,
             &QpAttr {

@@ -90,33 +90,7 @@ impl<
             max_dest_rd_atomic: 0,
             ..QpAttr::default()
         };
-        use QpAttrMask as M;
-        let steps = [
-            (
-                QpState::Init,
-                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-            ),
-            (
-                QpState::Rtr,
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER,
-            ),
-            (
-                QpState::Rts,
-                M::STATE
-                    | M::TIMEOUT
-                    | M::RETRY_CNT
-                    | M::RNR_RETRY
-                    | M::SQ_PSN
-                    | M::MAX_QP_RD_ATOMIC,
-            ),
-        ];
-        for (state, mask) in steps {
+        for (state, mask) in QpAttrMask::RC_CONNECT {
             for &(qp, peer) in pair {
                 let attr = QpAttr {
                     qp_state: state,

@@ -193,6 +193,46 @@ bits! {
     }
 }
 
+impl QpAttrMask {
+    /// RESET→INIT of an RC QP: state, P_Key index, port, access flags
+    /// (`ibv_modify_qp(3)`'s required attributes, as rdma-core's
+    /// `rc_pingpong` passes them).
+    pub const RC_INIT: QpAttrMask = QpAttrMask(
+        QpAttrMask::STATE.0
+            | QpAttrMask::PKEY_INDEX.0
+            | QpAttrMask::PORT.0
+            | QpAttrMask::ACCESS_FLAGS.0,
+    );
+    /// INIT→RTR of an RC QP: the path (address vector, MTU), the peer's QP
+    /// number and first PSN, the responder depth and the RNR timer.
+    pub const RC_RTR: QpAttrMask = QpAttrMask(
+        QpAttrMask::STATE.0
+            | QpAttrMask::AV.0
+            | QpAttrMask::PATH_MTU.0
+            | QpAttrMask::DEST_QPN.0
+            | QpAttrMask::RQ_PSN.0
+            | QpAttrMask::MAX_DEST_RD_ATOMIC.0
+            | QpAttrMask::MIN_RNR_TIMER.0,
+    );
+    /// RTR→RTS of an RC QP: the ACK timeout, the retry counts, the own
+    /// first PSN and the requester depth.
+    pub const RC_RTS: QpAttrMask = QpAttrMask(
+        QpAttrMask::STATE.0
+            | QpAttrMask::TIMEOUT.0
+            | QpAttrMask::RETRY_CNT.0
+            | QpAttrMask::RNR_RETRY.0
+            | QpAttrMask::SQ_PSN.0
+            | QpAttrMask::MAX_QP_RD_ATOMIC.0,
+    );
+    /// The three transitions that connect an RC QP, each with its mask:
+    /// one [`QpAttr`] holding every field, `qp_state` set per step.
+    pub const RC_CONNECT: [(QpState, QpAttrMask); 3] = [
+        (QpState::Init, QpAttrMask::RC_INIT),
+        (QpState::Rtr, QpAttrMask::RC_RTR),
+        (QpState::Rts, QpAttrMask::RC_RTS),
+    ];
+}
+
 bits! {
     /// `ibv_send_flags`.
     SendFlags {

@@ -8,8 +8,7 @@
 use mlx5_driver::qp::Mtu;
 use mlx5_driver::verbs::{
     AccessFlags, AhAttr, CqHandle, Errno, GidEntry, GidTableEntry, GidType, GlobalRoute, Mr,
-    QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, RecvWr, Sge, SrqHandle, SrqInitAttr,
-    Verbs,
+    QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, RecvWr, Sge, SrqHandle, SrqInitAttr, Verbs,
 };
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal};
@@ -267,7 +266,6 @@ impl Host {
     /// RESET → INIT → RTR (toward `peer`) → RTS with rc_pingpong's values
     /// (min_rnr_timer 12, timeout 14, retry_cnt 7, rnr_retry 7).
     pub fn connect(&mut self, ah: AhAttr, peer: &Addr, mtu: Mtu) -> Result<(), CliError> {
-        use QpAttrMask as M;
         let base = QpAttr {
             port_num: 1,
             pkey_index: 0,
@@ -285,32 +283,7 @@ impl Host {
             max_dest_rd_atomic: 1,
             ..QpAttr::default()
         };
-        let steps = [
-            (
-                QpState::Init,
-                M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-            ),
-            (
-                QpState::Rtr,
-                M::STATE
-                    | M::AV
-                    | M::PATH_MTU
-                    | M::DEST_QPN
-                    | M::RQ_PSN
-                    | M::MAX_DEST_RD_ATOMIC
-                    | M::MIN_RNR_TIMER,
-            ),
-            (
-                QpState::Rts,
-                M::STATE
-                    | M::TIMEOUT
-                    | M::RETRY_CNT
-                    | M::RNR_RETRY
-                    | M::SQ_PSN
-                    | M::MAX_QP_RD_ATOMIC,
-            ),
-        ];
-        for (state, mask) in steps {
+        for (state, mask) in QpAttrMask::RC_CONNECT {
             let a = QpAttr {
                 qp_state: state,
                 ..base
