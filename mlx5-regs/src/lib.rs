@@ -193,6 +193,7 @@ all!(
     wqe_ctrl_seg,
     wqe_raddr_seg,
     wqe_atomic_seg,
+    wqe_datagram_seg,
     wqe_inline_seg,
     qp_doorbell_record,
     // Memory keys (layouts/mkey.rs).

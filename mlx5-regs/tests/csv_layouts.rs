@@ -91,6 +91,7 @@ const NOT_IN_IFC: &[&str] = &[
     "wqe_ctrl_seg",
     "wqe_raddr_seg",
     "wqe_atomic_seg",
+    "wqe_datagram_seg",
     "wqe_inline_seg",
     "qp_doorbell_record",
 ];
@@ -359,6 +360,7 @@ fn structure_sizes_match_mlx5_ifc() {
         ("wqe_ctrl_seg", 16),
         ("wqe_raddr_seg", 16),
         ("wqe_atomic_seg", 16),
+        ("wqe_datagram_seg", 48),
         ("wqe_inline_seg", 4),
         ("qp_doorbell_record", 8),
     ];
@@ -422,6 +424,23 @@ fn qp_c_struct_layouts_have_the_compiled_byte_offsets() {
     assert_eq!(wqe_ctrl_seg::signature.bit_off, 8 * 8);
     assert_eq!(wqe_ctrl_seg::fm_ce_se.bit_off, 11 * 8);
     assert_eq!(wqe_ctrl_seg::imm.byte_offset(), 12);
+    // struct mlx5_av: qkey 0, dqp_dct 8, stat_rate_sl 12, fl_mlid 13,
+    // rlid/udp_sport 14, rmac 20, tclass 26, hop_limit 27, grh_gid_fl 28
+    // (grh bit 30, sgid index 27:20, flow label 19:0), rgid 32; 48 bytes.
+    assert_eq!(wqe_datagram_seg::qkey.byte_offset(), 0);
+    assert_eq!(wqe_datagram_seg::ext.bit_off, 8 * 8);
+    assert_eq!(wqe_datagram_seg::dqpn.bit_off, 9 * 8);
+    assert_eq!(wqe_datagram_seg::stat_rate_sl.bit_off, 12 * 8);
+    assert_eq!(wqe_datagram_seg::fl_mlid.bit_off, 13 * 8);
+    assert_eq!(wqe_datagram_seg::rlid_udp_sport.bit_off, 14 * 8);
+    assert_eq!(wqe_datagram_seg::rmac_47_16.bit_off, 20 * 8);
+    assert_eq!(wqe_datagram_seg::rmac_15_0.bit_off, 24 * 8);
+    assert_eq!(wqe_datagram_seg::tclass.bit_off, 26 * 8);
+    assert_eq!(wqe_datagram_seg::hop_limit.bit_off, 27 * 8);
+    assert_eq!(wqe_datagram_seg::grh.bit_off, 28 * 8 + 1);
+    assert_eq!(wqe_datagram_seg::sgid_index.bit_off, 28 * 8 + 4);
+    assert_eq!(wqe_datagram_seg::flow_label.bit_off, 29 * 8 + 4);
+    assert_eq!(wqe_datagram_seg::rgid.bit_off, 32 * 8);
     // The fields and the dword composition agree, byte for byte.
     let mut ctrl = [0u8; 16];
     wqe_ctrl_seg::wqe_index.set(&mut ctrl, 0xbeef).unwrap();

@@ -138,6 +138,8 @@ pub(crate) struct Qp {
     pub next_send_psn: u32,
     pub log_sra_max: u8,
     pub log_ack_req_freq: u8,
+    /// UD: the QP's Q_Key (`qpc.q_key`, set at RST2INIT).
+    pub q_key: u32,
     // Data path.
     /// Send consumer counter (WQEBBs, 16 bits): the next WQE to execute.
     pub sq_ci: u16,

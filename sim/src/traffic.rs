@@ -73,6 +73,20 @@ pub struct TrafficStats {
     /// Fenced WQEs executed (fence mode FENCE or SMALL_AND_FENCE), each
     /// after every earlier WQE completed.
     pub fenced_wqes: u64,
+    /// UD datagrams the send queues put out (on the wire or inside the card).
+    pub ud_sent: u64,
+    /// UD datagrams delivered into a receive WQE.
+    pub ud_delivered: u64,
+    /// UD datagrams dropped silently because their DETH Q_Key differs from
+    /// the destination QP's.
+    pub ud_qkey_drops: u64,
+    /// UD datagrams dropped silently because the destination QP had no
+    /// receive WQE posted.
+    pub ud_no_recv_drops: u64,
+    /// UD datagrams dropped silently for any other reason (no such QP, not
+    /// a UD QP, QP not receiving, P_Key mismatch, not addressed to this
+    /// port, no route off the card).
+    pub ud_dropped: u64,
 }
 
 /// `MLX5_OPCODE_SEND`, reported in requester CQEs.

@@ -389,6 +389,40 @@ layouts! {
         rkey: u32 @ 64 : 32,
     }
 
+    /// Datagram segment (the UD address vector), after the control segment
+    /// of a UD send WQE (`struct mlx5_av`, `include/linux/mlx5/qp.h`; Linux
+    /// `set_datagram_seg`, rdma-core `set_datagram_seg`): 48 bytes.
+    wqe_datagram_seg (48) {
+        /// The destination's Q_Key.
+        qkey: u32 @ 0 : 32,
+        /// Bit 31: extended address vector (`MLX5_EXTENDED_UD_AV`).
+        ext: bool @ 64 : 1,
+        /// The destination QP number.
+        dqpn: u32 @ 72 : 24,
+        /// Static rate (bits 7:4) and IB SL (3:0), or the RoCE priority << 1.
+        stat_rate_sl: u8 @ 96 : 8,
+        /// Force-loopback (bit 7) and source path bits (6:0).
+        fl_mlid: u8 @ 104 : 8,
+        /// IB destination LID, or the RoCE v2 UDP source port.
+        rlid_udp_sport: u16 @ 112 : 16,
+        /// The destination MAC (RoCE), bytes 0..4.
+        rmac_47_16: u32 @ 160 : 32,
+        /// The destination MAC, bytes 4..6.
+        rmac_15_0: u16 @ 192 : 16,
+        /// Traffic class.
+        tclass: u8 @ 208 : 8,
+        /// Hop limit.
+        hop_limit: u8 @ 216 : 8,
+        /// GRH present (bit 30 of `grh_gid_fl`).
+        grh: bool @ 225 : 1,
+        /// Source GID table index (bits 27:20).
+        sgid_index: u8 @ 228 : 8,
+        /// Flow label (bits 19:0).
+        flow_label: u32 @ 236 : 20,
+        /// The destination GID.
+        rgid: bytes @ 256 : 128,
+    }
+
     /// Atomic segment of CMP_SWAP / FETCH_ADD, after the remote-address
     /// segment (`struct mlx5_wqe_atomic_seg`, `include/linux/mlx5/qp.h`;
     /// Linux `set_atomic_seg`): the swap or add operand, then the compare

@@ -72,7 +72,8 @@ impl State {
             || qpc::ssn.get(c) != 0
             || qpc::rmsn.get(c) != 0;
         ensure(!ctx_set, bad_param(sy::QP_CTX_FIELD))?;
-        ensure(qpc::st.get(c) == qp_st::RC, bad_param(sy::QP_ST))?;
+        let st = qpc::st.get(c);
+        ensure(st == qp_st::RC || st == qp_st::UD, bad_param(sy::QP_ST))?;
         let pd = qpc::pd.get(c);
         ensure(self.objects.pds.contains(&pd), bad_res(sy::QP_PD))?;
         ensure(
@@ -219,7 +220,7 @@ impl State {
             qpn,
             Qp {
                 state: QpState::Reset,
-                st: qp_st::RC,
+                st,
                 pd,
                 pm_state: pm_state::MIGRATED,
                 uar,
@@ -255,6 +256,7 @@ impl State {
                 next_send_psn: 0,
                 log_sra_max: 0,
                 log_ack_req_freq: 0,
+                q_key: 0,
                 sq_ci: 0,
                 wait: None,
                 umems,
@@ -332,6 +334,7 @@ impl State {
             page_offset = q.page_offset,
             min_rnr_nak = q.min_rnr_nak,
             next_rcv_psn = q.next_rcv_psn,
+            q_key = q.q_key,
             xrcd = q.xrcd,
             cqn_rcv = q.cqn_rcv.unwrap_or(0),
             dbr_addr = q.dbr,

@@ -43,6 +43,19 @@ fn rule(op: Opcode) -> (QpState, OptParam) {
     }
 }
 
+/// The optional parameters of a UD transition (Linux `opt_mask`, UD
+/// column: the Q_Key everywhere after RST2INIT, the P_Key index up to RTR,
+/// the port at INIT2INIT).
+fn ud_rule(op: Opcode) -> OptParam {
+    use OptParam as O;
+    match op {
+        Opcode::RST2INIT_QP => O::empty(),
+        Opcode::INIT2INIT_QP => O::PKEY_INDEX | O::Q_KEY | O::PRI_PORT,
+        Opcode::INIT2RTR_QP => O::PKEY_INDEX | O::Q_KEY,
+        _ => O::Q_KEY,
+    }
+}
+
 impl State {
     fn check_port(&self, port: u8) -> R {
         ensure(
@@ -65,7 +78,11 @@ impl State {
             .qps
             .get(&qpn)
             .ok_or(bad_res(sy::QP_NOT_FOUND))?;
-        let (from, allowed) = rule(op);
+        let (from, mut allowed) = rule(op);
+        let ud = q.st == mlx5_regs::consts::qp_st::UD;
+        if ud {
+            allowed = ud_rule(op);
+        }
         ensure(
             q.state == from,
             fail(CmdStatus::BAD_QP_STATE_ERR, sy::QP_BAD_STATE),
@@ -91,7 +108,13 @@ impl State {
                 ensure(qpc::counter_set_id.get(c) == 0, bad_res(sy::QP_COUNTER_SET))?;
                 q.path.port = ads::vhca_port_num.get(a);
                 q.path.pkey_index = ads::pkey_index.get(a);
-                (q.rre, q.rwe, q.rae) = access;
+                if ud {
+                    // A UD QP takes its Q_Key here (any 32-bit value is a
+                    // key); it has no remote access rights.
+                    q.q_key = qpc::q_key.get(c);
+                } else {
+                    (q.rre, q.rwe, q.rae) = access;
+                }
                 q.state = QpState::Init;
             }
             Opcode::INIT2INIT_QP => {
@@ -107,12 +130,24 @@ impl State {
                     (q.rre, q.rwe, q.rae) = access;
                 }
             }
+            Opcode::INIT2RTR_QP if ud => {
+                self.init2rtr_ud(&mut q, c, opt)?;
+                q.state = QpState::Rtr;
+            }
             Opcode::INIT2RTR_QP => {
                 self.init2rtr(&mut q, c, opt)?;
                 if opt_access {
                     (q.rre, q.rwe, q.rae) = access;
                 }
                 q.state = QpState::Rtr;
+            }
+            Opcode::RTR2RTS_QP | Opcode::RTS2RTS_QP | Opcode::SQERR2RTS_QP if ud => {
+                if op == Opcode::RTR2RTS_QP {
+                    // UD: the first send PSN only (no peer, no retries).
+                    q.next_send_psn = qpc::next_send_psn.get(c);
+                    q.log_ack_req_freq = qpc::log_ack_req_freq.get(c);
+                }
+                q.state = QpState::Rts;
             }
             Opcode::RTR2RTS_QP | Opcode::RTS2RTS_QP | Opcode::SQERR2RTS_QP => {
                 if op == Opcode::RTR2RTS_QP {
@@ -143,6 +178,9 @@ impl State {
                 q.state = QpState::Rts;
             }
             _ => unreachable!("dispatch sends only modify-QP opcodes here"),
+        }
+        if ud && opt.contains(OptParam::Q_KEY) {
+            q.q_key = qpc::q_key.get(c);
         }
         self.objects.qps.insert(qpn, q);
         // WQEs posted before the QP could send run now.
@@ -230,6 +268,25 @@ impl State {
         q.min_rnr_nak = qpc::min_rnr_nak.get(c);
         q.log_rra_max = rra;
         q.path = path;
+        Ok(())
+    }
+
+    /// INIT2RTR of a UD QP: no peer and no path; Linux sends `mtu` 5 and
+    /// `log_msg_max` 12 whatever the port (`__mlx5_ib_modify_qp`), since a
+    /// datagram's limit is the port's MTU, checked per send.
+    fn init2rtr_ud(&self, q: &mut crate::qp::Qp, c: &[u8], opt: OptParam) -> R {
+        let mtu = qpc::mtu.get(c);
+        ensure((1..=5).contains(&mtu), bad_param(sy::QP_MTU))?;
+        let msg = qpc::log_msg_max.get(c);
+        ensure(msg <= self.caps.log_max_msg, bad_param(sy::QP_MSG_MAX))?;
+        if opt.contains(OptParam::PKEY_INDEX) {
+            let a = qpc::primary_address_path.get(c);
+            self.check_pkey(ads::pkey_index.get(a))?;
+            q.path.pkey_index = ads::pkey_index.get(a);
+        }
+        q.mtu = mtu;
+        q.log_msg_max = msg;
+        q.next_rcv_psn = qpc::next_rcv_psn.get(c);
         Ok(())
     }
 

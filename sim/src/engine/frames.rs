@@ -104,7 +104,7 @@ impl State {
 
     /// The port GID an IB GRH carries as its source: the subnet prefix
     /// fe80::/64 with the port GUID.
-    fn port_gid0(&self) -> [u8; 16] {
+    pub(super) fn port_gid0(&self) -> [u8; 16] {
         let mut g = [0u8; 16];
         g[0] = 0xfe;
         g[1] = 0x80;
@@ -160,7 +160,7 @@ impl State {
 }
 
 /// The IPv4 address inside an IPv4-mapped GID (`::ffff:a.b.c.d`).
-fn ipv4_of(gid: &[u8; 16]) -> [u8; 4] {
+pub(super) fn ipv4_of(gid: &[u8; 16]) -> [u8; 4] {
     [gid[12], gid[13], gid[14], gid[15]]
 }
 

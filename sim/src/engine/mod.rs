@@ -21,6 +21,7 @@ mod receive;
 mod recv;
 mod requester;
 mod respond;
+mod ud;
 mod wqe;
 
 pub(crate) use blueflame::BfCopy;
@@ -161,6 +162,9 @@ impl State {
             // READ and atomic done.
             self.stats.fenced_wqes += 1;
         }
+        if w.av.is_some() {
+            return self.ud_exec(qpn, w);
+        }
         if w.is_read_or_atomic() {
             return self.exec_rd_atomic(qpn, w);
         }
@@ -276,7 +280,7 @@ impl State {
     /// The message bytes of a SEND / RDMA WRITE: inline data, or gathered
     /// through the SGEs' keys (reserved lkey only with `qpc.rlky`; memory
     /// keys of the QP's PD with `lr`). Error = CQE syndrome.
-    fn gather(&mut self, qpn: u32, w: &Wqe) -> Result<Vec<u8>, u8> {
+    pub(super) fn gather(&mut self, qpn: u32, w: &Wqe) -> Result<Vec<u8>, u8> {
         let q = self
             .objects
             .qps
@@ -315,7 +319,7 @@ impl State {
     }
 
     /// The WQE completed: advance, and a requester CQE if it was signaled.
-    fn req_done(&mut self, qpn: u32, w: &Wqe, len: u32) {
+    pub(super) fn req_done(&mut self, qpn: u32, w: &Wqe, len: u32) {
         let Some(q) = self.objects.qps.get_mut(&qpn) else {
             return;
         };
@@ -341,7 +345,7 @@ impl State {
 
     /// An error CQE for the WQE at `index` (opcode `opcode`, `wqebbs` long),
     /// then the QP enters ERR (which flushes what follows).
-    fn req_error(&mut self, qpn: u32, index: u16, wqebbs: u16, opcode: u8, synd: u8) {
+    pub(super) fn req_error(&mut self, qpn: u32, index: u16, wqebbs: u16, opcode: u8, synd: u8) {
         if let Some(q) = self.objects.qps.get_mut(&qpn) {
             q.sq_ci = index.wrapping_add(wqebbs);
             q.wait = None;

@@ -92,6 +92,10 @@ impl State {
         };
         let p = parsed.packet;
         let bth = p.bth;
+        if matches!(bth.opcode, op::UD_SEND_ONLY | op::UD_SEND_ONLY_IMM) {
+            self.ud_arrive(&p, frame);
+            return;
+        }
         let qpn = bth.dest_qp;
         let keep = self.addressed_to_us(&p.encap)
             && bth.tver == TVER
@@ -247,6 +251,7 @@ impl State {
             remote,
             atomic: None,
             fence: false,
+            av: None,
             data: Data::Inline(Vec::new()),
         };
         let outcome = self.deliver_message(qpn, sender, &wq, &bytes, l3_bits_of(e));

@@ -47,6 +47,8 @@ pub(crate) struct Wqe {
     /// Fence mode FENCE or SMALL_AND_FENCE: wait for earlier READs and
     /// atomics before executing.
     pub fence: bool,
+    /// UD: the datagram segment after the control segment.
+    pub av: Option<super::ud::Av>,
     pub data: Data,
 }
 
@@ -132,9 +134,18 @@ impl State {
                 opcode,
                 w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM | w::OPCODE_RDMA_READ
             );
+        let ud = self
+            .objects
+            .qps
+            .get(&qpn)
+            .is_some_and(|q| q.st == mlx5_regs::consts::qp_st::UD);
         let known = rdma || matches!(opcode, w::OPCODE_NOP | w::OPCODE_SEND | w::OPCODE_SEND_IMM);
         if !known {
             return Err(bad(wqebbs, "send opcode not modelled for RC"));
+        }
+        if ud && rdma {
+            // UD carries SENDs only (IBTA vol. 1 §9.8.3; Linux `handle_qpt_ud`).
+            return Err(bad(wqebbs, "RDMA or atomic opcode on a UD QP"));
         }
         // The whole WQE, following the ring across its end.
         let mut bytes = first.to_vec();
@@ -159,12 +170,21 @@ impl State {
                 fm_ce_se & 0xe0,
                 w::FENCE_MODE_FENCE | w::FENCE_MODE_SMALL_AND_FENCE
             ),
+            av: None,
             data: Data::Sges(Vec::new()),
         };
         if opcode == w::OPCODE_NOP {
             return Ok(wqe);
         }
         let mut off = w::SEND_WQE_DS;
+        if ud {
+            // ctrl, then the 48-byte datagram segment (Linux `handle_qpt_ud`).
+            if bytes.len() < off + super::ud::AV_LEN {
+                return Err(bad(wqebbs, "UD send without a datagram segment"));
+            }
+            wqe.av = Some(super::ud::Av::parse(&bytes[off..off + super::ud::AV_LEN]));
+            off += super::ud::AV_LEN;
+        }
         if rdma {
             if bytes.len() < 2 * w::SEND_WQE_DS {
                 return Err(bad(

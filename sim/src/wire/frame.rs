@@ -152,7 +152,7 @@ impl Encap {
     }
 
     /// Bytes before the outer headers the ICRC covers (Ethernet + VLAN).
-    fn link_len(&self) -> usize {
+    pub(crate) fn link_len(&self) -> usize {
         match self {
             Encap::RoceV2 { eth, .. } | Encap::RoceV1 { eth, .. } => Encap::eth_len(eth),
             Encap::Ib { .. } => 0,
