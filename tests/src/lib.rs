@@ -13,6 +13,7 @@ pub mod hosts;
 pub mod qp;
 pub mod qp_random;
 pub mod seeds;
+pub mod ud;
 pub mod verbs_common;
 pub mod verbs_cq_srq_common;
 use mlx5_sim::{Device, ExecMode, Profile, SimConfig, SimHal};

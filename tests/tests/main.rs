@@ -75,6 +75,7 @@ mod verbs_random;
 mod verbs_rdma;
 mod verbs_rdma_wire;
 mod verbs_srq;
+mod verbs_ud;
 
 // A hostile device; the fuzz targets as properties.
 mod fuzz_props;

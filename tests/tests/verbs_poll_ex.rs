@@ -48,6 +48,13 @@ fn lazy_drain(ctx: &mut Ctx, cq: CqHandle) -> Vec<Lazy> {
             invalidated_rkey: p.read_invalidated_rkey(),
             qp_num: p.read_qp_num(),
             srq_num: p.read_srq_num(),
+            src_qp: p.read_src_qp(),
+            sl: p.read_sl(),
+            wc_flags: p.read_wc_flags(),
+            // Read only when the CQ asks for it (`read_slid`), always in
+            // the work completion; no lazy reader for the P_Key index.
+            slid: p.work_completion().slid,
+            pkey_index: p.work_completion().pkey_index,
         };
         assert_eq!(wc, p.work_completion());
         got.push(Lazy {

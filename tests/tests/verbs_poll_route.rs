@@ -224,6 +224,14 @@ fn route_cases(batch: usize, arriving: bool) {
             invalidated_rkey: inv,
             qp_num: qpn_a,
             srq_num: Some(srqn),
+            wc_flags: if imm.is_some() {
+                mlx5_driver::verbs::WC_WITH_IMM
+            } else if inv.is_some() {
+                mlx5_driver::verbs::WC_WITH_INV
+            } else {
+                0
+            },
+            ..WorkCompletion::EMPTY
         };
         assert_eq!(got[i], e, "CQE {i}, batch {batch}");
     };

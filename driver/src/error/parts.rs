@@ -169,6 +169,9 @@ impl fmt::Display for SendError {
             SendError::InlineNotAllowed => {
                 f.write_str("inline data on an RDMA READ or atomic, whose buffer is written")
             }
+            SendError::WrongTransport => f.write_str(
+                "the request's transport differs from the QP's (datagram vs connected, or RDMA on UD)",
+            ),
         }
     }
 }

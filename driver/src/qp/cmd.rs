@@ -9,7 +9,7 @@
 //! simply present in the QPC (`mlx5_ifc.h` `qpc`, `ads`; command bytes: the
 //! QPC at 0x18, the primary address path at 0x30).
 
-use mlx5_regs::consts::{pm_state, qp_st, rq_type};
+use mlx5_regs::consts::{pm_state, rq_type};
 use mlx5_regs::layouts::*;
 use mlx5_regs::{Opcode, RegError};
 
@@ -20,6 +20,8 @@ use crate::pagelist::PageList;
 /// What CREATE_QP needs.
 #[derive(Debug, Clone, Copy)]
 pub struct CreateQpParams {
+    /// Service type (`qpc.st`: RC or UD, `mlx5_regs::consts::qp_st`).
+    pub st: u8,
     /// Protection domain.
     pub pd: u32,
     /// UAR whose BlueFlame registers ring the send doorbell.
@@ -73,7 +75,7 @@ pub const fn create_qp_len(n: usize) -> usize {
 /// Output length of CREATE_QP.
 pub const CREATE_QP_OUT: usize = create_qp_out::SIZE;
 
-/// CREATE_QP (RC): the QPC fields Linux `create_kernel_qp` sets, with the
+/// CREATE_QP (RC or UD, `p.st`): the QPC fields Linux `create_kernel_qp` sets, with the
 /// receive side an SRQ/RMP (`rq_type` 1, no receive ring), the QP's own
 /// ring (`rq_type` 0 with `log_rq_size` and `log_rq_stride`) or none
 /// (`rq_type` 3), and the page list of the QP buffer at 0x110. Returns the
@@ -83,7 +85,7 @@ pub fn create_qp(buf: &mut [u8], p: &CreateQpParams) -> Result<usize, RegError> 
     let len = create_qp_len(pages);
     let b = command_prefix(buf, len, Opcode::CREATE_QP, 0)?;
     let q = create_qp_in::qpc.get_mut(b);
-    qpc::st.set(q, qp_st::RC)?;
+    qpc::st.set(q, p.st)?;
     qpc::pm_state.set(q, pm_state::MIGRATED)?;
     qpc::pd.set(q, p.pd)?;
     qpc::uar_page.set(q, p.uar_page)?;
@@ -169,6 +171,66 @@ pub fn rst2init_qp(
     let path = qpc::primary_address_path.get_mut(q);
     ads::vhca_port_num.set(path, port)?;
     ads::pkey_index.set(path, pkey_index)?;
+    Ok(b)
+}
+
+/// RST2INIT_QP of a UD QP: port, partition key index and Q_Key, no
+/// access rights; like every UD transition it carries the `mtu` and
+/// `log_msg_max` Linux forces for UD (Linux `__mlx5_ib_modify_qp` with the UD attribute mask
+/// `STATE | PKEY_INDEX | PORT | QKEY`).
+pub fn rst2init_ud_qp(
+    qpn: u32,
+    port: u8,
+    pkey_index: u16,
+    qkey: u32,
+) -> Result<[u8; rst2init_qp_in::SIZE], RegError> {
+    let mut b = [0u8; rst2init_qp_in::SIZE];
+    header_into(&mut b, Opcode::RST2INIT_QP, 0);
+    rst2init_qp_in::qpn.set(&mut b, qpn)?;
+    let q = rst2init_qp_in::qpc.get_mut(&mut b);
+    qpc::pm_state.set(q, pm_state::MIGRATED)?;
+    qpc::mtu.set(q, UD_MTU_CODE)?;
+    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
+    qpc::log_msg_max.set(q, UD_LOG_MSG_MAX)?;
+    qpc::q_key.set(q, qkey)?;
+    let path = qpc::primary_address_path.get_mut(q);
+    ads::vhca_port_num.set(path, port)?;
+    ads::pkey_index.set(path, pkey_index)?;
+    Ok(b)
+}
+
+/// The `mtu` code Linux puts into every UD QPC (4096 bytes): a datagram's
+/// limit is the port's MTU, not the QP's (`__mlx5_ib_modify_qp`).
+pub const UD_MTU_CODE: u8 = 5;
+/// The `log_msg_max` Linux puts into every UD QPC (4096 bytes).
+pub const UD_LOG_MSG_MAX: u8 = 12;
+
+/// INIT2RTR_QP of a UD QP: no peer, no path; `mtu` and `log_msg_max` as
+/// Linux forces them for UD.
+pub fn init2rtr_ud_qp(qpn: u32) -> Result<[u8; init2rtr_qp_in::SIZE], RegError> {
+    let mut b = [0u8; init2rtr_qp_in::SIZE];
+    header_into(&mut b, Opcode::INIT2RTR_QP, 0);
+    init2rtr_qp_in::qpn.set(&mut b, qpn)?;
+    let q = init2rtr_qp_in::qpc.get_mut(&mut b);
+    qpc::pm_state.set(q, pm_state::MIGRATED)?;
+    qpc::mtu.set(q, UD_MTU_CODE)?;
+    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
+    qpc::log_msg_max.set(q, UD_LOG_MSG_MAX)?;
+    Ok(b)
+}
+
+/// RTR2RTS_QP of a UD QP: the first send PSN only (UD's attribute mask
+/// `STATE | SQ_PSN`).
+pub fn rtr2rts_ud_qp(qpn: u32, sq_psn: u32) -> Result<[u8; rtr2rts_qp_in::SIZE], RegError> {
+    let mut b = [0u8; rtr2rts_qp_in::SIZE];
+    header_into(&mut b, Opcode::RTR2RTS_QP, 0);
+    rtr2rts_qp_in::qpn.set(&mut b, qpn)?;
+    let q = rtr2rts_qp_in::qpc.get_mut(&mut b);
+    qpc::pm_state.set(q, pm_state::MIGRATED)?;
+    qpc::mtu.set(q, UD_MTU_CODE)?;
+    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
+    qpc::log_msg_max.set(q, UD_LOG_MSG_MAX)?;
+    qpc::next_send_psn.set(q, sq_psn)?;
     Ok(b)
 }
 
@@ -346,8 +408,10 @@ pub const QUERY_QP_OUT: usize = query_qp_out::SIZE;
 pub struct QpQuery {
     /// State.
     pub state: QpState,
-    /// Service type (0 RC).
+    /// Service type (0 RC, 2 UD).
     pub st: u8,
+    /// The Q_Key of a UD QP.
+    pub q_key: u32,
     /// Path MTU code.
     pub mtu: u8,
     /// The peer QP.
@@ -425,6 +489,7 @@ pub fn parse_query_qp(out: &[u8]) -> QpQuery {
     QpQuery {
         state: QpState::from_raw(qpc::state.get(q)),
         st: qpc::st.get(q),
+        q_key: qpc::q_key.get(q),
         mtu: qpc::mtu.get(q),
         remote_qpn: qpc::remote_qpn.get(q),
         next_send_psn: qpc::next_send_psn.get(q),

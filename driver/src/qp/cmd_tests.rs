@@ -42,6 +42,7 @@ fn pages(n: usize) -> PageList {
 fn create_qp_sender_with_zero_length_rq() {
     let mut buf = [0u8; 0x200];
     let p = CreateQpParams {
+        st: mlx5_regs::consts::qp_st::RC,
         pd: 0x11,
         uar_page: 0x22,
         send: Some((7, 0x33)),
@@ -89,6 +90,7 @@ fn create_qp_sender_with_zero_length_rq() {
 fn create_qp_receiver_on_an_srq_without_send_queue() {
     let mut buf = [0u8; 0x110];
     let p = CreateQpParams {
+        st: mlx5_regs::consts::qp_st::RC,
         pd: 5,
         uar_page: 1,
         send: None,
@@ -117,6 +119,7 @@ fn create_qp_receiver_on_an_srq_without_send_queue() {
 fn create_qp_with_its_own_receive_ring_before_the_send_ring() {
     let mut buf = [0u8; 0x200];
     let p = CreateQpParams {
+        st: mlx5_regs::consts::qp_st::RC,
         pd: 0x11,
         uar_page: 0x22,
         send: Some((6, 0x33)),

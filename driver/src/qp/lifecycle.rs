@@ -29,15 +29,7 @@ use crate::stats::CmdObserver;
 
 /// Refuse a transition from the QP's state before any command is sent.
 fn check<H: Hal, T: AsMut<[SendSlot]>>(qp: &Qp<H, T>, t: Transition) -> Result<(), Error> {
-    if t.allowed_from(qp.state) {
-        Ok(())
-    } else {
-        Err(Error::QpState {
-            qpn: qp.qpn,
-            state: qp.state,
-            op: t.command(),
-        })
-    }
+    super::ud::check_rc(qp, t)
 }
 
 /// `links` name exactly the CQs and SRQ `qp` was created with.
@@ -99,8 +91,21 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         send: Option<SendQueueCaps>,
         recv: Option<RecvQueueCaps>,
         links: QpLinks<'_, H>,
+        table: T,
+    ) -> Result<Qp<H, T>, Error> {
+        self.create_qp_of(mlx5_regs::consts::qp_st::RC, send, recv, links, table)
+    }
+
+    /// CREATE_QP of service type `st` (RC or UD).
+    pub(super) fn create_qp_of<T: AsMut<[SendSlot]>>(
+        &self,
+        st: u8,
+        send: Option<SendQueueCaps>,
+        recv: Option<RecvQueueCaps>,
+        links: QpLinks<'_, H>,
         mut table: T,
     ) -> Result<Qp<H, T>, Error> {
+        let ud = st == mlx5_regs::consts::qp_st::UD;
         let QpLinks {
             send_cq,
             recv_cq,
@@ -140,6 +145,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             }
         };
         let geo = match &send {
+            Some(req) if ud => Some(self.ud_send_queue_geometry(req)?),
             Some(req) => Some(self.send_queue_geometry(req)?),
             None => None,
         };
@@ -195,10 +201,12 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         if let Some(s) = sq.as_mut() {
             // rdma-core `atomics_enabled`: atomics are posted only when the
             // device reports `IBV_ATOMIC_HCA`.
-            s.set_atomics(self.atomic_caps().is_some_and(|a| a.ib_atomics()));
+            s.set_atomics(!ud && self.atomic_caps().is_some_and(|a| a.ib_atomics()));
+            s.set_datagram(ud);
         }
         let srqn = srq.as_ref().map(|s| s.srqn());
         let params = CreateQpParams {
+            st,
             pd: self.pd(),
             uar_page: uar,
             send: match (geo, cqn_snd) {
@@ -250,6 +258,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             srqn,
             rejected: 0,
             last_wqe_reached: false,
+            ud,
         })
     }
 

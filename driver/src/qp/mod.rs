@@ -1,4 +1,4 @@
-//! RC queue pairs: a send ring, an SRQ, the QP's own receive queue (or
+//! RC and UD queue pairs: a send ring, an SRQ, the QP's own receive queue (or
 //! nothing) as the receive side, the state machine, the send data path and requester
 //! completions.
 //!
@@ -10,6 +10,7 @@
 //!   ([`SqGeometry`], [`RqGeometry`]) are re-exported here.
 //! * [`wr`]: send work requests, the caller's table entry, the errors.
 //! * [`attr`]: states and the attributes of each transition.
+//! * [`ud`]: unreliable datagram QPs, address vectors, UD sends.
 //! * [`opt`]: the optional attributes of a transition, INIT2INIT and
 //!   RTS2RTS.
 //! * The [`Qp`] object and the [`crate::Hca`] methods that create,
@@ -22,6 +23,7 @@ pub mod opt;
 mod queue;
 pub(crate) mod recv;
 pub(crate) mod ring;
+pub mod ud;
 pub mod wr;
 
 pub use crate::eq::QpEvent;
@@ -33,6 +35,7 @@ pub use opt::QpOptional;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
 pub use recv::{RecvQueueCaps, RqGeometry, RqSizeError};
 pub use ring::{SendQueueCaps, SqGeometry, SqSizeError};
+pub use ud::{AddressVector, Datagram, UdInitAttr, UdSendRequest};
 pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot, SendWork};
 
 #[cfg(test)]

@@ -106,6 +106,8 @@ pub struct Qp<H: Hal, T: AsMut<[SendSlot]> = [SendSlot; 0]> {
     pub(super) srqn: Option<u32>,
     pub(super) rejected: u64,
     pub(super) last_wqe_reached: bool,
+    /// An unreliable datagram QP (`st` UD).
+    pub(super) ud: bool,
 }
 
 impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
@@ -117,6 +119,11 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
     /// The state as the driver knows it.
     pub fn state(&self) -> QpState {
         self.state
+    }
+
+    /// An unreliable datagram QP ([`crate::Hca::create_ud_qp`]).
+    pub fn is_ud(&self) -> bool {
+        self.ud
     }
 
     /// The send ring's geometry (what it really holds), if it has one.

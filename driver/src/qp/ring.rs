@@ -51,6 +51,9 @@ pub const MAX_DS: usize = 63;
 /// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP and
 /// ATOMIC_FETCH_AND_ADD: the atomics' 16 + 16 + 16).
 pub const SQ_OVERHEAD: usize = 48;
+/// The segments of a UD WQE before its data: control (16) and datagram
+/// (48) (rdma-core `sq_overhead` for `IBV_QPT_UD`).
+pub const UD_OVERHEAD: usize = 64;
 /// Largest send ring: `log_sq_size` is a 4-bit field.
 const MAX_LOG_WQEBBS: u8 = 15;
 
@@ -128,17 +131,30 @@ impl SqGeometry {
         max_wqe_sz_sq: u16,
         log_max_qp_sz: u8,
     ) -> Result<SqGeometry, SqSizeError> {
+        Self::for_transport(req, false, max_wqe_sz_sq, log_max_qp_sz)
+    }
+
+    /// [`SqGeometry::for_request`] for a connected QP (`datagram` false:
+    /// 48 bytes of segments before the data) or a UD QP (true: the control
+    /// and datagram segments, 64 bytes; rdma-core `sq_overhead`).
+    pub fn for_transport(
+        req: &SendQueueCaps,
+        datagram: bool,
+        max_wqe_sz_sq: u16,
+        log_max_qp_sz: u8,
+    ) -> Result<SqGeometry, SqSizeError> {
+        let overhead = if datagram { UD_OVERHEAD } else { SQ_OVERHEAD };
         if req.max_send_wr == 0 {
             return Err(SqSizeError::NoWorkRequests);
         }
         let max_desc = (max_wqe_sz_sq as usize).min(MAX_DS * UNIT);
-        let max_gather = max_desc.saturating_sub(SQ_OVERHEAD) / UNIT;
+        let max_gather = max_desc.saturating_sub(overhead) / UNIT;
         if req.max_send_sge as usize > max_gather {
             return Err(SqSizeError::TooManySges);
         }
-        let gather = SQ_OVERHEAD + req.max_send_sge as usize * UNIT;
+        let gather = overhead + req.max_send_sge as usize * UNIT;
         let inline = if req.max_inline_data > 0 {
-            SQ_OVERHEAD + (4 + req.max_inline_data as usize).next_multiple_of(UNIT)
+            overhead + (4 + req.max_inline_data as usize).next_multiple_of(UNIT)
         } else {
             0
         };
@@ -159,8 +175,8 @@ impl SqGeometry {
             log_wqebbs: wqebbs.trailing_zeros() as u8,
             wqe_size,
             max_send_wr: (ring / wqe_size as u64) as u32,
-            max_send_sge: ((usable - SQ_OVERHEAD) / UNIT) as u32,
-            max_inline_data: (usable - SQ_OVERHEAD - 4) as u32,
+            max_send_sge: ((usable - overhead) / UNIT) as u32,
+            max_inline_data: (usable - overhead - 4) as u32,
         })
     }
 
@@ -211,6 +227,7 @@ pub struct SendRing<H: Hal> {
     inline_head: u32,
     /// The device executes the IB atomics ([`SendRing::set_atomics`]).
     atomics: bool,
+    datagram: bool,
 }
 
 impl<H: Hal> SendRing<H> {
@@ -260,6 +277,7 @@ impl<H: Hal> SendRing<H> {
                 doorbell_head: 0,
                 inline_head: u32::MAX,
                 atomics: false,
+                datagram: false,
             },
             pages,
             rq_base,
@@ -291,6 +309,12 @@ impl<H: Hal> SendRing<H> {
     /// from the device's atomic page, as rdma-core's `atomics_enabled`.
     pub fn set_atomics(&mut self, on: bool) {
         self.atomics = on;
+    }
+
+    /// A UD ring: every WQE carries a datagram segment, and requests
+    /// without one (or with one, on a connected ring) are refused.
+    pub fn set_datagram(&mut self, on: bool) {
+        self.datagram = on;
     }
 
     /// Gather entries a work request may carry.
@@ -348,9 +372,22 @@ impl<H: Hal> SendRing<H> {
         let opcode = r.opcode();
         let raddr = opcode.has_raddr();
         let atomic = opcode.is_atomic();
+        // UD: ctrl, then the 48-byte datagram segment filling the rest of
+        // the first WQEBB; SENDs only (Linux `handle_qpt_ud`). A request
+        // of the other transport is refused.
+        let dgram = r.datagram();
+        if dgram.is_some() != self.datagram || (dgram.is_some() && raddr) {
+            return Err(SendError::WrongTransport);
+        }
         let imm = if opcode.has_imm() { r.imm() } else { 0 };
         let mut ds = 1 + raddr as usize + atomic as usize;
-        let data_unit = idx * (WQEBB / UNIT) + ds;
+        let mut data_unit = idx * (WQEBB / UNIT) + ds;
+        if dgram.is_some() {
+            ds += 3;
+            // The data starts at the next WQEBB, the ring's first after
+            // its last.
+            data_unit = (data_unit + 3) & (ring_units - 1);
+        }
         let mut atomic_buf = (0, 0);
         match r.payload() {
             Payload::Sges(sges) if atomic => {
@@ -440,6 +477,16 @@ impl<H: Hal> SendRing<H> {
             let (lkey, addr) = atomic_buf;
             ctrl.write_be64::<{ 3 * UNIT }>((8u64 << 32) | lkey as u64);
             ctrl.write_be64::<{ 3 * UNIT + 8 }>(addr);
+        }
+        if let Some(d) = dgram {
+            // Linux `set_datagram_seg`: the WQE's own copy of the address.
+            let w = d.av.words(d.remote_qpn, d.remote_qkey);
+            ctrl.write_be64::<UNIT>(w[0]);
+            ctrl.write_be64::<{ UNIT + 8 }>(w[1]);
+            ctrl.write_be64::<{ 2 * UNIT }>(w[2]);
+            ctrl.write_be64::<{ 2 * UNIT + 8 }>(w[3]);
+            ctrl.write_be64::<{ 3 * UNIT }>(w[4]);
+            ctrl.write_be64::<{ 3 * UNIT + 8 }>(w[5]);
         }
         let signaled = r.signaled();
         let fm_ce_se = if signaled { wqe::CTRL_CQ_UPDATE } else { 0 }

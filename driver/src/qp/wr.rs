@@ -223,6 +223,12 @@ pub trait SendWork {
     }
     /// The data.
     fn payload(&self) -> Payload<'_>;
+    /// UD: the destination (address vector, remote QPN and Q_Key) that
+    /// goes into the WQE's datagram segment; `None` for connected QPs.
+    #[inline(always)]
+    fn datagram(&self) -> Option<super::ud::Datagram<'_>> {
+        None
+    }
     /// Ask for a completion on success.
     fn signaled(&self) -> bool;
     /// Set the solicited-event bit.
@@ -367,6 +373,10 @@ pub enum SendError {
     /// Inline data on an RDMA READ or an atomic, whose local buffer the
     /// device writes (`EINVAL`).
     InlineNotAllowed,
+    /// A datagram request on a connected QP, a connected request on a UD
+    /// QP, or an RDMA / atomic opcode on a UD QP (`EINVAL`, as rdma-core's
+    /// `_mlx5_post_send` refuses an opcode the QP type does not carry).
+    WrongTransport,
 }
 
 impl SendError {
@@ -380,7 +390,8 @@ impl SendError {
             | SendError::NoSendQueue
             | SendError::AtomicsUnsupported
             | SendError::BadAtomicBuffer
-            | SendError::InlineNotAllowed => errno::EINVAL,
+            | SendError::InlineNotAllowed
+            | SendError::WrongTransport => errno::EINVAL,
             SendError::DeviceDead => errno::EIO,
         }
     }

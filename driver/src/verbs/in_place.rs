@@ -32,6 +32,7 @@ impl<
             srqs: Table::new(),
             qps: Table::new(),
             channels: Table::new(),
+            ahs: Table::new(),
             qpns: NumMap::new(QpRoute::NONE),
             srqns: NumMap::new(Key::NONE),
             internal_cq: None,

@@ -73,6 +73,7 @@ mod qp_types;
 mod srq;
 mod table;
 mod types;
+mod ud;
 
 pub use crate::gid::{GidEntry, GidType};
 pub use crate::port::{LinkLayer, PortAttr, PortState};
@@ -90,6 +91,7 @@ pub use types::{
     AsyncEvent, AsyncEventDetail, AsyncEventType, AtomicCap, CqHandle, DeviceAttr, EventElement,
     SrqAttr, SrqAttrMask, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
 };
+pub use ud::{AhHandle, QpType, MAX_AHS};
 
 /// `ibv_recv_wr`: the caller's id and its scatter list.
 pub use crate::srq::RecvRequest as RecvWr;
@@ -195,6 +197,8 @@ pub struct Verbs<
     qps: Table<QpEntry<H, SQ_WQEBBS>, QPS>,
     /// Completion channels made with `create_comp_channel`.
     channels: Table<ChannelEntry, MAX_COMP_CHANNELS>,
+    /// Address handles (`create_ah`).
+    ahs: Table<ud::AhEntry, MAX_AHS>,
     /// QPN → QP (with its receive route), SRQN → SRQ: a CQE finds its
     /// object in O(1).
     qpns: NumMap<QpRoute, QPS>,
@@ -234,6 +238,7 @@ impl<
             srqs: Table::new(),
             qps: Table::new(),
             channels: Table::new(),
+            ahs: Table::new(),
             qpns: NumMap::new(QpRoute::NONE),
             srqns: NumMap::new(Key::NONE),
             internal_cq: None,
@@ -278,6 +283,9 @@ impl<
         } = self;
         while let Some(k) = channels.any_key() {
             channels.remove(k);
+        }
+        while let Some(k) = self.ahs.any_key() {
+            self.ahs.remove(k);
         }
         while let Some(k) = srqs.any_key() {
             let Some(e) = srqs.remove(k) else { break };

@@ -158,6 +158,9 @@ impl<
     ) -> Result<(), Errno> {
         use QpAttrMask as M;
         let e = self.qp_entry(qp)?;
+        if e.book.ud {
+            return self.modify_ud_qp(qp, attr, mask);
+        }
         let tracked = QpState::from_driver(e.qp.state());
         let (qpn, book) = (e.qp.qpn(), e.book);
         let cur = if mask.contains(M::CUR_STATE) {

@@ -387,6 +387,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             op != CqeOpcode::RESP_WR_IMM,
         ));
         *out = recv_completion(op, wr_id, byte_len, v.imm(), qpn, srqn);
+        receive_fields(out, v.flags_rqpn(), v.slid());
         if !matched {
             unmatched(self.stats, out);
             return None;
@@ -408,7 +409,12 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         let matched = if c.is_requester() {
             self.send(&c, out)
         } else {
-            self.recv(&c, out)
+            let m = self.recv(&c, out);
+            receive_fields(out, v.flags_rqpn(), v.slid());
+            if c.opcode == CqeOpcode::RESP_SEND {
+                out.pkey_index = c.imm as u16;
+            }
+            m
         };
         if let CqeStatus::Error {
             syndrome,
@@ -656,7 +662,33 @@ fn recv_completion(
         invalidated_rkey: (op == CqeOpcode::RESP_SEND_INV).then_some(imm),
         qp_num: qpn,
         srq_num: Some(srqn),
+        src_qp: 0,
+        slid: 0,
+        sl: 0,
+        pkey_index: (op == CqeOpcode::RESP_SEND) as u16 * (imm & 0xffff) as u16,
+        wc_flags: 0,
     }
+}
+
+/// The fields of a receive completion that a connected QP leaves 0 and a
+/// UD QP fills (rdma-core `handle_responder`): the sender's QP, SL and
+/// LID, the GRH flag, the P_Key index (the CQE's `imm_inval_pkey` when no
+/// immediate or rkey takes it), and `wc_flags`.
+#[inline(always)]
+fn receive_fields(wc: &mut WorkCompletion, flags_rqpn: u32, slid: u16) {
+    wc.src_qp = flags_rqpn & 0x00ff_ffff;
+    wc.sl = ((flags_rqpn >> 24) & 0xf) as u8;
+    wc.slid = slid;
+    let mut f = 0;
+    if (flags_rqpn >> 28) & 3 != 0 {
+        f |= super::WC_GRH;
+    }
+    match (wc.imm_data, wc.invalidated_rkey) {
+        (Some(_), _) => f |= super::WC_WITH_IMM,
+        (None, Some(_)) => f |= super::WC_WITH_INV,
+        (None, None) => {}
+    }
+    wc.wc_flags = f;
 }
 
 /// A receive's outcome: its `wr_id` (also when the device consumed the

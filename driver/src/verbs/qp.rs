@@ -1,5 +1,5 @@
 //! The QP verbs: create, query, destroy, post_send (modify is
-//! [`super::modify`]). RC only.
+//! [`super::modify`]; UD's own parts are [`super::ud`]).
 //!
 //! Sizes, limits and errors are rdma-core's (`providers/mlx5/verbs.c`
 //! `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`, `create_qp`; `qp.c`
@@ -50,6 +50,8 @@ pub(super) struct QpBook {
     pub(super) resp_depth: u8,
     pub(super) async_reported: u32,
     pub(super) async_acked: u32,
+    /// An unreliable datagram QP.
+    pub(super) ud: bool,
 }
 
 pub(super) struct QpEntry<H: Hal, const W: usize> {
@@ -137,6 +139,15 @@ impl<
     /// side. `ENOMEM`: the QP table is full or the ring needs more than
     /// `SQ_WQEBBS` blocks, or DMA memory ran out.
     pub fn create_qp(&mut self, attr: &QpInitAttr) -> Result<(QpHandle, QpCap), Errno> {
+        self.create_qp_typed(attr, false)
+    }
+
+    /// `create_qp` of an RC (`ud` false) or UD QP.
+    pub(super) fn create_qp_typed(
+        &mut self,
+        attr: &QpInitAttr,
+        ud: bool,
+    ) -> Result<(QpHandle, QpCap), Errno> {
         self.cq_entry(attr.send_cq)?;
         self.cq_entry(attr.recv_cq)?;
         if let Some(s) = attr.srq {
@@ -157,6 +168,11 @@ impl<
         }
         let geo = match &send {
             // rdma-core refuses every size it cannot build with EINVAL.
+            Some(s) if ud => Some(
+                self.hca
+                    .ud_send_queue_geometry(s)
+                    .map_err(|_| Errno::EINVAL)?,
+            ),
             Some(s) => Some(self.hca.send_queue_geometry(s).map_err(|_| Errno::EINVAL)?),
             None => None,
         };
@@ -186,11 +202,15 @@ impl<
             resp_depth: 0,
             async_reported: 0,
             async_acked: 0,
+            ud,
         };
         let l = links(&mut self.cqs, &mut self.srqs, send.is_some(), &book)?;
-        let mut qp = self
-            .hca
-            .create_qp_with(send, recv, l, [SendSlot::EMPTY; SQ_WQEBBS])?;
+        let table = [SendSlot::EMPTY; SQ_WQEBBS];
+        let mut qp = if ud {
+            self.hca.create_ud_qp(send, recv, l, table)?
+        } else {
+            self.hca.create_qp_with(send, recv, l, table)?
+        };
         // `post_send` refuses more gather entries than asked for, not
         // only more than a WQE holds (rdma-core `sq.max_gs`).
         qp.limit_send_sges(out.max_send_sge);
@@ -283,6 +303,7 @@ impl<
             retry_cnt: q.retry_count,
             rnr_retry: q.rnr_retry,
             cap: e.book.cap,
+            qkey: q.q_key,
         };
         let init = QpInitAttr {
             send_cq: e.book.send_cq,
@@ -407,6 +428,9 @@ impl<
             return Err(fail(0, Errno::ENOMEM));
         }
         let sig_all = e.book.sq_sig_all;
+        if e.book.ud {
+            return super::ud::post_ud(&mut e.qp, &self.ahs, wrs, sig_all);
+        }
         // Every refusal of the ring for lack of room (queue full, more
         // gather entries than asked for at creation, inline data too large)
         // is ENOMEM, as in rdma-core; an atomic without device support or
@@ -465,11 +489,12 @@ fn post_chunk<H: Hal, const W: usize>(
 /// no room is `ENOMEM`; a request the device cannot take as given is
 /// `EINVAL`.
 #[inline(always)]
-fn send_errno(e: &SendError) -> Errno {
+pub(super) fn send_errno(e: &SendError) -> Errno {
     match e {
         SendError::AtomicsUnsupported
         | SendError::BadAtomicBuffer
-        | SendError::InlineNotAllowed => Errno::EINVAL,
+        | SendError::InlineNotAllowed
+        | SendError::WrongTransport => Errno::EINVAL,
         _ => Errno::ENOMEM,
     }
 }

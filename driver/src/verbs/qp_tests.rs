@@ -158,6 +158,7 @@ fn every_verbs_request_gives_the_wqe_of_its_driver_request() {
                         rkey: 0xab00 + m as u32,
                         compare_add: 0x0102_0304_0506_0708 + m as u64,
                         swap: 0x1112_1314_1516_1718 + m as u64,
+                        ..SendWr::EMPTY
                     }
                 })
                 .collect();

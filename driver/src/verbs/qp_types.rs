@@ -224,6 +224,21 @@ impl QpAttrMask {
             | QpAttrMask::SQ_PSN.0
             | QpAttrMask::MAX_QP_RD_ATOMIC.0,
     );
+    /// RESET→INIT of a UD QP: state, P_Key index, port, Q_Key (ib core's
+    /// `qp_state_table`, UD column; rdma-core's `ud_pingpong`).
+    pub const UD_INIT: QpAttrMask = QpAttrMask(
+        QpAttrMask::STATE.0 | QpAttrMask::PKEY_INDEX.0 | QpAttrMask::PORT.0 | QpAttrMask::QKEY.0,
+    );
+    /// INIT→RTR of a UD QP: the state alone.
+    pub const UD_RTR: QpAttrMask = QpAttrMask::STATE;
+    /// RTR→RTS of a UD QP: the state and the first send PSN.
+    pub const UD_RTS: QpAttrMask = QpAttrMask(QpAttrMask::STATE.0 | QpAttrMask::SQ_PSN.0);
+    /// The three transitions that make a UD QP ready, each with its mask.
+    pub const UD_ACTIVATE: [(QpState, QpAttrMask); 3] = [
+        (QpState::Init, QpAttrMask::UD_INIT),
+        (QpState::Rtr, QpAttrMask::UD_RTR),
+        (QpState::Rts, QpAttrMask::UD_RTS),
+    ];
     /// The three transitions that connect an RC QP, each with its mask:
     /// one [`QpAttr`] holding every field, `qp_state` set per step.
     pub const RC_CONNECT: [(QpState, QpAttrMask); 3] = [
@@ -335,6 +350,9 @@ pub struct QpAttr {
     /// The QP's sizes (reported by `query_qp`; `CAP` is refused by
     /// `modify_qp` for RC, as ib core does).
     pub cap: QpCap,
+    /// The Q_Key of a UD QP (`QKEY`): datagrams carrying another are
+    /// dropped.
+    pub qkey: u32,
 }
 
 impl Default for QpAttr {
@@ -357,6 +375,7 @@ impl Default for QpAttr {
             retry_cnt: 0,
             rnr_retry: 0,
             cap: QpCap::default(),
+            qkey: 0,
         }
     }
 }
@@ -416,6 +435,14 @@ pub struct SendWr<'a> {
     pub compare_add: u64,
     /// `wr.atomic.swap`: the value CMP_AND_SWP stores.
     pub swap: u64,
+    /// `wr.ud.ah`: a UD send's destination ([`super::Verbs::create_ah`]);
+    /// ignored by connected QPs.
+    pub ah: Option<super::AhHandle>,
+    /// `wr.ud.remote_qpn`: the destination QP of a UD send (24 bits).
+    pub remote_qpn: u32,
+    /// `wr.ud.remote_qkey`: the destination's Q_Key; with bit 31 set the
+    /// QP's own Q_Key is sent instead (a controlled Q_Key).
+    pub remote_qkey: u32,
 }
 
 impl SendWr<'static> {
@@ -431,6 +458,9 @@ impl SendWr<'static> {
         rkey: 0,
         compare_add: 0,
         swap: 0,
+        ah: None,
+        remote_qpn: 0,
+        remote_qkey: 0,
     };
 }
 

@@ -239,6 +239,21 @@ pub struct WorkCompletion {
     pub qp_num: u32,
     /// SRQ number of a receive completion.
     pub srq_num: Option<u32>,
+    /// A receive's sender QP number (`flags_rqpn` bits 23:0; meaningful
+    /// for UD).
+    pub src_qp: u32,
+    /// A receive's source LID (InfiniBand; 0 on RoCE).
+    pub slid: u16,
+    /// A receive's service level (`flags_rqpn` bits 27:24, as rdma-core
+    /// reads them).
+    pub sl: u8,
+    /// A receive's P_Key index (the CQE's `imm_inval_pkey` low 16 bits
+    /// when it carries no immediate or rkey; rdma-core's field).
+    pub pkey_index: u16,
+    /// `wc_flags`: [`super::WC_GRH`] (a UD receive whose buffer starts
+    /// with the packet's GRH), [`super::WC_WITH_IMM`],
+    /// [`super::WC_WITH_INV`].
+    pub wc_flags: u32,
 }
 
 impl WorkCompletion {
@@ -260,6 +275,11 @@ impl WorkCompletion {
         invalidated_rkey: None,
         qp_num: 0,
         srq_num: None,
+        src_qp: 0,
+        slid: 0,
+        sl: 0,
+        pkey_index: 0,
+        wc_flags: 0,
     };
 }
 

@@ -119,14 +119,20 @@ impl State {
             return fail(
                 self,
                 cqe_syndrome::LOCAL_LENGTH_ERR,
-                format!("UD datagram of {} bytes over the port MTU {mtu}", payload.len()),
+                format!(
+                    "UD datagram of {} bytes over the port MTU {mtu}",
+                    payload.len()
+                ),
             );
         }
         let Some(encap) = self.encap_for_av(qpn, &av) else {
             return fail(
                 self,
                 cqe_syndrome::LOCAL_QP_OP_ERR,
-                format!("address vector source GID index {} not programmed", av.sgid_index),
+                format!(
+                    "address vector source GID index {} not programmed",
+                    av.sgid_index
+                ),
             );
         };
         let q = &self.objects.qps[&qpn];

@@ -63,6 +63,7 @@ pub(crate) fn qp_atomics(
         srqn: None,
         rejected: 0,
         last_wqe_reached: false,
+        ud: false,
     }
 }
 

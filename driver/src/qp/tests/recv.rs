@@ -49,6 +49,7 @@ fn qp_rq(hal: &TestHal, rq: RqGeometry) -> Qp<TestHal, Vec<SendSlot>> {
         srqn: None,
         rejected: 0,
         last_wqe_reached: false,
+        ud: false,
     }
 }
 

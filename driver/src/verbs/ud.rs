@@ -1,0 +1,357 @@
+//! Unreliable datagram verbs: address handles (`ibv_create_ah`,
+//! `ibv_destroy_ah`), UD QPs (`ibv_create_qp` with `IBV_QPT_UD`), the UD
+//! rows of `ibv_modify_qp`, and `ibv_post_send` with `wr.ud`.
+//!
+//! An address handle is the 48-byte address vector mlx5 copies into every
+//! UD send WQE (Linux `mlx5_ib_create_ah` issues no firmware command,
+//! rdma-core `mlx5_create_ah` neither): it lives in a fixed table of
+//! [`MAX_AHS`] entries, and since each WQE carries its own copy, destroying
+//! a handle does not disturb sends already posted with it.
+
+use mlx5_hal::Hal;
+
+use super::table::{Key, Table};
+use super::{AhAttr, Errno, PostSendError, QpCap, QpHandle, QpInitAttr, QpState, SendFlags};
+use super::{SendWr, Verbs, WrOpcode};
+use crate::qp::{AddressVector, Datagram, Payload, Qp, SendOpcode, SendSlot, SendWork};
+use crate::stats::CmdObserver;
+
+/// Address handles a context holds at once.
+pub const MAX_AHS: usize = 256;
+
+/// An address handle of a [`Verbs`] context (stale handles: `EINVAL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AhHandle(pub(crate) Key);
+
+/// `ibv_qp_type`: the transports [`Verbs::create_qp_of_type`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum QpType {
+    /// `IBV_QPT_RC`.
+    Rc = 2,
+    /// `IBV_QPT_UD`.
+    Ud = 4,
+}
+
+/// One address handle: the vector the WQEs copy, and what it was made of.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AhEntry {
+    pub(super) av: AddressVector,
+    pub(super) attr: AhAttr,
+}
+
+/// The UD rows of ib core's `qp_state_table` (`ib_modify_qp_is_ok`):
+/// (required, optional) attributes of `from → to`.
+fn ud_rule(from: QpState, to: QpState) -> Option<(super::QpAttrMask, super::QpAttrMask)> {
+    use super::QpAttrMask as M;
+    use QpState::*;
+    let none = M(0);
+    Some(match (from, to) {
+        (Reset, Reset) => (none, none),
+        (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::QKEY, none),
+        (Reset, _) => return None,
+        (_, Reset) | (_, Err) => (none, none),
+        (Init, Init) => (none, M::PKEY_INDEX | M::PORT | M::QKEY),
+        (Init, Rtr) => (none, M::PKEY_INDEX | M::QKEY),
+        (Rtr, Rts) => (M::SQ_PSN, M::CUR_STATE | M::QKEY),
+        (Rts, Rts) | (Sqe, Rts) => (none, M::CUR_STATE | M::QKEY),
+        _ => return None,
+    })
+}
+
+impl<
+        H: Hal,
+        O: CmdObserver,
+        const CQS: usize,
+        const SRQS: usize,
+        const EVENTS: usize,
+        const QPS: usize,
+        const SQ_WQEBBS: usize,
+    > Verbs<H, O, CQS, SRQS, EVENTS, QPS, SQ_WQEBBS>
+{
+    /// `ibv_create_ah`: the address vector of `attr`, checked as ib core
+    /// and mlx5 check it (the port; RoCE: `is_global` required, the source
+    /// GID index naming a programmed entry of the port's table, a
+    /// destination MAC ([`AhAttr::dmac`], or derived from a link-local
+    /// GID); InfiniBand: a destination LID, with `is_global` a source GID
+    /// index inside the table; force loopback names no address). On RoCE
+    /// v2 the UDP source port comes from the flow label, or is the lowest
+    /// RoCE port (0xC000) without one (Linux `create_ib_ah`); a hop limit
+    /// below 2 becomes 64. Every refusal is `EINVAL` (its reason in
+    /// [`Verbs::last_error`]); `ENOMEM`: [`MAX_AHS`] handles exist.
+    pub fn create_ah(&mut self, attr: &AhAttr) -> Result<AhHandle, Errno> {
+        let ports = self.hca.caps().num_ports.max(1);
+        if !(1..=ports).contains(&attr.port_num) {
+            return Err(self.refuse("ah_attr.port_num outside the device's ports"));
+        }
+        if attr.force_loopback {
+            return Err(self.refuse("an address handle names a destination, not force loopback"));
+        }
+        // No QP pair to derive a port from: both QP numbers 0 give the
+        // lowest RoCE v2 source port, 0xC000.
+        let path = self.address_path(attr, attr.port_num, 0, 0)?;
+        if matches!(path, crate::qp::AddressPath::Roce { .. }) {
+            self.hca.enable_roce()?;
+        }
+        let av = AddressVector::from_path(&path)?;
+        if self.ahs.len() >= MAX_AHS {
+            return Err(Errno::ENOMEM);
+        }
+        self.ahs
+            .insert(AhEntry { av, attr: *attr })
+            .map(AhHandle)
+            .map_err(|_| Errno::ENOMEM)
+    }
+
+    /// `ibv_destroy_ah`. Sends already posted with it are unaffected (each
+    /// WQE holds its own copy of the address). `EINVAL`: a stale handle.
+    pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<(), Errno> {
+        self.ahs.remove(ah.0).map(drop).ok_or(Errno::EINVAL)
+    }
+
+    /// The attributes an address handle was made with (`ibv_query_ah` of
+    /// other providers; mlx5 keeps them as given).
+    pub fn query_ah(&self, ah: AhHandle) -> Result<AhAttr, Errno> {
+        self.ahs.get(ah.0).map(|e| e.attr).ok_or(Errno::EINVAL)
+    }
+
+    /// The address vector of an address handle: the bytes 12..48 of the
+    /// datagram segment every send with it carries.
+    pub fn ah_address_vector(&self, ah: AhHandle) -> Result<AddressVector, Errno> {
+        self.ahs.get(ah.0).map(|e| e.av).ok_or(Errno::EINVAL)
+    }
+
+    /// `ibv_create_qp` with `qp_type`: [`Verbs::create_qp`] for RC; for UD
+    /// the send WQE holds the 64 bytes of control and datagram segments
+    /// before its data (rdma-core `sq_overhead` for UD), so `max_send_sge`
+    /// and `max_inline_data` are checked against that, and the QP receives
+    /// through its own receive queue or the SRQ. The same errors.
+    pub fn create_qp_of_type(
+        &mut self,
+        attr: &QpInitAttr,
+        qp_type: QpType,
+    ) -> Result<(QpHandle, QpCap), Errno> {
+        self.create_qp_typed(attr, qp_type == QpType::Ud)
+    }
+
+    /// The transport a QP was created with.
+    pub fn qp_type(&self, qp: QpHandle) -> Result<QpType, Errno> {
+        Ok(if self.qp_entry(qp)?.book.ud {
+            QpType::Ud
+        } else {
+            QpType::Rc
+        })
+    }
+
+    /// `ibv_modify_qp` of a UD QP ([`Verbs::modify_qp`] dispatches here):
+    /// ib core's UD rows (RESET→INIT: `PKEY_INDEX | PORT | QKEY`;
+    /// INIT→RTR: nothing required; RTR→RTS: `SQ_PSN`; `QKEY` optional
+    /// after; nothing else allowed, `EINVAL` otherwise), then the port and
+    /// PSN widths, then the firmware command with Linux's UD fields.
+    pub(super) fn modify_ud_qp(
+        &mut self,
+        qp: QpHandle,
+        attr: &super::QpAttr,
+        mask: super::QpAttrMask,
+    ) -> Result<(), Errno> {
+        use super::QpAttrMask as M;
+        let e = self.qp_entry(qp)?;
+        let tracked = QpState::from_driver(e.qp.state());
+        let cur = if mask.contains(M::CUR_STATE) {
+            attr.cur_qp_state
+        } else {
+            tracked
+        };
+        let new = if mask.contains(M::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        let Some((req, opt)) = ud_rule(cur, new) else {
+            return Err(Errno::EINVAL);
+        };
+        let fits = mask.contains(req) && mask.0 & !(req.0 | opt.0 | M::STATE.0) == 0;
+        let ports = self.hca.caps().num_ports.max(1);
+        let bad_port = mask.contains(M::PORT) && !(1..=ports).contains(&attr.port_num);
+        let bad_psn = mask.contains(M::SQ_PSN) && attr.sq_psn > 0x00ff_ffff;
+        if !fits || cur != tracked || bad_port || bad_psn {
+            return Err(Errno::EINVAL);
+        }
+        if cur == QpState::Reset && new == QpState::Reset {
+            return Ok(());
+        }
+        if matches!(new, QpState::Sqd | QpState::Sqe) || matches!(cur, QpState::Sqd) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if mask.contains(M::QKEY) && !matches!((cur, new), (QpState::Reset, QpState::Init)) {
+            // A Q_Key change after RESET→INIT goes in `opt_param_mask`,
+            // which this driver does not send for UD.
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if mask.intersects(M::PKEY_INDEX | M::PORT) && cur != QpState::Reset {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let hca = &self.hca;
+        let e = self.qps.get_mut(qp.0).ok_or(Errno::EINVAL)?;
+        let q = &mut e.qp;
+        match (cur, new) {
+            (_, QpState::Reset) => hca.qp_to_reset(q)?,
+            (_, QpState::Err) => hca.qp_to_error(q)?,
+            (QpState::Reset, QpState::Init) => hca.ud_qp_to_init(
+                q,
+                &crate::qp::UdInitAttr {
+                    port: attr.port_num,
+                    pkey_index: attr.pkey_index,
+                    qkey: attr.qkey,
+                },
+            )?,
+            (QpState::Init, QpState::Rtr) => hca.ud_qp_to_rtr(q)?,
+            (QpState::Rtr, QpState::Rts) => hca.ud_qp_to_rts(q, attr.sq_psn)?,
+            // RTS→RTS / INIT→INIT with nothing to change.
+            (a, b) if a == b => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        let b = &mut e.book;
+        if mask.contains(M::PORT) {
+            b.port = attr.port_num;
+        }
+        match new {
+            QpState::Rts => b.can_send = true,
+            QpState::Reset => b.can_send = false,
+            _ => {}
+        }
+        let b = *b;
+        if new == QpState::Reset {
+            let qpn = e.qp.qpn();
+            self.clean_cqs(qpn, &b);
+        }
+        Ok(())
+    }
+}
+
+/// `post_send` on a UD QP: each request's address handle is looked up
+/// (stale or missing: `EINVAL` at its index), its opcode must be SEND or
+/// SEND_WITH_IMM (`EINVAL`), then it goes to the ring with its own copy of
+/// the address vector; one doorbell per 16 requests.
+pub(super) fn post_ud<H: Hal, const W: usize>(
+    qp: &mut Qp<H, [SendSlot; W]>,
+    ahs: &Table<AhEntry, MAX_AHS>,
+    wrs: &[SendWr<'_>],
+    sig_all: bool,
+) -> Result<(), PostSendError> {
+    for (c, chunk) in wrs.chunks(16).enumerate() {
+        let base = c * 16;
+        // The requests up to the first that names no live handle or a
+        // connected opcode.
+        let mut bad = None;
+        let mut ready = 0;
+        for wr in chunk {
+            let good = matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm)
+                && wr.ah.and_then(|h| ahs.get(h.0)).is_some();
+            if !good {
+                bad = Some(base + ready);
+                break;
+            }
+            ready += 1;
+        }
+        let posted = chunk[..ready].iter().map(|wr| PostedUd {
+            wr,
+            sig_all,
+            av: &ahs.get(wr.ah.expect("checked").0).expect("checked").av,
+        });
+        if ready > 0 {
+            qp.post_send_iter(posted).map_err(|f| PostSendError {
+                index: base + f.index,
+                errno: super::qp::send_errno(&f.error),
+            })?;
+        }
+        if let Some(index) = bad {
+            return Err(PostSendError {
+                index,
+                errno: Errno::EINVAL,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A verbs UD work request as the send ring reads it.
+struct PostedUd<'w, 'a> {
+    wr: &'w SendWr<'a>,
+    sig_all: bool,
+    av: &'w AddressVector,
+}
+
+impl SendWork for PostedUd<'_, '_> {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.wr.wr_id
+    }
+
+    #[inline(always)]
+    fn opcode(&self) -> SendOpcode {
+        if self.wr.opcode == WrOpcode::SendWithImm {
+            SendOpcode::SendImm
+        } else {
+            SendOpcode::Send
+        }
+    }
+
+    #[inline(always)]
+    fn imm(&self) -> u32 {
+        self.wr.imm_data
+    }
+
+    #[inline(always)]
+    fn remote(&self) -> (u64, u32) {
+        (0, 0)
+    }
+
+    #[inline(always)]
+    fn payload(&self) -> Payload<'_> {
+        if self.wr.send_flags.contains(SendFlags::INLINE) {
+            Payload::Inline(self.wr.inline_data)
+        } else {
+            Payload::Sges(self.wr.sg_list)
+        }
+    }
+
+    #[inline(always)]
+    fn datagram(&self) -> Option<Datagram<'_>> {
+        Some(Datagram {
+            av: self.av,
+            remote_qpn: self.wr.remote_qpn,
+            remote_qkey: self.wr.remote_qkey,
+        })
+    }
+
+    #[inline(always)]
+    fn signaled(&self) -> bool {
+        self.sig_all || self.wr.send_flags.contains(SendFlags::SIGNALED)
+    }
+
+    #[inline(always)]
+    fn solicited(&self) -> bool {
+        self.wr.send_flags.contains(SendFlags::SOLICITED)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::QpAttrMask as M;
+
+    #[test]
+    fn the_ud_rows_of_the_state_table() {
+        let (req, opt) = ud_rule(QpState::Reset, QpState::Init).unwrap();
+        assert_eq!(req, M::PKEY_INDEX | M::PORT | M::QKEY);
+        assert_eq!(opt, M(0));
+        assert_eq!(ud_rule(QpState::Init, QpState::Rtr).unwrap().0, M(0));
+        assert_eq!(ud_rule(QpState::Rtr, QpState::Rts).unwrap().0, M::SQ_PSN);
+        assert!(ud_rule(QpState::Reset, QpState::Rtr).is_none());
+        assert!(ud_rule(QpState::Init, QpState::Rts).is_none());
+        // The helper masks are exactly the required ones plus STATE.
+        assert_eq!(M::UD_INIT.0, req.0 | M::STATE.0);
+        assert_eq!(M::UD_RTS.0, M::SQ_PSN.0 | M::STATE.0);
+    }
+}
