@@ -162,7 +162,9 @@ fn create_qp_refusals() {
             e.f.refused(&i, OL, CmdStatus::$st, sy::$syn);
         }};
     }
-    bad!(st = 2, BAD_PARAM_ERR, QP_ST);
+    // UC (1) is not served (RC and UD are).
+    bad!(st = 1, BAD_PARAM_ERR, QP_ST);
+    bad!(st = 3, BAD_PARAM_ERR, QP_ST);
     bad!(pd = 0x9999, BAD_RES_ERR, QP_PD);
     bad!(state = 1, BAD_PARAM_ERR, QP_CTX_FIELD);
     bad!(hw_sq_wqebb_counter = 1, BAD_PARAM_ERR, QP_CTX_FIELD);

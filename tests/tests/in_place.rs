@@ -35,7 +35,7 @@ fn sizes_per_platform() {
     // Upper bounds with a little room: a change that grows them past this
     // updates docs/bare-metal.md too.
     assert!(sizes[0].1 <= 64 * 1024, "{sizes:?}");
-    assert!(sizes[1].1 <= 168 * 1024, "{sizes:?}");
+    assert!(sizes[1].1 <= 176 * 1024, "{sizes:?}");
     assert!(sizes[2].1 <= 64 * 1024, "{sizes:?}");
     assert!(sizes[3].1 <= 160 * 1024, "{sizes:?}");
     // Smaller event queues make a smaller Hca; smaller tables a smaller

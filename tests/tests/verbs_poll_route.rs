@@ -224,6 +224,8 @@ fn route_cases(batch: usize, arriving: bool) {
             invalidated_rkey: inv,
             qp_num: qpn_a,
             srq_num: Some(srqn),
+            // `write` puts 0x77 in `flags_rqpn`: the source QP.
+            src_qp: 0x77,
             wc_flags: if imm.is_some() {
                 mlx5_driver::verbs::WC_WITH_IMM
             } else if inv.is_some() {

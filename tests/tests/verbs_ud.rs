@@ -507,7 +507,38 @@ fn create_ah_refuses_what_the_port_cannot_reach() {
             assert_eq!(a.ctx.create_ah(&attr), Err(Errno::EINVAL), "{attr:?}");
         }
         let ah = a.ctx.create_ah(&good).unwrap();
-        assert_eq!(a.ctx.query_ah(ah).unwrap(), good);
+        let expect =
+            mlx5_driver::qp::AddressVector::from_path(&mlx5_driver::qp::AddressPath::Roce {
+                port: 1,
+                sgid_index: good.grh.sgid_index,
+                dgid: peer.gid,
+                dmac: peer.mac,
+                hop_limit: 64,
+                udp_sport: 0xc000,
+                traffic_class: 0,
+                flow_label: 0,
+                sl: 0,
+                roce_v2: true,
+            })
+            .unwrap();
+        assert_eq!(a.ctx.ah_address_vector(ah).unwrap(), expect);
+        // The datagram segment a send with it carries (struct mlx5_av).
+        let seg = expect.segment(0x12_3456, 0x1111_1111);
+        assert_eq!(seg[0..4], [0x11; 4], "qkey");
+        assert_eq!(
+            seg[8..12],
+            [0x80, 0x12, 0x34, 0x56],
+            "dqp_dct with the extended AV bit"
+        );
+        assert_eq!(seg[14..16], [0xc0, 0x00], "RoCE v2 UDP source port");
+        assert_eq!(seg[20..26], peer.mac, "rmac");
+        assert_eq!(seg[27], 64, "hop limit");
+        assert_eq!(seg[28] & 0x40, 0x40, "GRH bit of grh_gid_fl");
+        assert_eq!(
+            seg[28..32],
+            (0x4000_0000u32 | (u32::from(good.grh.sgid_index) << 20)).to_be_bytes()
+        );
+        assert_eq!(seg[32..48], peer.gid, "rgid");
         a.ctx.destroy_ah(ah).unwrap();
         a.close("create_ah");
     });

@@ -626,6 +626,7 @@ fn recv_on(
     // RDMA WRITE with immediate scatters nothing into the WQE.
     let wr_id = complete(v.wqe_counter(), byte_len, op != CqeOpcode::RESP_WR_IMM)?;
     *out = recv_completion(op, wr_id, byte_len, v.imm(), r.qpn, r.srqn);
+    receive_fields(out, v.flags_rqpn(), v.slid());
     Some(())
 }
 

@@ -17,7 +17,7 @@ use crate::qp::{AddressVector, Datagram, Payload, Qp, SendOpcode, SendSlot, Send
 use crate::stats::CmdObserver;
 
 /// Address handles a context holds at once.
-pub const MAX_AHS: usize = 256;
+pub const MAX_AHS: usize = 64;
 
 /// An address handle of a [`Verbs`] context (stale handles: `EINVAL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,11 +33,10 @@ pub enum QpType {
     Ud = 4,
 }
 
-/// One address handle: the vector the WQEs copy, and what it was made of.
+/// One address handle: the vector the WQEs copy.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct AhEntry {
     pub(super) av: AddressVector,
-    pub(super) attr: AhAttr,
 }
 
 /// The UD rows of ib core's `qp_state_table` (`ib_modify_qp_is_ok`):
@@ -98,7 +97,7 @@ impl<
             return Err(Errno::ENOMEM);
         }
         self.ahs
-            .insert(AhEntry { av, attr: *attr })
+            .insert(AhEntry { av })
             .map(AhHandle)
             .map_err(|_| Errno::ENOMEM)
     }
@@ -107,12 +106,6 @@ impl<
     /// WQE holds its own copy of the address). `EINVAL`: a stale handle.
     pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<(), Errno> {
         self.ahs.remove(ah.0).map(drop).ok_or(Errno::EINVAL)
-    }
-
-    /// The attributes an address handle was made with (`ibv_query_ah` of
-    /// other providers; mlx5 keeps them as given).
-    pub fn query_ah(&self, ah: AhHandle) -> Result<AhAttr, Errno> {
-        self.ahs.get(ah.0).map(|e| e.attr).ok_or(Errno::EINVAL)
     }
 
     /// The address vector of an address handle: the bytes 12..48 of the
