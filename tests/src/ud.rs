@@ -111,18 +111,17 @@ pub fn read_bytes(h: &Host, at: usize, n: usize) -> Vec<u8> {
     v
 }
 
-/// Send `data` (copied to the send area at `off`) from `u` to `remote_qpn`
-/// through `ah`, signaled; with `imm` as SEND_WITH_IMM.
+/// Send `data` (copied to the send area) from `u` to `dest` (address
+/// handle, remote QPN, Q_Key), signaled; with `imm` as SEND_WITH_IMM.
 pub fn ud_send(
     h: &mut Host,
     u: &UdQp,
-    ah: AhHandle,
-    remote_qpn: u32,
-    qkey: u32,
+    dest: (AhHandle, u32, u32),
     data: &[u8],
     imm: Option<u32>,
     wr_id: u64,
 ) {
+    let (ah, remote_qpn, qkey) = dest;
     let off = SEND_AT + (wr_id as usize % 8) * 8192;
     assert!(data.len() <= 8192 && off + data.len() <= BIG);
     h.buf.write_bytes(off, data);
@@ -151,7 +150,7 @@ pub fn ud_send(
 
 /// The 40 bytes a UD receive buffer starts with for a datagram of `len`
 /// payload bytes (`imm`: with immediate data) from `from` to `to` over
-/// `t` with hop limit 64, traffic class `tclass`, flow label `fl`;
+/// `t` with hop limit 64, traffic class and flow label `(tclass, fl)`;
 /// `None` where the packet has no GRH (InfiniBand by LID). The IPv4
 /// identification (bytes 24..26) is the sender's counter: taken from
 /// `got`, the checksum then checked against it.
@@ -159,10 +158,8 @@ pub fn expected_grh(
     t: Transport,
     from: &Addr,
     to: &Addr,
-    len: usize,
-    imm: bool,
-    tclass: u8,
-    fl: u32,
+    (len, imm): (usize, bool),
+    (tclass, fl): (u8, u32),
     got: &[u8],
 ) -> Option<[u8; GRH]> {
     let pad = (4 - len % 4) % 4;

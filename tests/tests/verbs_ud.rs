@@ -41,7 +41,7 @@ fn exchange(t: Transport, a: &mut Host, ua: &UdQp, b: &mut Host, ub: &UdQp) {
             let i = k * 2 + imm.is_some() as usize;
             post_slot(b, ub, i, 0xab);
             let data = pattern(len, i as u8);
-            ud_send(a, ua, ah, ub.qpn, QKEY, &data, imm, i as u64);
+            ud_send(a, ua, (ah, ub.qpn, QKEY), &data, imm, i as u64);
             let s = poll(a, true, Some(&b.dev)).expect("send completion");
             assert_eq!(s.status, WcStatus::Success, "{t:?} {len}: {s:?}");
             assert_eq!(s.wr_id, i as u64);
@@ -51,7 +51,7 @@ fn exchange(t: Transport, a: &mut Host, ua: &UdQp, b: &mut Host, ub: &UdQp) {
             assert_eq!(wc.wr_id, i as u64);
             let at = ub.slots_at + i * SLOT;
             let got = read_bytes(b, at, SLOT);
-            match expected_grh(t, &a.addr, &b.addr, len, imm.is_some(), 0, 0, &got) {
+            match expected_grh(t, &a.addr, &b.addr, (len, imm.is_some()), (0, 0), &got) {
                 Some(g) => assert_eq!(got[..GRH], g, "{t:?} {len}: GRH"),
                 // No GRH: the space is left as it was.
                 None => assert_eq!(got[..GRH], [0xab; GRH], "{t:?} {len}: no GRH"),
@@ -108,13 +108,13 @@ fn ud_between_two_qps_of_one_card_on_every_transport() {
             for (i, len) in [(0usize, 7usize), (1, 300)] {
                 post_slot(&mut a, &u2, i, 0xab);
                 let data = pattern(len, 9);
-                ud_send(&mut a, &u1, ah, u2.qpn, QKEY, &data, None, i as u64);
+                ud_send(&mut a, &u1, (ah, u2.qpn, QKEY), &data, None, i as u64);
                 let s = poll(&mut a, true, None).unwrap();
                 assert_eq!(s.status, WcStatus::Success, "{t:?}");
                 let wc = poll(&mut a, false, None).expect("loopback receive");
                 check_ud_wc(t, &wc, u2.qpn, u1.qpn, len, None, a_addr.lid);
                 let got = read_bytes(&a, u2.slots_at + i * SLOT, GRH + len);
-                match expected_grh(t, &a_addr, &a_addr, len, false, 0, 0, &got) {
+                match expected_grh(t, &a_addr, &a_addr, (len, false), (0, 0), &got) {
                     Some(g) => assert_eq!(got[..GRH], g, "{t:?}: GRH"),
                     None => assert_eq!(got[..GRH], [0xab; GRH], "{t:?}"),
                 }
@@ -165,13 +165,13 @@ fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
         let ah = a.ctx.create_ah(&a.ah_to(t, &b.addr)).unwrap();
         post_slot(&mut b, &ub, 0, 0);
         // The wrong key: sent and completed (no ACK to miss), never received.
-        ud_send(&mut a, &ua, ah, ub.qpn, QKEY ^ 1, b"nope", None, 1);
+        ud_send(&mut a, &ua, (ah, ub.qpn, QKEY ^ 1), b"nope", None, 1);
         let s = poll(&mut a, true, Some(&b.dev)).unwrap();
         assert_eq!(s.status, WcStatus::Success);
         assert!(poll(&mut b, false, Some(&a.dev)).is_none(), "delivered");
         assert_eq!(b.dev.traffic().stats().ud_qkey_drops, 1);
         // Bit 31: the sender's QP's own Q_Key (QKEY) goes out instead.
-        ud_send(&mut a, &ua, ah, ub.qpn, 0x8000_0000, b"mine", None, 2);
+        ud_send(&mut a, &ua, (ah, ub.qpn, 0x8000_0000), b"mine", None, 2);
         assert_eq!(
             poll(&mut a, true, Some(&b.dev)).unwrap().status,
             WcStatus::Success
@@ -180,7 +180,7 @@ fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
         check_ud_wc(t, &wc, ub.qpn, ua.qpn, 4, None, 0);
         assert_eq!(wc.wr_id, 0, "the WQE the wrong key left posted");
         // No receive posted: dropped and counted, the sender unaffected.
-        ud_send(&mut a, &ua, ah, ub.qpn, QKEY, b"lost", None, 3);
+        ud_send(&mut a, &ua, (ah, ub.qpn, QKEY), b"lost", None, 3);
         assert_eq!(
             poll(&mut a, true, Some(&b.dev)).unwrap().status,
             WcStatus::Success
@@ -188,7 +188,7 @@ fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
         assert!(poll(&mut b, false, Some(&a.dev)).is_none());
         assert_eq!(b.dev.traffic().stats().ud_no_recv_drops, 1);
         // A datagram to a QP that does not exist: dropped.
-        ud_send(&mut a, &ua, ah, 0xabcd, QKEY, b"none", None, 4);
+        ud_send(&mut a, &ua, (ah, 0xabcd, QKEY), b"none", None, 4);
         assert_eq!(
             poll(&mut a, true, Some(&b.dev)).unwrap().status,
             WcStatus::Success
@@ -212,7 +212,14 @@ fn a_datagram_longer_than_the_mtu_fails_with_a_local_length_error() {
             let mtu = 128usize << (a.addr.mtu as usize);
             let ah = a.ctx.create_ah(&a.ah_to(t, &b.addr)).unwrap();
             post_slot(&mut b, &ub, 0, 0);
-            ud_send(&mut a, &ua, ah, ub.qpn, QKEY, &pattern(mtu + 1, 1), None, 7);
+            ud_send(
+                &mut a,
+                &ua,
+                (ah, ub.qpn, QKEY),
+                &pattern(mtu + 1, 1),
+                None,
+                7,
+            );
             let s = poll(&mut a, true, Some(&b.dev)).unwrap();
             assert_eq!(s.status, WcStatus::LocLenErr, "{t:?}: {s:?}");
             assert_eq!(s.wr_id, 7);
@@ -300,10 +307,8 @@ fn one_qp_reaches_many_destinations_through_many_address_handles() {
                 t,
                 &a.addr,
                 &b.addr,
-                data[k].len(),
-                false,
-                (k as u8) << 2,
-                0x100 + k as u32,
+                (data[k].len(), false),
+                ((k as u8) << 2, 0x100 + k as u32),
                 &got,
             )
             .unwrap();
@@ -358,9 +363,7 @@ fn an_address_handle_destroyed_and_reused_leaves_posted_sends_their_own_copy() {
             ud_send(
                 &mut a,
                 &ua,
-                ah,
-                ub.qpn,
-                QKEY,
+                (ah, ub.qpn, QKEY),
                 &pattern(64, i as u8),
                 None,
                 i,
