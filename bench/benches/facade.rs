@@ -486,6 +486,50 @@ fn send_post(c: &mut Criterion) {
     }
 }
 
+/// A UD send post beside the RC one, in one group (the ratio): the same
+/// requests, each also carrying an address handle, remote QPN and Q_Key,
+/// and a WQE with the 48-byte datagram segment.
+fn send_post_ud(c: &mut Criterion) {
+    let work = SendWorkload::new(SendShape::Sge1);
+    for per_call in [1usize, 16] {
+        let mut g = c.benchmark_group(format!("facade_send_ud/1_sge/{per_call}_per_call"));
+        g.throughput(Throughput::Elements(SN as u64));
+        g.bench_function("rc", |b| {
+            let mut rig = SendRig::new(8);
+            let wrs = work.wrs();
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let p0 = rig.producer();
+                    let t = Instant::now();
+                    rig.post_chunks(&wrs, per_call);
+                    total += t.elapsed();
+                    rig.retire(p0, SN);
+                }
+                total
+            });
+        });
+        g.bench_function("ud", |b| {
+            let (mut rig, ah) = SendRig::new_ud(8, 0x1111_1111);
+            let qpn = rig.qpn;
+            let wrs = work.ud_wrs(ah, qpn, 0x1111_1111);
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let p0 = rig.producer();
+                    let t = Instant::now();
+                    rig.post_chunks(&wrs, per_call);
+                    total += t.elapsed();
+                    rig.retire(p0, SN);
+                }
+                assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
+                total
+            });
+        });
+        g.finish();
+    }
+}
+
 fn send_poll(c: &mut Criterion) {
     let work = SendWorkload::new(SendShape::Sge1);
     let mut g = c.benchmark_group("facade_send_poll");
@@ -581,6 +625,7 @@ criterion_group!(
     post,
     recv_loop,
     send_post,
+    send_post_ud,
     send_poll
 );
 criterion_main!(benches);

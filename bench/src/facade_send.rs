@@ -14,7 +14,8 @@ use mlx5_driver::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, 
 use mlx5_driver::srq::Sge;
 use mlx5_driver::unstable::cq::CqRing;
 use mlx5_driver::verbs::{
-    CqHandle, QpCap, QpHandle, QpInitAttr, SendFlags, SendWr, Verbs, WorkCompletion,
+    AhAttr, AhHandle, CqHandle, GlobalRoute, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr,
+    QpType, SendFlags, SendWr, Verbs, WorkCompletion,
 };
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal, HalError, RawDma};
@@ -197,6 +198,20 @@ impl SendWorkload {
             .collect()
     }
 
+    /// The verbs work requests of a UD QP: the same, each to `remote_qpn`
+    /// through `ah` with Q_Key `qkey` (`wr.ud`).
+    pub fn ud_wrs(&self, ah: AhHandle, remote_qpn: u32, qkey: u32) -> Vec<SendWr<'_>> {
+        self.wrs()
+            .into_iter()
+            .map(|w| SendWr {
+                ah: Some(ah),
+                remote_qpn,
+                remote_qkey: qkey,
+                ..w
+            })
+            .collect()
+    }
+
     /// The ring-API requests (`Qp::post_send`).
     pub fn reqs(&self) -> Vec<SendRequest<'_>> {
         (0..SEND_WR as u64)
@@ -264,6 +279,62 @@ impl SendRig {
             cq,
             qp,
         }
+    }
+
+    /// The same with a UD QP in RTS (Q_Key `qkey`) and an address handle
+    /// to its own port's RoCE v2 link-local GID (table entry 1): what a
+    /// UD send post costs beside the RC one.
+    pub fn new_ud(log_cq: u8, qkey: u32) -> (SendRig, AhHandle) {
+        let dev = Device::new(SimConfig::default());
+        let hca = Hca::bring_up(QuietHal::new(dev.hal()), HcaConfig::default()).expect("up");
+        let mut ctx: Verbs<QuietHal> = Verbs::open(hca);
+        let (cq, _) = ctx.create_cq((1u32 << log_cq) - 1).expect("create_cq");
+        let attr = QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: CAP.max_send_wr,
+                max_send_sge: CAP.max_send_sge,
+                max_inline_data: CAP.max_inline_data,
+                ..Default::default()
+            },
+            sq_sig_all: false,
+        };
+        let (qp, _) = ctx
+            .create_qp_of_type(&attr, QpType::Ud)
+            .expect("create_qp");
+        let a = QpAttr {
+            port_num: 1,
+            qkey,
+            ..QpAttr::default()
+        };
+        for (state, mask) in QpAttrMask::UD_ACTIVATE {
+            let a = QpAttr { qp_state: state, ..a };
+            ctx.modify_qp(qp, &a, mask).expect("UD modify_qp");
+        }
+        let gid = ctx.query_gid(1, 1).expect("gid");
+        let ah = ctx
+            .create_ah(&AhAttr {
+                grh: GlobalRoute {
+                    dgid: gid,
+                    sgid_index: 1,
+                    hop_limit: 64,
+                    ..GlobalRoute::default()
+                },
+                is_global: true,
+                port_num: 1,
+                ..AhAttr::default()
+            })
+            .expect("create_ah");
+        let rig = SendRig {
+            qpn: ctx.qp_num(qp).expect("qp"),
+            dev,
+            ctx,
+            cq,
+            qp,
+        };
+        (rig, ah)
     }
 
     /// The WQE counter the next post starts at.
