@@ -99,7 +99,7 @@ impl<
         };
         let (n, _) = ring.read(|rd| {
             let Some(v) = rd.take() else { return 0 };
-            m.step(&v, route, wc);
+            m.step::<true>(&v, route, wc);
             1
         });
         if n == 1 {
@@ -189,7 +189,7 @@ impl<
             let mut n = 0;
             for slot in wc.iter_mut() {
                 let Some(v) = rd.take() else { break };
-                m.step(&v, route, slot);
+                m.step::<true>(&v, route, slot);
                 n += 1;
             }
             n
@@ -317,8 +317,13 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// paths ([`recv_busy`], [`recv_waiting_one`]) are this step's receive
     /// route with the SRQ's ring held in registers.
     #[inline(always)]
-    pub(super) fn step(&mut self, v: &CqeView<'_>, route: &mut RecvRun, out: &mut WorkCompletion) {
-        if let Some(r) = self.translate(v, *route, out) {
+    pub(super) fn step<const FILL: bool>(
+        &mut self,
+        v: &CqeView<'_>,
+        route: &mut RecvRun,
+        out: &mut WorkCompletion,
+    ) {
+        if let Some(r) = self.translate::<FILL>(v, *route, out) {
             *route = r;
         }
     }
@@ -331,7 +336,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// CQEs. Everything else (errors, flushes, CQEs that do not match) is
     /// finished out of line.
     #[inline(always)]
-    fn translate(
+    fn translate<const FILL: bool>(
         &mut self,
         v: &CqeView<'_>,
         route: RecvRun,
@@ -386,8 +391,12 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             byte_len,
             op != CqeOpcode::RESP_WR_IMM,
         ));
-        *out = recv_completion(op, wr_id, byte_len, v.imm(), qpn, srqn);
-        receive_fields(out, v.flags_rqpn(), v.slid());
+        let imm = v.imm();
+        *out = recv_completion(op, wr_id, byte_len, imm, qpn, srqn);
+        if FILL {
+            // `poll_cq`; the lazy API reads these through `CqPoll`.
+            receive_fields(out, v.flags_rqpn(), v.slid(), op, imm);
+        }
         if !matched {
             unmatched(self.stats, out);
             return None;
@@ -410,10 +419,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             self.send(&c, out)
         } else {
             let m = self.recv(&c, out);
-            receive_fields(out, v.flags_rqpn(), v.slid());
-            if c.opcode == CqeOpcode::RESP_SEND {
-                out.pkey_index = c.imm as u16;
-            }
+            receive_fields(out, v.flags_rqpn(), v.slid(), c.opcode, c.imm);
             m
         };
         if let CqeStatus::Error {
@@ -625,8 +631,9 @@ fn recv_on(
     let byte_len = v.byte_len();
     // RDMA WRITE with immediate scatters nothing into the WQE.
     let wr_id = complete(v.wqe_counter(), byte_len, op != CqeOpcode::RESP_WR_IMM)?;
-    *out = recv_completion(op, wr_id, byte_len, v.imm(), r.qpn, r.srqn);
-    receive_fields(out, v.flags_rqpn(), v.slid());
+    let imm = v.imm();
+    *out = recv_completion(op, wr_id, byte_len, imm, r.qpn, r.srqn);
+    receive_fields(out, v.flags_rqpn(), v.slid(), op, imm);
     Some(())
 }
 
@@ -666,7 +673,7 @@ fn recv_completion(
         src_qp: 0,
         slid: 0,
         sl: 0,
-        pkey_index: (op == CqeOpcode::RESP_SEND) as u16 * (imm & 0xffff) as u16,
+        pkey_index: 0,
         wc_flags: 0,
     }
 }
@@ -676,7 +683,10 @@ fn recv_completion(
 /// LID, the GRH flag, the P_Key index (the CQE's `imm_inval_pkey` when no
 /// immediate or rkey takes it), and `wc_flags`.
 #[inline(always)]
-fn receive_fields(wc: &mut WorkCompletion, flags_rqpn: u32, slid: u16) {
+fn receive_fields(wc: &mut WorkCompletion, flags_rqpn: u32, slid: u16, op: CqeOpcode, imm: u32) {
+    if op == CqeOpcode::RESP_SEND {
+        wc.pkey_index = imm as u16;
+    }
     wc.src_qp = flags_rqpn & 0x00ff_ffff;
     wc.sl = ((flags_rqpn >> 24) & 0xf) as u8;
     wc.slid = slid;

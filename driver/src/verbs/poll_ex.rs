@@ -145,7 +145,7 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
         cq.read(|rd| {
             if let Some(v) = rd.take() {
                 *extra = CqeExtra::read(&v, flags);
-                m.step(&v, route, wc);
+                m.step::<false>(&v, route, wc);
             }
         });
     }
@@ -169,10 +169,20 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
         drop(self)
     }
 
-    /// The completion as [`Verbs::poll_cq`] would have returned it.
+    /// The completion as [`Verbs::poll_cq`] would have returned it, but
+    /// for `slid` (0 unless the CQ's `wc_flags` asked for it) and
+    /// `pkey_index` (0: the lazy API has no reader for it). The receive
+    /// fields are filled here, not in the polling loop.
     #[inline(always)]
     pub fn work_completion(&self) -> WorkCompletion {
-        self.wc
+        let mut w = self.wc;
+        if matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+            w.src_qp = self.read_src_qp();
+            w.sl = self.read_sl();
+            w.slid = self.read_slid();
+            w.wc_flags = self.read_wc_flags();
+        }
+        w
     }
 
     /// `cq_ex->wr_id`.
