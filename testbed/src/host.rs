@@ -4,8 +4,8 @@
 use mlx5_driver::qp::Mtu;
 use mlx5_driver::verbs::{
     AccessFlags, AhAttr, CqHandle, Errno, GidEntry, GidTableEntry, GidType, GlobalRoute, Mr,
-    PortAttr, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, RecvWr, Sge, SrqHandle,
-    SrqInitAttr, Verbs, WorkCompletion,
+    PortAttr, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, RecvWr, Sge, SrqHandle, SrqInitAttr,
+    Verbs, WorkCompletion,
 };
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal};
@@ -485,6 +485,9 @@ impl Host {
     }
 }
 
+/// A source GID index, its GID and its MAC.
+type OwnAddress = (u8, [u8; 16], [u8; 6]);
+
 /// The source GID index, the GID and the MAC host `n` sends from over
 /// `t`: the port GID on IB; on RoCE one of bring-up's default link-local
 /// GIDs, or an IPv4-mapped GID it adds as an IP stack would. An empty step
@@ -493,7 +496,7 @@ fn own_address(
     ctx: &mut Ctx,
     t: Transport,
     n: u8,
-) -> Result<(u8, [u8; 16], [u8; 6]), (&'static str, Errno)> {
+) -> Result<OwnAddress, (&'static str, Errno)> {
     if t.ib() {
         let gid = ctx.query_gid(1, 0).map_err(|e| ("query_gid", e))?;
         return Ok((0, gid, [0; 6]));
