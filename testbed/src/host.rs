@@ -492,11 +492,7 @@ type OwnAddress = (u8, [u8; 16], [u8; 6]);
 /// `t`: the port GID on IB; on RoCE one of bring-up's default link-local
 /// GIDs, or an IPv4-mapped GID it adds as an IP stack would. An empty step
 /// name means the table lacks the entry.
-fn own_address(
-    ctx: &mut Ctx,
-    t: Transport,
-    n: u8,
-) -> Result<OwnAddress, (&'static str, Errno)> {
+fn own_address(ctx: &mut Ctx, t: Transport, n: u8) -> Result<OwnAddress, (&'static str, Errno)> {
     if t.ib() {
         let gid = ctx.query_gid(1, 0).map_err(|e| ("query_gid", e))?;
         return Ok((0, gid, [0; 6]));

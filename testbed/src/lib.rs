@@ -1,7 +1,7 @@
 //! Modelled hosts on a wire, driven through the verbs facade.
 //!
-//! A [`Host`] is one machine of a two-host setup: a model [`Device`] joined
-//! to a [`Wire`], its own driver and verbs context, a send CQ, a receive
+//! A [`Host`] is one machine of a two-host setup: a model [`Device`](mlx5_sim::Device) joined
+//! to a [`Wire`](mlx5_sim::wire::Wire), its own driver and verbs context, a send CQ, a receive
 //! CQ, an RC QP receiving on its own receive queue or on an SRQ
 //! ([`RecvQueue`]), and one registered buffer. It learns its own address
 //! the way a program on a real host learns it (`query_port`,
