@@ -301,16 +301,17 @@ impl SendRig {
             },
             sq_sig_all: false,
         };
-        let (qp, _) = ctx
-            .create_qp_of_type(&attr, QpType::Ud)
-            .expect("create_qp");
+        let (qp, _) = ctx.create_qp_of_type(&attr, QpType::Ud).expect("create_qp");
         let a = QpAttr {
             port_num: 1,
             qkey,
             ..QpAttr::default()
         };
         for (state, mask) in QpAttrMask::UD_ACTIVATE {
-            let a = QpAttr { qp_state: state, ..a };
+            let a = QpAttr {
+                qp_state: state,
+                ..a
+            };
             ctx.modify_qp(qp, &a, mask).expect("UD modify_qp");
         }
         let gid = ctx.query_gid(1, 1).expect("gid");
