@@ -35,7 +35,7 @@ fn sizes(mtu: usize) -> [usize; 4] {
 fn exchange(t: Transport, a: &mut Host, ua: &UdQp, b: &mut Host, ub: &UdQp) {
     let mtu = a.addr.mtu.min(b.addr.mtu) as usize;
     let mtu = 128usize << mtu;
-    let ah = a.ctx.create_ah(&a.ah_to(t, &b.addr)).unwrap();
+    let ah = a.ctx.create_ah(&a.ah_to(&b.addr)).unwrap();
     for (k, &len) in sizes(mtu).iter().enumerate() {
         for imm in [None, Some(0x0102_0304 + k as u32)] {
             let i = k * 2 + imm.is_some() as usize;
@@ -87,11 +87,11 @@ fn poll(
     None
 }
 
-fn close(mut h: Host, qps: &[UdQp], what: &str) {
+fn close_all(mut h: Host, qps: &[UdQp], what: &str) {
     for u in qps {
         h.ctx.destroy_qp(u.qp).unwrap();
     }
-    h.close(what);
+    mlx5_tests::hosts::close(h, what);
 }
 
 #[test]
@@ -99,12 +99,12 @@ fn ud_between_two_qps_of_one_card_on_every_transport() {
     for t in TRANSPORTS {
         big_stack(move || {
             let wire = wire_for(t);
-            let mut a = Host::new(t, 1, &wire, 0);
+            let mut a = host(t, 1, &wire, 0);
             let u1 = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
             let u2 = ud_qp(&mut a, QKEY, UD_SLOTS_AT + 16 * SLOT);
             // A Host is both sides here: split the borrow by value.
             let a_addr = a.addr;
-            let ah = a.ctx.create_ah(&a.ah_to(t, &a_addr)).unwrap();
+            let ah = a.ctx.create_ah(&a.ah_to(&a_addr)).unwrap();
             for (i, len) in [(0usize, 7usize), (1, 300)] {
                 post_slot(&mut a, &u2, i, 0xab);
                 let data = pattern(len, 9);
@@ -124,7 +124,7 @@ fn ud_between_two_qps_of_one_card_on_every_transport() {
             assert_eq!(a.dev.traffic().stats().wire_tx, 0, "{t:?}");
             assert_eq!(a.dev.traffic().stats().ud_delivered, 2, "{t:?}");
             a.ctx.destroy_ah(ah).unwrap();
-            close(a, &[u1, u2], &format!("{t:?} one card"));
+            close_all(a, &[u1, u2], &format!("{t:?} one card"));
         });
     }
 }
@@ -134,8 +134,8 @@ fn ud_between_two_hosts_on_every_transport() {
     for t in TRANSPORTS {
         big_stack(move || {
             let wire = wire_for(t);
-            let mut a = Host::new(t, 1, &wire, 0);
-            let mut b = Host::new(t, 2, &wire, 0);
+            let mut a = host(t, 1, &wire, 0);
+            let mut b = host(t, 2, &wire, 0);
             let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
             let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
             exchange(t, &mut a, &ua, &mut b, &ub);
@@ -147,8 +147,8 @@ fn ud_between_two_hosts_on_every_transport() {
                 "{t:?}: UD sends no ACK"
             );
             assert_eq!(b.dev.traffic().stats().acks_sent, 0, "{t:?}");
-            close(a, &[ua], &format!("{t:?} host a"));
-            close(b, &[ub], &format!("{t:?} host b"));
+            close_all(a, &[ua], &format!("{t:?} host a"));
+            close_all(b, &[ub], &format!("{t:?} host b"));
         });
     }
 }
@@ -158,11 +158,11 @@ fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
     big_stack(|| {
         let t = Transport::RoceV2Ipv4;
         let wire = wire_for(t);
-        let mut a = Host::new(t, 1, &wire, 0);
-        let mut b = Host::new(t, 2, &wire, 0);
+        let mut a = host(t, 1, &wire, 0);
+        let mut b = host(t, 2, &wire, 0);
         let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
         let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
-        let ah = a.ctx.create_ah(&a.ah_to(t, &b.addr)).unwrap();
+        let ah = a.ctx.create_ah(&a.ah_to(&b.addr)).unwrap();
         post_slot(&mut b, &ub, 0, 0);
         // The wrong key: sent and completed (no ACK to miss), never received.
         ud_send(&mut a, &ua, (ah, ub.qpn, QKEY ^ 1), b"nope", None, 1);
@@ -195,8 +195,8 @@ fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
         );
         assert_eq!(b.dev.traffic().stats().ud_dropped, 1);
         a.ctx.destroy_ah(ah).unwrap();
-        close(a, &[ua], "qkey a");
-        close(b, &[ub], "qkey b");
+        close_all(a, &[ua], "qkey a");
+        close_all(b, &[ub], "qkey b");
     });
 }
 
@@ -205,12 +205,12 @@ fn a_datagram_longer_than_the_mtu_fails_with_a_local_length_error() {
     for t in [Transport::RoceV2Ipv4, Transport::IbLid] {
         big_stack(move || {
             let wire = wire_for(t);
-            let mut a = Host::new(t, 1, &wire, 0);
-            let mut b = Host::new(t, 2, &wire, 0);
+            let mut a = host(t, 1, &wire, 0);
+            let mut b = host(t, 2, &wire, 0);
             let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
             let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
             let mtu = 128usize << (a.addr.mtu as usize);
-            let ah = a.ctx.create_ah(&a.ah_to(t, &b.addr)).unwrap();
+            let ah = a.ctx.create_ah(&a.ah_to(&b.addr)).unwrap();
             post_slot(&mut b, &ub, 0, 0);
             ud_send(
                 &mut a,
@@ -229,8 +229,8 @@ fn a_datagram_longer_than_the_mtu_fails_with_a_local_length_error() {
             );
             assert_eq!(a.dev.traffic().stats().wire_tx, 0, "{t:?}");
             a.ctx.destroy_ah(ah).unwrap();
-            close(a, &[ua], "mtu a");
-            close(b, &[ub], "mtu b");
+            close_all(a, &[ua], "mtu a");
+            close_all(b, &[ub], "mtu b");
         });
     }
 }
@@ -240,8 +240,8 @@ fn one_qp_reaches_many_destinations_through_many_address_handles() {
     big_stack(|| {
         let t = Transport::RoceV2Ipv6;
         let wire = wire_for(t);
-        let mut a = Host::new(t, 1, &wire, 0);
-        let mut b = Host::new(t, 2, &wire, 0);
+        let mut a = host(t, 1, &wire, 0);
+        let mut b = host(t, 2, &wire, 0);
         let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
         // Eight receivers on host b, each with its own slots.
         let dests: Vec<UdQp> = (0..8)
@@ -249,7 +249,7 @@ fn one_qp_reaches_many_destinations_through_many_address_handles() {
             .collect();
         // Eight handles to the same host, each with its own traffic class
         // and flow label: the GRH each receive gets names its handle.
-        let base = a.ah_to(t, &b.addr);
+        let base = a.ah_to(&b.addr);
         let ahs: Vec<_> = (0..8u32)
             .map(|k| {
                 let attr = AhAttr {
@@ -337,8 +337,8 @@ fn one_qp_reaches_many_destinations_through_many_address_handles() {
                 a.ctx.destroy_ah(*ah).unwrap();
             }
         }
-        close(a, &[ua], "many a");
-        close(b, &dests, "many b");
+        close_all(a, &[ua], "many a");
+        close_all(b, &dests, "many b");
     });
 }
 
@@ -347,11 +347,11 @@ fn an_address_handle_destroyed_and_reused_leaves_posted_sends_their_own_copy() {
     big_stack(|| {
         let t = Transport::RoceV2Ipv4;
         let wire = wire_for(t);
-        let mut a = Host::new(t, 1, &wire, 0);
-        let mut b = Host::new(t, 2, &wire, 0);
+        let mut a = host(t, 1, &wire, 0);
+        let mut b = host(t, 2, &wire, 0);
         let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
         let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
-        let ah = a.ctx.create_ah(&a.ah_to(t, &b.addr)).unwrap();
+        let ah = a.ctx.create_ah(&a.ah_to(&b.addr)).unwrap();
         let av = a.ctx.ah_address_vector(ah).unwrap();
         for i in 0..4 {
             post_slot(&mut b, &ub, i, 0);
@@ -370,7 +370,7 @@ fn an_address_handle_destroyed_and_reused_leaves_posted_sends_their_own_copy() {
             );
         }
         a.ctx.destroy_ah(ah).unwrap();
-        let mut other = a.ah_to(t, &b.addr);
+        let mut other = a.ah_to(&b.addr);
         other.dmac = Some([0x02, 0, 0, 0, 0, 0x99]);
         let ah2 = a.ctx.create_ah(&other).unwrap();
         assert_ne!(a.ctx.ah_address_vector(ah2).unwrap(), av);
@@ -384,8 +384,8 @@ fn an_address_handle_destroyed_and_reused_leaves_posted_sends_their_own_copy() {
             check_ud_wc(t, &wc, ub.qpn, ua.qpn, 64, None, 0);
         }
         a.ctx.destroy_ah(ah2).unwrap();
-        close(a, &[ua], "reuse a");
-        close(b, &[ub], "reuse b");
+        close_all(a, &[ua], "reuse a");
+        close_all(b, &[ub], "reuse b");
     });
 }
 
@@ -394,14 +394,14 @@ fn ud_modify_qp_takes_the_ud_masks_and_refuses_the_rc_ones() {
     big_stack(|| {
         let t = Transport::RoceV2Ipv6;
         let wire = wire_for(t);
-        let mut a = Host::new(t, 1, &wire, 0);
+        let mut a = host(t, 1, &wire, 0);
         let (qp, _) = a
             .ctx
             .create_qp_of_type(
                 &mlx5_driver::verbs::QpInitAttr {
                     send_cq: a.scq,
                     recv_cq: a.rcq,
-                    srq: Some(a.srq),
+                    srq: a.srq,
                     cap: mlx5_driver::verbs::QpCap {
                         max_send_wr: 4,
                         max_send_sge: 1,
@@ -463,7 +463,7 @@ fn ud_modify_qp_takes_the_ud_masks_and_refuses_the_rc_ones() {
         let wr = SendWr { ..SendWr::EMPTY };
         assert_eq!(a.ctx.post_send(qp, &[wr]).unwrap_err().errno, Errno::EINVAL);
         a.ctx.destroy_qp(qp).unwrap();
-        a.close("modify");
+        mlx5_tests::hosts::close(a, "modify");
     });
 }
 
@@ -472,9 +472,9 @@ fn create_ah_refuses_what_the_port_cannot_reach() {
     big_stack(|| {
         let t = Transport::RoceV2Ipv4;
         let wire = wire_for(t);
-        let mut a = Host::new(t, 1, &wire, 0);
+        let mut a = host(t, 1, &wire, 0);
         let peer = a.addr;
-        let good = a.ah_to(t, &peer);
+        let good = a.ah_to(&peer);
         // A GID index beyond the table, an empty entry, no GRH on RoCE
         // (the wrong link layer's address), no port, force loopback.
         let bad = [
@@ -543,6 +543,6 @@ fn create_ah_refuses_what_the_port_cannot_reach() {
         );
         assert_eq!(seg[32..48], peer.gid, "rgid");
         a.ctx.destroy_ah(ah).unwrap();
-        a.close("create_ah");
+        mlx5_tests::hosts::close(a, "create_ah");
     });
 }

@@ -148,10 +148,10 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
     let (mut a, mut b) = (side(a), side(b));
     let mtu = 128usize << (a.h.addr.mtu.min(b.h.addr.mtu) as usize);
     let mut ahs = [
-        a.h.ctx.create_ah(&a.h.ah_to(t, &b.h.addr)).unwrap(),
-        a.h.ctx.create_ah(&a.h.ah_to(t, &a.h.addr)).unwrap(),
-        b.h.ctx.create_ah(&b.h.ah_to(t, &a.h.addr)).unwrap(),
-        b.h.ctx.create_ah(&b.h.ah_to(t, &b.h.addr)).unwrap(),
+        a.h.ctx.create_ah(&a.h.ah_to(&b.h.addr)).unwrap(),
+        a.h.ctx.create_ah(&a.h.ah_to(&a.h.addr)).unwrap(),
+        b.h.ctx.create_ah(&b.h.ah_to(&a.h.addr)).unwrap(),
+        b.h.ctx.create_ah(&b.h.ah_to(&b.h.addr)).unwrap(),
     ];
     let (mut delivered, mut rc_msgs) = (0u64, 0u64);
     let mut wr = 1000u64;
@@ -205,7 +205,7 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
             // An RC SEND to the peer's SRQ (a receive posted first).
             7 | 8 => {
                 if o.rc_posted < RC_SLOTS / 2 {
-                    o.h.post_recv(o.rc_next);
+                    o.h.post_recv(o.rc_next).unwrap();
                     o.rc_next = (o.rc_next + 1) % RC_SLOTS;
                     o.rc_posted += 1;
                 }
@@ -242,7 +242,7 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
                     _ => (&mut b.h, ba),
                 };
                 h.ctx.destroy_ah(ahs[i]).unwrap();
-                ahs[i] = h.ctx.create_ah(&h.ah_to(t, &peer)).unwrap();
+                ahs[i] = h.ctx.create_ah(&h.ah_to(&peer)).unwrap();
             }
         }
         settle(&mut a, &mut b, seed, step);
@@ -271,7 +271,7 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
         for u in s.ud {
             s.h.ctx.destroy_qp(u.qp).unwrap();
         }
-        s.h.close(&format!("seed {seed} {t:?}"));
+        mlx5_tests::hosts::close(s.h, &format!("seed {seed} {t:?}"));
     }
     (delivered, drops, rc_msgs)
 }
