@@ -14,9 +14,9 @@ use mlx5_sim::{Device, SimHal};
 
 use crate::{Cause, RecvQueue, SetupError, Transport};
 
-/// A host's verbs context: 4 CQs, 2 SRQs, 16 events, 2 QPs, 64 send
-/// WQEBBs per QP (one QP pair needs no more).
-pub type Ctx = Verbs<SimHal, (), 4, 2, 16, 2, 64>;
+/// A host's verbs context: 4 CQs, 2 SRQs, 16 events, 16 QPs (the RC QP
+/// and the UD QPs a test or `ud_pingpong` adds), 64 send WQEBBs per QP.
+pub type Ctx = Verbs<SimHal, (), 4, 2, 16, 16, 64>;
 
 /// What one host is made of.
 #[derive(Debug, Clone, Copy)]

@@ -44,7 +44,7 @@ pub fn ud_qp(h: &mut Host, qkey: u32, slots_at: usize) -> UdQp {
                 recv_cq: h.rcq,
                 srq: None,
                 cap: QpCap {
-                    max_send_wr: 64,
+                    max_send_wr: 16,
                     max_recv_wr: UD_RECVS,
                     max_send_sge: 1,
                     max_recv_sge: 1,

@@ -228,6 +228,10 @@ pub struct SendRing<H: Hal> {
     /// The device executes the IB atomics ([`SendRing::set_atomics`]).
     atomics: bool,
     datagram: bool,
+    /// The outstanding requests a connected request may find: the queue's
+    /// `max_send_wr` on a connected ring, 0 on a UD ring (which refuses
+    /// connected requests inside the queue-full check, at no cost to them).
+    connected_limit: u32,
 }
 
 impl<H: Hal> SendRing<H> {
@@ -278,6 +282,7 @@ impl<H: Hal> SendRing<H> {
                 inline_head: u32::MAX,
                 atomics: false,
                 datagram: false,
+                connected_limit: geo.max_send_wr,
             },
             pages,
             rq_base,
@@ -315,6 +320,7 @@ impl<H: Hal> SendRing<H> {
     /// without one (or with one, on a connected ring) are refused.
     pub fn set_datagram(&mut self, on: bool) {
         self.datagram = on;
+        self.connected_limit = if on { 0 } else { self.geo.max_send_wr };
     }
 
     /// Gather entries a work request may carry.
@@ -359,8 +365,18 @@ impl<H: Hal> SendRing<H> {
         slots: &mut [SendSlot],
         r: &R,
     ) -> Result<u64, SendError> {
-        if self.head.wrapping_sub(self.tail) >= self.geo.max_send_wr {
-            return Err(SendError::Full);
+        let dgram = r.datagram();
+        let limit = if dgram.is_some() {
+            self.geo.max_send_wr
+        } else {
+            self.connected_limit
+        };
+        if self.head.wrapping_sub(self.tail) >= limit {
+            return Err(if self.datagram != dgram.is_some() {
+                SendError::WrongTransport
+            } else {
+                SendError::Full
+            });
         }
         let wqebbs = self.geo.wqebbs();
         let idx = self.cur_post as usize & (wqebbs - 1);
@@ -375,8 +391,7 @@ impl<H: Hal> SendRing<H> {
         // UD: ctrl, then the 48-byte datagram segment filling the rest of
         // the first WQEBB; SENDs only (Linux `handle_qpt_ud`). A request
         // of the other transport is refused.
-        let dgram = r.datagram();
-        if dgram.is_some() != self.datagram || (dgram.is_some() && raddr) {
+        if dgram.is_some() && (!self.datagram || raddr) {
             return Err(SendError::WrongTransport);
         }
         let imm = if opcode.has_imm() { r.imm() } else { 0 };

@@ -52,6 +52,10 @@ pub(super) struct QpBook {
     pub(super) async_acked: u32,
     /// An unreliable datagram QP.
     pub(super) ud: bool,
+    /// A UD QP reached RTS since it was created or reset (`can_send`
+    /// stays false for UD, so the RC path's one check sends UD QPs out of
+    /// line).
+    pub(super) ud_can_send: bool,
 }
 
 pub(super) struct QpEntry<H: Hal, const W: usize> {
@@ -203,6 +207,7 @@ impl<
             async_reported: 0,
             async_acked: 0,
             ud,
+            ud_can_send: false,
         };
         let l = links(&mut self.cqs, &mut self.srqs, send.is_some(), &book)?;
         let table = [SendSlot::EMPTY; SQ_WQEBBS];
@@ -424,13 +429,11 @@ impl<
         }
         let e = self.qps.get_mut(qp.0).ok_or(fail(0, Errno::EINVAL))?;
         if !e.book.can_send {
-            // Not in RTS since the last reset: nothing is posted.
-            return Err(fail(0, Errno::ENOMEM));
+            // A UD QP, or not in RTS since the last reset: nothing is
+            // posted there.
+            return super::ud::post_not_rc(e, &self.ahs, wrs);
         }
         let sig_all = e.book.sq_sig_all;
-        if e.book.ud {
-            return super::ud::post_ud(&mut e.qp, &self.ahs, wrs, sig_all);
-        }
         // Every refusal of the ring for lack of room (queue full, more
         // gather entries than asked for at creation, inline data too large)
         // is ENOMEM, as in rdma-core; an atomic without device support or

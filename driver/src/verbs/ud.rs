@@ -209,8 +209,8 @@ impl<
             b.port = attr.port_num;
         }
         match new {
-            QpState::Rts => b.can_send = true,
-            QpState::Reset => b.can_send = false,
+            QpState::Rts => b.ud_can_send = true,
+            QpState::Reset => b.ud_can_send = false,
             _ => {}
         }
         let b = *b;
@@ -220,6 +220,25 @@ impl<
         }
         Ok(())
     }
+}
+
+/// `post_send` on a QP whose `can_send` is false: a UD QP in (or past)
+/// RTS goes to [`post_ud`]; any other is `ENOMEM` at the first request
+/// (not in RTS since the last reset, as rdma-core).
+#[cold]
+#[inline(never)]
+pub(super) fn post_not_rc<H: Hal, const W: usize>(
+    e: &mut super::qp::QpEntry<H, W>,
+    ahs: &Table<AhEntry, MAX_AHS>,
+    wrs: &[SendWr<'_>],
+) -> Result<(), PostSendError> {
+    if e.book.ud && e.book.ud_can_send {
+        return post_ud(&mut e.qp, ahs, wrs, e.book.sq_sig_all);
+    }
+    Err(PostSendError {
+        index: 0,
+        errno: Errno::ENOMEM,
+    })
 }
 
 /// `post_send` on a UD QP: each request's address handle is looked up
