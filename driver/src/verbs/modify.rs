@@ -158,7 +158,7 @@ impl<
     ) -> Result<(), Errno> {
         use QpAttrMask as M;
         let e = self.qp_entry(qp)?;
-        if e.book.ud {
+        if e.qp.is_ud() {
             return self.modify_ud_qp(qp, attr, mask);
         }
         let tracked = QpState::from_driver(e.qp.state());

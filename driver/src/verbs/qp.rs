@@ -50,12 +50,6 @@ pub(super) struct QpBook {
     pub(super) resp_depth: u8,
     pub(super) async_reported: u32,
     pub(super) async_acked: u32,
-    /// An unreliable datagram QP.
-    pub(super) ud: bool,
-    /// A UD QP reached RTS since it was created or reset (`can_send`
-    /// stays false for UD, so the RC path's one check sends UD QPs out of
-    /// line).
-    pub(super) ud_can_send: bool,
 }
 
 pub(super) struct QpEntry<H: Hal, const W: usize> {
@@ -206,8 +200,6 @@ impl<
             resp_depth: 0,
             async_reported: 0,
             async_acked: 0,
-            ud,
-            ud_can_send: false,
         };
         let l = links(&mut self.cqs, &mut self.srqs, send.is_some(), &book)?;
         let table = [SendSlot::EMPTY; SQ_WQEBBS];

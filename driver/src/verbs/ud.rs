@@ -129,7 +129,7 @@ impl<
 
     /// The transport a QP was created with.
     pub fn qp_type(&self, qp: QpHandle) -> Result<QpType, Errno> {
-        Ok(if self.qp_entry(qp)?.book.ud {
+        Ok(if self.qp_entry(qp)?.qp.is_ud() {
             QpType::Ud
         } else {
             QpType::Rc
@@ -204,14 +204,11 @@ impl<
             (a, b) if a == b => {}
             _ => return Err(Errno::EINVAL),
         }
+        // `can_send` stays false for a UD QP: `post_send` leaves the RC path
+        // at that one check and sends by the QP's state.
         let b = &mut e.book;
         if mask.contains(M::PORT) {
             b.port = attr.port_num;
-        }
-        match new {
-            QpState::Rts => b.ud_can_send = true,
-            QpState::Reset => b.ud_can_send = false,
-            _ => {}
         }
         let b = *b;
         if new == QpState::Reset {
@@ -232,7 +229,9 @@ pub(super) fn post_not_rc<H: Hal, const W: usize>(
     ahs: &Table<AhEntry, MAX_AHS>,
     wrs: &[SendWr<'_>],
 ) -> Result<(), PostSendError> {
-    if e.book.ud && e.book.ud_can_send {
+    // A UD QP sends from RTS on (in ERR reached from there, requests are
+    // flushed), as its state says.
+    if e.qp.is_ud() && e.qp.state().can_post_send() {
         return post_ud(&mut e.qp, ahs, wrs, e.book.sq_sig_all);
     }
     Err(PostSendError {
