@@ -5,7 +5,7 @@
 //! CQs, an SRQ, a sender and an SRQ-attached receiver connected in
 //! loopback; a memory key; a SEND checked byte for byte; a QP with its own
 //! receive queue connected to itself, a SEND into that queue, a flush of
-//! its posted receives; QUERY_QP; 2ERR; 2RST; destroy everything; teardown with its vport/RoCE undo) runs once
+//! its posted receives; a UD QP created and moved to RTS; QUERY_QP; 2ERR; 2RST; destroy everything; teardown with its vport/RoCE undo) runs once
 //! cleanly to record the commands it issues, then once per command with
 //! exactly that command failed by the model. Each faulted run must return
 //! the typed error naming that opcode, status and syndrome; the driver's
@@ -38,6 +38,8 @@ struct Objs {
     rx: Option<Qp<SimHal>>,
     /// A QP with its own receive queue (send CQ `scq`, receive CQ `rcq`).
     own: Option<Qp<SimHal, Vec<SendSlot>>>,
+    /// A UD QP with its own receive queue (send CQ `scq`, receive CQ `rcq`).
+    ud: Option<Qp<SimHal, Vec<SendSlot>>>,
 }
 
 fn sim_state(s: QpState) -> SimState {
@@ -79,7 +81,10 @@ impl Objs {
         if let Some(q) = &self.own {
             assert_eq!(dev.qp_state(q.qpn()), Some(sim_state(q.state())), "own");
         }
-        if let Some(mut qp) = self.own.take() {
+        if let Some(q) = &self.ud {
+            assert_eq!(dev.qp_state(q.qpn()), Some(sim_state(q.state())), "ud");
+        }
+        for mut qp in [self.ud.take(), self.own.take()].into_iter().flatten() {
             loop {
                 let links = QpLinks {
                     send_cq: self.scq.as_mut(),
@@ -205,6 +210,34 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
     let c = wait_cqes(hca, scq, 1);
     assert_eq!(tx.complete_send(&c[0]).unwrap().wr_id, 3);
     bufs.assert_guards("fault scenario");
+
+    // A UD QP with its own receive queue: CREATE_QP with `st` UD and the
+    // three UD transitions (Q_Key at RST2INIT, no path).
+    let links = QpLinks {
+        send_cq: Some(&mut *scq),
+        recv_cq: Some(&mut *rcq),
+        ..QpLinks::default()
+    };
+    let ug = hca.ud_send_queue_geometry(&caps)?;
+    let ud = o.ud.insert(hca.create_ud_qp(
+        Some(caps),
+        Some(RecvQueueCaps {
+            max_recv_wr: 4,
+            max_recv_sge: 1,
+        }),
+        links,
+        vec![SendSlot::EMPTY; ug.wqebbs()],
+    )?);
+    hca.ud_qp_activate(
+        ud,
+        &mlx5_driver::qp::UdInitAttr {
+            port: 1,
+            pkey_index: 0,
+            qkey: 0x1111_1111,
+        },
+    )?;
+    let q = hca.query_qp(ud)?;
+    assert_eq!((q.state, q.st, q.q_key), (QpState::Rts, 2, 0x1111_1111));
 
     // A QP with its own receive queue, connected to itself: a SEND into
     // the queue, then a flush of the receives still posted.
