@@ -228,10 +228,6 @@ pub struct SendRing<H: Hal> {
     /// The device executes the IB atomics ([`SendRing::set_atomics`]).
     atomics: bool,
     datagram: bool,
-    /// The outstanding requests a connected request may find: the queue's
-    /// `max_send_wr` on a connected ring, 0 on a UD ring (which refuses
-    /// connected requests inside the queue-full check, at no cost to them).
-    connected_limit: u32,
 }
 
 impl<H: Hal> SendRing<H> {
@@ -282,7 +278,6 @@ impl<H: Hal> SendRing<H> {
                 inline_head: u32::MAX,
                 atomics: false,
                 datagram: false,
-                connected_limit: geo.max_send_wr,
             },
             pages,
             rq_base,
@@ -316,11 +311,13 @@ impl<H: Hal> SendRing<H> {
         self.atomics = on;
     }
 
-    /// A UD ring: every WQE carries a datagram segment, and requests
-    /// without one (or with one, on a connected ring) are refused.
+    /// A UD ring: every WQE carries a datagram segment. A datagram request
+    /// on a connected ring is refused here; a connected request on a UD
+    /// ring is refused by [`crate::Hca::post_send`] and never made by the
+    /// facade (the ring itself does not check it, to keep the connected
+    /// path as it was).
     pub fn set_datagram(&mut self, on: bool) {
         self.datagram = on;
-        self.connected_limit = if on { 0 } else { self.geo.max_send_wr };
     }
 
     /// Gather entries a work request may carry.
@@ -365,19 +362,10 @@ impl<H: Hal> SendRing<H> {
         slots: &mut [SendSlot],
         r: &R,
     ) -> Result<u64, SendError> {
-        let dgram = r.datagram();
-        let limit = if dgram.is_some() {
-            self.geo.max_send_wr
-        } else {
-            self.connected_limit
-        };
-        if self.head.wrapping_sub(self.tail) >= limit {
-            return Err(if self.datagram != dgram.is_some() {
-                SendError::WrongTransport
-            } else {
-                SendError::Full
-            });
+        if self.head.wrapping_sub(self.tail) >= self.geo.max_send_wr {
+            return Err(SendError::Full);
         }
+        let dgram = r.datagram();
         let wqebbs = self.geo.wqebbs();
         let idx = self.cur_post as usize & (wqebbs - 1);
         let ring_units = wqebbs * (WQEBB / UNIT);
