@@ -290,7 +290,8 @@ impl State {
             Data::Inline(b) => return Ok(b.clone()),
             Data::Sges(v) => v.clone(),
         };
-        let what = format!("send gather qpn {qpn:#x} WQE {:#x}", w.index);
+        let index = w.index;
+        let what = || format!("send gather qpn {qpn:#x} WQE {index:#x}");
         let mut out = Vec::with_capacity(w.len() as usize);
         for s in sges {
             let plan = if s.lkey == self.resd_lkey {
@@ -307,7 +308,7 @@ impl State {
             for (iova, n) in plan {
                 let at = out.len();
                 out.resize(at + n as usize, 0);
-                self.rd(iova, &mut out[at..], &|| what.clone())
+                self.rd(iova, &mut out[at..], &what)
                     .map_err(|_| cqe_syndrome::LOCAL_PROT_ERR)?;
             }
         }
