@@ -202,6 +202,7 @@ impl Rig {
         black_box(self.wait(from, true));
     }
 
+    #[inline(never)]
     fn round_trip(&mut self) {
         self.one_way(0);
         self.one_way(1);
