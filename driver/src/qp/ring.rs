@@ -469,18 +469,23 @@ impl<H: Hal> SendRing<H> {
             return Ok(0);
         }
         self.inline_head = self.head;
-        // Unit 0: the header and the first 12 bytes.
-        let (lead, rest) = match bytes.split_first_chunk::<4>() {
-            Some((lead, rest)) => (u32::from_be_bytes(*lead), rest),
-            None => ((word_of(bytes) >> 32) as u32, &[][..]),
-        };
+        let header = ((len as u32 | wqe::INLINE_SEG) as u64) << 32;
         let first = self.buf.entry(data_unit as u32);
-        first.write_be64::<0>(((len as u32 | wqe::INLINE_SEG) as u64) << 32 | lead as u64);
-        first.write_be64::<8>(word_of(rest));
+        let Some((lead, rest)) = bytes.split_first_chunk::<12>() else {
+            // Under 12 bytes: unit 0 holds them all.
+            let (lead, rest) = bytes.split_at(len.min(4));
+            first.write_be64::<0>(header | word_of(lead) >> 32);
+            first.write_be64::<8>(word_of(rest));
+            return Ok(1);
+        };
+        // Unit 0: the header and the first 12 bytes.
+        let [a0, a1, a2, a3, b @ ..] = *lead;
+        first.write_be64::<0>(header | u32::from_be_bytes([a0, a1, a2, a3]) as u64);
+        first.write_be64::<8>(u64::from_be_bytes(b));
         // Then 16 bytes per unit; the mask continues a segment that runs
         // past the ring's end at its start.
         let mut unit = data_unit + 1;
-        let mut units = rest.get(8..).unwrap_or_default().chunks_exact(UNIT);
+        let mut units = rest.chunks_exact(UNIT);
         for u in &mut units {
             let (a, b) = u.split_at(8);
             let d = self.buf.entry(unit as u32);
@@ -488,11 +493,20 @@ impl<H: Hal> SendRing<H> {
             d.write_be64::<8>(word_of(b));
             unit += 1;
         }
+        // The last 1..15 bytes: read as the source's last 8 (at least 12
+        // are there) and shifted into place, zeros after them.
         let tail = units.remainder();
-        if !tail.is_empty() {
+        if let Some(last) = bytes.last_chunk::<8>().filter(|_| !tail.is_empty()) {
+            let last = u64::from_be_bytes(*last);
             let d = self.buf.entry(unit as u32);
-            d.write_be64::<0>(word_of(tail));
-            d.write_be64::<8>(word_of(tail.get(8..).unwrap_or_default()));
+            let t = tail.len();
+            if t > 8 {
+                d.write_be64::<0>(word_of(tail));
+                d.write_be64::<8>(last << ((16 - t) * 8));
+            } else {
+                d.write_be64::<0>(last << ((8 - t) * 8));
+                d.write_be64::<8>(0);
+            }
         }
         Ok((4 + len).div_ceil(UNIT))
     }
@@ -527,7 +541,7 @@ impl<H: Hal> SendRing<H> {
         };
         self.cur_post = self
             .cur_post
-            .wrapping_add((ds * UNIT).div_ceil(WQEBB) as u16);
+            .wrapping_add(((ds + BB_UNITS - 1) / BB_UNITS) as u16);
         self.head = self.head.wrapping_add(1);
         word0
     }
