@@ -191,7 +191,10 @@ pub struct SendRing<H: Hal> {
     /// Gather entries a work request may carry: the geometry's
     /// `max_send_sge` unless lowered by [`SendRing::limit_sges`].
     max_sge: u32,
-    qpn: u32,
+    /// The control segment's `qpn_ds` with `ds` 0 (`qpn << 8`).
+    qpn_ds: u32,
+    /// `wqebbs - 1`: a producer or WQE counter masked to its WQEBB.
+    bb_mask: usize,
     /// Producer counter in WQEBBs.
     cur_post: u16,
     /// Work requests posted / retired (free-running).
@@ -254,7 +257,8 @@ impl<H: Hal> SendRing<H> {
                 base,
                 geo,
                 max_sge: geo.max_send_sge,
-                qpn: 0,
+                qpn_ds: 0,
+                bb_mask: geo.wqebbs() - 1,
                 cur_post: 0,
                 head: 0,
                 tail: 0,
@@ -272,7 +276,7 @@ impl<H: Hal> SendRing<H> {
 
     /// Record the QP number (it goes into every control segment).
     pub fn set_qpn(&mut self, qpn: u32) {
-        self.qpn = qpn & 0x00ff_ffff;
+        self.qpn_ds = wqe::qpn_ds(qpn, 0);
     }
 
     /// The geometry.
@@ -354,7 +358,7 @@ impl<H: Hal> SendRing<H> {
         // The opcode alone decides the layout: control, [raddr] (the RDMA
         // writes), then data or inline. The first WQEBB holds four units,
         // so everything before the data lies inside it and never wraps.
-        let idx = self.cur_post as usize & (self.geo.wqebbs() - 1);
+        let idx = self.cur_post as usize & self.bb_mask;
         let raddr = opcode.is_rdma_write();
         let data_unit = idx * BB_UNITS + 1 + raddr as usize;
         let data = match r.payload() {
@@ -388,7 +392,7 @@ impl<H: Hal> SendRing<H> {
         let Payload::Sges(sges) = r.payload() else {
             return Err(SendError::InlineNotAllowed);
         };
-        let idx = self.cur_post as usize & (self.geo.wqebbs() - 1);
+        let idx = self.cur_post as usize & self.bb_mask;
         let ds = if opcode.is_atomic() {
             // rdma-core checks `num_sge` against `sq.max_gs` before the
             // opcode.
@@ -527,7 +531,7 @@ impl<H: Hal> SendRing<H> {
         let fm_ce_se = r.fm_ce_se();
         let word0 = mlx5_regs::doorbell::qp_send_doorbell(
             wqe::opmod_idx_opcode(0, self.cur_post, opcode as u8),
-            wqe::qpn_ds(self.qpn, ds as u8),
+            self.qpn_ds | ds as u32 & wqe::CTRL_DS_MASK,
         );
         let ctrl = self.buf.entry((idx * BB_UNITS) as u32);
         ctrl.write_be64::<0>(word0);
@@ -541,7 +545,7 @@ impl<H: Hal> SendRing<H> {
         };
         self.cur_post = self
             .cur_post
-            .wrapping_add(((ds + BB_UNITS - 1) / BB_UNITS) as u16);
+            .wrapping_add(round_up_div(ds, BB_UNITS) as u16);
         self.head = self.head.wrapping_add(1);
         word0
     }
@@ -602,7 +606,7 @@ impl<H: Hal> SendRing<H> {
         slots: &[SendSlot],
         wqe_counter: u16,
     ) -> Result<(SendSlot, u32), BadSendCqe> {
-        let idx = wqe_counter as usize & (self.geo.wqebbs() - 1);
+        let idx = wqe_counter as usize & self.bb_mask;
         let bad = BadSendCqe::NotOutstanding { wqe_counter };
         let s = *slots.get(idx).ok_or(bad)?;
         let age = s.seq.wrapping_sub(self.tail);
@@ -624,6 +628,15 @@ impl<H: Hal> SendRing<H> {
         self.inline_head = u32::MAX;
         slots.fill(SendSlot::EMPTY);
     }
+}
+
+/// `n / d` rounded up, for a power-of-two `d` and an `n` far from
+/// overflowing: an add and a shift (`div_ceil` compiles to a remainder
+/// test and a carry).
+#[inline(always)]
+#[allow(clippy::manual_div_ceil)]
+const fn round_up_div(n: usize, d: usize) -> usize {
+    (n + d - 1) / d
 }
 
 /// Up to the first 8 of `bytes` as a big-endian word, padded with zeros:

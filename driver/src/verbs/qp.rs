@@ -539,11 +539,7 @@ impl SendWork for Posted<'_, '_> {
         // The default's byte, looked up: FENCE, SIGNALED and SOLICITED are
         // the three low bits of `send_flags`.
         FM_CE_SE[(self.wr.send_flags.0 & 7) as usize]
-            | if self.sig_all {
-                wqe::CTRL_CQ_UPDATE
-            } else {
-                0
-            }
+            | if self.sig_all { wqe::CTRL_CQ_UPDATE } else { 0 }
     }
 
     #[inline(always)]

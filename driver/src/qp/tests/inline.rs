@@ -23,8 +23,11 @@ fn inline_segments_of_every_length_match_their_bytes_wherever_they_start() {
     ring.region().fill(ring.base_offset(), g.bytes(), 0xa5);
     let data: Vec<u8> = (0..max).map(|i| (i * 7 + 1) as u8).collect();
     let mut starts = [0u32; 8];
-    for round in 0..3 {
-        for len in 0..=max {
+    // Under Miri (tests/miri.sh) every fifth length of one round: the
+    // accesses are the same, the walk shorter.
+    let (rounds, step) = if cfg!(miri) { (1, 5) } else { (3, 1) };
+    for round in 0..rounds {
+        for len in (0..=max).step_by(step) {
             let at = q.send_ring().unwrap().producer_counter();
             starts[at as usize % 8] += 1;
             let bytes = &data[round..][..len.min(max - round)];
@@ -53,5 +56,8 @@ fn inline_segments_of_every_length_match_their_bytes_wherever_they_start() {
             q.complete_send(&req_cqe(at)).unwrap();
         }
     }
-    assert!(starts.iter().all(|&k| k > 0), "every WQEBB: {starts:?}");
+    assert!(
+        cfg!(miri) || starts.iter().all(|&k| k > 0),
+        "every WQEBB: {starts:?}"
+    );
 }
