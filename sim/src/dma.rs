@@ -212,9 +212,10 @@ impl DmaSpace {
             let v = unsafe { (p.add(at) as *const u64).read_volatile() };
             buf[at..at + 8].copy_from_slice(&v.to_ne_bytes());
         }
-        for i in head + 8 * words..buf.len() {
+        let tail = head + 8 * words;
+        for (i, b) in buf.iter_mut().enumerate().skip(tail) {
             // SAFETY: `p + i` lies in the mapped range checked by `translate`.
-            buf[i] = unsafe { p.add(i).read_volatile() };
+            *b = unsafe { p.add(i).read_volatile() };
         }
         Some(())
     }
