@@ -552,13 +552,6 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
                 error: SendError::DeviceDead,
             });
         }
-        if qp.ud && !reqs.is_empty() {
-            // A connected request has no datagram segment for a UD WQE.
-            return Err(PostSendFailure {
-                index: 0,
-                error: SendError::WrongTransport,
-            });
-        }
         qp.post_send(reqs)
     }
 

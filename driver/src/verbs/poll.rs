@@ -345,17 +345,12 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         let op = v.opcode();
         if op == CqeOpcode::REQ {
             let c = v.decode_requester();
-            // One store of the whole completion, its `wr_id` and opcode
-            // included.
-            let (matched, wr_id, opcode) = self.send_match(&c);
             *out = WorkCompletion {
-                wr_id,
-                opcode,
                 qp_num: c.qpn,
                 byte_len: c.byte_len,
                 ..WorkCompletion::EMPTY
             };
-            if !matched {
+            if !self.send(&c, out) {
                 unmatched(self.stats, out);
             }
             return None;
@@ -482,15 +477,6 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
             }
             Err(_) => false,
         }
-    }
-
-    /// [`Matcher::send`] returning what it would write: (matched,
-    /// `wr_id`, opcode), for the caller to store the completion at once.
-    #[inline(always)]
-    fn send_match(&mut self, c: &Cqe) -> (bool, u64, WcOpcode) {
-        let mut wc = WorkCompletion::EMPTY;
-        let m = self.send(c, &mut wc);
-        (m, wc.wr_id, wc.opcode)
     }
 
     /// A responder CQE: its QP (on this CQ as the receive CQ, through its
