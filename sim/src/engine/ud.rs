@@ -320,7 +320,8 @@ impl State {
             return;
         };
         let segs = if srq.is_some() { &wqe[16..] } else { &wqe[..] };
-        let what = format!("UD receive qpn {tq:#x} from qpn {:#x}", deth.src_qp);
+        let src = deth.src_qp;
+        let what = || format!("UD receive qpn {tq:#x} from qpn {src:#x}");
         let (grh, grh_bytes) = network_header(&p.encap, frame);
         let total = GRH_SPACE + p.payload.len();
         let srqn_field = srq.unwrap_or(0);
