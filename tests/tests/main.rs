@@ -54,6 +54,7 @@ mod two_hosts_wrong;
 
 // The verbs facade (`verbs::Verbs`).
 mod mr_hostile;
+mod mr_hostile_wire;
 mod mr_protect;
 mod verbs;
 mod verbs_addresses;
