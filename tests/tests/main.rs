@@ -56,6 +56,7 @@ mod two_hosts_wrong;
 mod mr_hostile;
 mod mr_hostile_wire;
 mod mr_protect;
+mod mr_protect_rd;
 mod verbs;
 mod verbs_addresses;
 mod verbs_channels;
