@@ -27,7 +27,7 @@ const MR_LEN: u64 = 3000;
 
 /// Both QPs to RESET (their error events acknowledged, their CQs drained)
 /// and connected again.
-fn recover(t: Transport, a: &mut Host, b: &mut Host) {
+fn recover(a: &mut Host, b: &mut Host) {
     let reset = QpAttr {
         qp_state: QpState::Reset,
         ..QpAttr::default()
@@ -44,21 +44,21 @@ fn recover(t: Transport, a: &mut Host, b: &mut Host) {
     }
     let (aa, ba) = (a.addr, b.addr);
     let mtu = aa.mtu.min(ba.mtu);
-    a.connect(a.ah_to(t, &ba), &ba, mtu, 7, 0);
-    b.connect(b.ah_to(t, &aa), &aa, mtu, 7, 0);
+    let (to_b, to_a) = (a.ah_to(&ba), b.ah_to(&aa));
+    connect(a, to_b, &ba, mtu, 7, 0);
+    connect(b, to_a, &aa, mtu, 7, 0);
 }
 
 /// A writes each attempt from its send area with `key_for(addr, len)` as
 /// the rkey; both QPs are reset after every refusal. Returns how many
 /// landed.
 fn phase(
-    t: Transport,
     a: &mut Host,
     b: &mut Host,
     tries: &[(u64, u32)],
     key_for: impl Fn(u64, u32) -> u32,
 ) -> usize {
-    recover(t, a, b);
+    recover(a, b);
     let mut ok = 0;
     for (i, &(addr, len)) in tries.iter().enumerate() {
         let sg = [Sge {
@@ -80,11 +80,11 @@ fn phase(
         assert_eq!(c.wr_id, i as u64);
         match c.status {
             WcStatus::Success => ok += 1,
-            WcStatus::RemAccessErr => recover(t, a, b),
+            WcStatus::RemAccessErr => recover(a, b),
             other => panic!("write of {len} at {addr:#x}: {other:?}"),
         }
     }
-    recover(t, a, b);
+    recover(a, b);
     ok
 }
 
@@ -95,7 +95,8 @@ fn hostile_wire_run(seed: u64) -> (usize, usize, usize) {
     let (_wire, mut a, mut b) = pair(t);
     let attack = pattern(64, 0xe7);
     a.buf.write_bytes(SEND_AT, &attack);
-    b.buf.write_bytes(0, &pattern(BUF, 0x31));
+    let buf_len = b.buf.len();
+    b.buf.write_bytes(0, &pattern(buf_len, 0x31));
     let region = b.dev.hal().alloc_dma(MR_BUF).unwrap();
     region.fill(0, MR_BUF, 0x5c);
     let (start, end) = (region.iova() + MR_AT, region.iova() + MR_AT + MR_LEN);
@@ -113,7 +114,7 @@ fn hostile_wire_run(seed: u64) -> (usize, usize, usize) {
 
     let s0 = b.dev.dma_snapshot();
     let no_key = rkey ^ 0x80;
-    let control_ok = phase(t, &mut a, &mut b, &tries, |x, l| {
+    let control_ok = phase(&mut a, &mut b, &tries, |x, l| {
         if target.inside(x, l) {
             rkey
         } else {
@@ -121,7 +122,7 @@ fn hostile_wire_run(seed: u64) -> (usize, usize, usize) {
         }
     });
     let s1 = b.dev.dma_snapshot();
-    let attack_ok = phase(t, &mut a, &mut b, &tries, |_, _| rkey);
+    let attack_ok = phase(&mut a, &mut b, &tries, |_, _| rkey);
     let s2 = b.dev.dma_snapshot();
 
     let allowed = changed_blocks(&s0, &s1);
@@ -145,16 +146,16 @@ fn hostile_wire_run(seed: u64) -> (usize, usize, usize) {
             .all(|&x| x == 0x5c),
         "{what}: the region's own buffer changed outside it"
     );
-    let mut rest = vec![0u8; BUF];
+    let mut rest = vec![0u8; buf_len];
     b.buf.read_bytes(0, &mut rest);
     assert!(
-        rest == pattern(BUF, 0x31),
+        rest == pattern(buf_len, 0x31),
         "{what}: B's other buffer changed"
     );
     assert!(b.dev.iommu_faults().is_empty(), "{what}");
 
     // Both drivers keep working: a SEND A → B and a write inside the region.
-    b.post_recv(0);
+    b.post_recv(0).unwrap();
     let data = pattern(100, 3);
     a.buf.write_bytes(SEND_AT, &data);
     let sg = [Sge {
@@ -186,8 +187,8 @@ fn hostile_wire_run(seed: u64) -> (usize, usize, usize) {
 
     b.ctx.dereg_mr(mr).map_err(|(_, e)| e).unwrap();
     drop(region);
-    a.close(&format!("{what}: A"));
-    b.close(&format!("{what}: B"));
+    close(a, &format!("{what}: A"));
+    close(b, &format!("{what}: B"));
     let book: BTreeSet<_> = allowed;
     (
         OPS - attack_ok,
