@@ -11,7 +11,10 @@
 //! key of no region, so it cannot reach memory: whatever the control run
 //! changes is bookkeeping, counted in 64-byte blocks (a CQE, an EQE, a WQE
 //! basic block). The attack run, with the real rkey on every write, must
-//! leave the hash of every other block unchanged.
+//! leave the hash of every other block unchanged. Rings keep moving between
+//! the runs, so the control run must wrap each ring the refusals write
+//! (small event queues, as `crate::config` makes them); a slot the control
+//! run never reached shows up as a changed block.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeSet;
