@@ -108,6 +108,9 @@ struct Inner {
     stats: WireStats,
     /// Spent frame buffers, reused.
     pool: Vec<Vec<u8>>,
+    /// The endpoints `pump` polls in one round (kept for its capacity: a
+    /// frame's delivery allocates nothing).
+    ready: Vec<Arc<dyn Endpoint>>,
 }
 
 /// A wire joining device ports; cheap to clone (a shared handle).
@@ -143,6 +146,7 @@ impl Wire {
                 capture_error: None,
                 stats: WireStats::default(),
                 pool: Vec::new(),
+                ready: Vec::new(),
             })),
             pumping: Arc::new(AtomicBool::new(false)),
         }
@@ -187,23 +191,28 @@ impl Wire {
                 return;
             }
             loop {
-                let ready: Vec<Arc<dyn Endpoint>> = {
-                    let g = self.lock();
-                    g.ports
-                        .iter()
-                        .filter(|p| !p.inbox.is_empty())
-                        .filter_map(|p| p.endpoint.as_ref().and_then(Weak::upgrade))
-                        .collect()
+                let mut ready = {
+                    let mut g = self.lock();
+                    let mut ready = std::mem::take(&mut g.ready);
+                    ready.extend(
+                        g.ports
+                            .iter()
+                            .filter(|p| !p.inbox.is_empty())
+                            .filter_map(|p| p.endpoint.as_ref().and_then(Weak::upgrade)),
+                    );
+                    ready
                 };
                 if ready.is_empty() {
+                    self.lock().ready = ready;
                     if self.release_held() {
                         continue;
                     }
                     break;
                 }
-                for ep in ready {
+                for ep in ready.drain(..) {
                     ep.poll_wire();
                 }
+                self.lock().ready = ready;
             }
             self.pumping.store(false, Ordering::Release);
             // Frames that arrived between the last look and the release.
