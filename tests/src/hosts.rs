@@ -117,20 +117,29 @@ impl Host {
     /// Ethernet port, or a ConnectX-5 InfiniBand port; its own address as
     /// a program learns it.
     pub fn new(t: Transport, n: u8, wire: &Wire, psn: u32) -> Host {
+        Host::with_mode(t, n, Some(wire), psn, false)
+    }
+
+    /// Host `n` as [`Host::new`] makes it, on `wire` when one is given
+    /// (else not yet on any), its device threaded when `threaded`.
+    pub fn with_mode(t: Transport, n: u8, wire: Option<&Wire>, psn: u32, threaded: bool) -> Host {
         let profile = if n == 2 && !t.ib() {
             Profile::ConnectX4Lx
         } else {
             Profile::ConnectX5
         };
-        let dev = Device::new(SimConfig {
+        let cfg = SimConfig {
             seed: 0x7a0_0000 + u64::from(n),
             ..SimConfig::profile(profile)
-        });
+        };
+        let dev = Device::new(if threaded { cfg.threaded() } else { cfg });
         if t.ib() {
             dev.caps_mut(|c| c.port_type = 0);
         }
         let mut ctx: Ctx = Verbs::open(crate::bring_up(&dev));
-        dev.connect(wire).unwrap();
+        if let Some(wire) = wire {
+            dev.connect(wire).unwrap();
+        }
 
         let port = ctx.query_port(1).unwrap();
         assert_eq!(port.state, PortState::Active, "{t:?}");
