@@ -256,12 +256,12 @@ impl Shared {
                 self.lock().stats.dropped += 1;
                 continue;
             }
-            self.from_peer(&buf[..n]);
+            self.frame_from_peer(&buf[..n]);
         }
     }
 
     /// One frame from the peer.
-    fn from_peer(&self, frame: &[u8]) {
+    fn frame_from_peer(&self, frame: &[u8]) {
         if frame.len() < 14 {
             self.lock().stats.dropped += 1;
             return;
