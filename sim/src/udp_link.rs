@@ -121,13 +121,26 @@ impl UdpLink {
         local: SocketAddr,
         remote: SocketAddr,
     ) -> Result<UdpLink, LinkError> {
-        if !dev.lock().clock.threaded {
+        let wire = Wire::new(crate::wire::LinkType::Ethernet);
+        UdpLink::check_threaded(dev)?;
+        dev.connect(&wire).map_err(LinkError::Model)?;
+        UdpLink::join(dev, local, remote)
+    }
+
+    /// Join the Ethernet wire `dev`'s port is already on to the UDP peer
+    /// `remote`, receiving on `local`. The device must be threaded.
+    pub fn join(dev: &Device, local: SocketAddr, remote: SocketAddr) -> Result<UdpLink, LinkError> {
+        UdpLink::check_threaded(dev)?;
+        let Some((wire, dev_port)) = dev.lock().port.wire.clone() else {
             return Err(LinkError::Model(SimError::BadState(
-                "a UDP link needs a threaded device: the peer's timers run in real time",
+                "the port is on no wire (Device::connect first)",
+            )));
+        };
+        if wire.link() != crate::wire::LinkType::Ethernet {
+            return Err(LinkError::Model(SimError::BadState(
+                "a UDP link carries Ethernet frames; the port is InfiniBand",
             )));
         }
-        let wire = Wire::new(crate::wire::LinkType::Ethernet);
-        let dev_port = dev.connect(&wire).map_err(LinkError::Model)?;
         let sock = UdpSocket::bind(local).map_err(LinkError::Io)?;
         sock.set_read_timeout(Some(POLL)).map_err(LinkError::Io)?;
         let port = wire.connect(0);
@@ -154,6 +167,15 @@ impl UdpLink {
             shared,
             rx: Some(rx),
         })
+    }
+
+    fn check_threaded(dev: &Device) -> Result<(), LinkError> {
+        if dev.lock().clock.threaded {
+            return Ok(());
+        }
+        Err(LinkError::Model(SimError::BadState(
+            "a UDP link needs a threaded device: the peer's timers run in real time",
+        )))
     }
 
     /// The wire between the device and the peer: faults
