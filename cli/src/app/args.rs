@@ -397,6 +397,14 @@ Install: mlx5 man > /usr/local/share/man/man1/mlx5.1; mlx5 man caps > mlx5-caps.
     #[command(after_help = PEER_HELP)]
     Peer(crate::cmd::peer::opts::Args),
 
+    /// Re-parse every frame of pcap captures with the model's codec, every
+    /// ICRC recomputed; exit 0 only when all parse and match
+    PcapCheck {
+        /// The capture files
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+    },
+
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]
     Stats {

@@ -235,6 +235,9 @@ fn dispatch(cli: &Cli) -> Outcome {
     if let Command::Pingpong(args) = &cli.command {
         return pingpong_from_cli(cli, args, &target, &faults, model_opts);
     }
+    if let Command::PcapCheck { files } = &cli.command {
+        return peer::capcheck::run(files, g.json);
+    }
     if let Command::Peer(args) = &cli.command {
         return peer_from_cli(cli, args, &target, &faults, model_opts);
     }
@@ -420,6 +423,7 @@ fn subcommand<H: Hal>(
         | Command::Devices { .. }
         | Command::Pingpong(_)
         | Command::Peer(_)
+        | Command::PcapCheck { .. }
         | Command::Completions { .. }
         | Command::Man { .. } => {
             unreachable!(

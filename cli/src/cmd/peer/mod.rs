@@ -7,6 +7,7 @@
 //! `mlx5 pingpong`'s hosts do. The address exchange is the program's own,
 //! over TCP (`oob`).
 
+pub mod capcheck;
 pub mod oob;
 pub mod opts;
 pub mod rc;
