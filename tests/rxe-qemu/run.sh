@@ -15,9 +15,10 @@
 #      user network with restrict=on and one port forward from 127.0.0.1 for the programs'
 #      TCP address exchange. Guest addresses are 198.18.0.1 and 198.19.0.15, the model's
 #      198.18.0.2; nothing leaves 127.0.0.1;
-#   6. runs each program in the guest (as the exchange's server) against `mlx5 peer` on the
-#      host (its client; the driver through the verbs facade), some with 1 % of the model's
-#      frames dropped and one ICRC corrupted;
+#   6. runs each program in the guest against `mlx5 peer` on the host (the driver through the
+#      verbs facade): first with the guest's program as the exchange's client (a guest forward
+#      from 198.19.0.4:18515 to the model listening on 127.0.0.1), then as its server (the port
+#      forward), some with 1 % of the model's frames dropped and one ICRC corrupted;
 #   7. prints one PASS/FAIL line per run with the guest program's own output, saves every
 #      capture, re-parses every frame with the project's codec (`mlx5 pcap-check`, every ICRC
 #      recomputed) and has tshark decode them as InfiniBand/RoCE without a malformed frame.
@@ -40,9 +41,15 @@ BASE=${RXE_PORT_BASE:-47341}
 MODEL_UDP=$BASE         # the model's port receives here (QEMU sends to it)
 GUEST_UDP=$((BASE + 1)) # QEMU's dgram netdev receives here (the model sends to it)
 EXCHANGE=$((BASE + 2))  # 127.0.0.1:EXCHANGE -> the guest's 198.19.0.15:18515
+REVERSE=$((BASE + 3))   # the guest's 198.19.0.4:18515 -> 127.0.0.1:REVERSE (guestfwd)
 T_START=$(now)
 
-# The runs: NAME | the guest's command (@GID@: its RoCE v2 IPv4 GID index) | mlx5 peer's options.
+# The run where the guest's program is the exchange's client and the model its server. QEMU's
+# guestfwd connects to the model's listener once, when QEMU starts, so this run comes first and
+# is the only one of its kind.
+CLIENT_RUN="rc-4096-guest-client|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 4096 -n 3 198.19.0.4|--size 4096 --iters 3"
+# The runs where the guest's program is the exchange's server:
+# NAME | the guest's command (@GID@: its RoCE v2 IPv4 GID index) | mlx5 peer's options.
 RUNS=(
     "rc-64|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 64 -n 4|--size 64 --iters 4"
     "rc-4096|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 4096 -n 3|--size 4096 --iters 3"
@@ -107,7 +114,7 @@ for prog in "${programs[@]}"; do
         done
 done
 : >"$ROOT/tests"
-for r in "${RUNS[@]}"; do
+for r in "$CLIENT_RUN" "${RUNS[@]}"; do
     IFS='|' read -r name gcmd _ <<<"$r"
     echo "$name $gcmd" >>"$ROOT/tests"
 done
@@ -121,29 +128,55 @@ mkdir -p "$OUT"
 CONSOLE=$GUEST_DIR/console.log
 QEMU_ERR=$GUEST_DIR/qemu-stderr.log
 T_BOOT=$(now)
+declare -A HOST_RC
+# The model listens before QEMU starts (guestfwd connects to it then).
+IFS='|' read -r cname _ copts <<<"$CLIENT_RUN"
+# shellcheck disable=SC2086
+"$MLX5" --seed 7 peer --listen "127.0.0.1:$REVERSE" --udp-local "127.0.0.1:$MODEL_UDP" \
+    --udp-remote "127.0.0.1:$GUEST_UDP" --timeout "$BOOT_TIMEOUT" --pcap "$OUT/$cname.pcap" $copts \
+    >"$OUT/$cname.host.txt" 2>&1 &
+CLIENT_PID=$!
+for _ in $(seq 100); do
+    grep -q 'listening on' "$OUT/$cname.host.txt" 2>/dev/null && break
+    sleep 0.1
+done
 timeout "$BOOT_TIMEOUT" qemu-system-x86_64 -accel tcg -m 512M -smp 1 -nodefaults -display none \
     -no-reboot -monitor none -serial "file:$CONSOLE" \
     -netdev "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$GUEST_UDP,remote.type=inet,remote.host=127.0.0.1,remote.port=$MODEL_UDP" \
     -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,romfile= \
-    -netdev "user,id=n1,net=198.19.0.0/24,host=198.19.0.2,dns=198.19.0.3,restrict=on,hostfwd=tcp:127.0.0.1:$EXCHANGE-198.19.0.15:18515" \
+    -netdev "user,id=n1,net=198.19.0.0/24,host=198.19.0.2,dns=198.19.0.3,restrict=on,hostfwd=tcp:127.0.0.1:$EXCHANGE-198.19.0.15:18515,guestfwd=tcp:198.19.0.4:18515-tcp:127.0.0.1:$REVERSE" \
     -device virtio-net-pci,netdev=n1,mac=52:54:00:00:01:01,romfile= \
     -kernel "$VMLINUZ" -initrd "$INITRD" -append "$GUEST_APPEND" \
     </dev/null >"$QEMU_ERR" 2>&1 &
 QEMU_PID=$!
-trap 'kill "$QEMU_PID" 2>/dev/null || true' EXIT
+trap 'kill "$QEMU_PID" "$CLIENT_PID" 2>/dev/null || true' EXIT
 
 # --- 6. The runs, in the guest's order ------------------------------------------------------
-declare -A HOST_RC
+# wait_peer PID NAME: wait for the host side of run NAME; a guest that is gone cannot answer, so
+# stop waiting for it then. Sets HOST_RC[NAME].
+wait_peer() {
+    while kill -0 "$1" 2>/dev/null; do
+        if ! kill -0 "$QEMU_PID" 2>/dev/null; then
+            sleep 2
+            kill "$1" 2>/dev/null && echo "rxe-qemu: the guest is gone" >>"$OUT/$2.host.txt"
+        fi
+        sleep 0.2
+    done
+    set +e
+    wait "$1"
+    HOST_RC[$2]=$?
+    set -e
+}
+wait_peer "$CLIENT_PID" "$cname"
+say "run $cname: host side exit ${HOST_RC[$cname]} ($(elapsed "$T_BOOT") s after boot start)"
 for r in "${RUNS[@]}"; do
     IFS='|' read -r name _ hopts <<<"$r"
     left=$(awk -v a="$T_BOOT" -v b="$(now)" -v t="$BOOT_TIMEOUT" 'BEGIN { l = t - (b - a); print (l > 5 ? int(l) : 5) }')
-    set +e
     # shellcheck disable=SC2086
     "$MLX5" --seed 7 peer --connect "127.0.0.1:$EXCHANGE" --udp-local "127.0.0.1:$MODEL_UDP" \
         --udp-remote "127.0.0.1:$GUEST_UDP" --timeout "$left" --pcap "$OUT/$name.pcap" $hopts \
-        >"$OUT/$name.host.txt" 2>&1
-    HOST_RC[$name]=$?
-    set -e
+        >"$OUT/$name.host.txt" 2>&1 &
+    wait_peer $! "$name"
     say "run $name: host side exit ${HOST_RC[$name]} ($(elapsed "$T_BOOT") s after boot start)"
 done
 set +e
@@ -157,6 +190,7 @@ say "guest ran ${BOOT_S} s (QEMU exit $QEMU_RC)"
 
 # --- 7. Verdicts -----------------------------------------------------------------------------
 fails=0
+RUNS=("$CLIENT_RUN" "${RUNS[@]}")
 problems=$(guest_boot_problems "$END_MARKER")
 if [ -n "$problems" ]; then
     say "guest: $problems"

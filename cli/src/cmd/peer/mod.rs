@@ -124,7 +124,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         "the model answers ARP for 198.18.0.2; exchanging addresses",
     );
     let started = Instant::now();
-    let res = rc::session(a, &mut host, &link, deadline);
+    let res = rc::session(a, &mut host, &link, deadline, r.progress);
     let elapsed = started.elapsed();
     let stats = host.dev.traffic().stats();
     let wstats = wire.stats();

@@ -139,7 +139,10 @@ pub fn server(
         }
     };
     s.set_nonblocking(false).map_err(io)?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))
+    // A port forward may connect long before the program writes (QEMU's
+    // guestfwd connects when QEMU starts): wait until the deadline.
+    let left = deadline.saturating_duration_since(Instant::now());
+    s.set_read_timeout(Some(left.max(Duration::from_secs(1))))
         .map_err(io)?;
     let mut rec = [0u8; RECORD_LEN];
     read_all(&mut s, &mut rec).map_err(io)?;

@@ -181,6 +181,7 @@ pub fn session(
     host: &mut Host,
     link: &UdpLink,
     deadline: Instant,
+    progress: bool,
 ) -> Result<Outcome, CliError> {
     let size = a.size as usize;
     host.buf.write_bytes(0, &vec![FILL; size]);
@@ -203,6 +204,9 @@ pub fn session(
             let l = TcpListener::bind(at).map_err(|e| {
                 CliError::failed(format!("cannot listen on {at}: {e}"), "choose a free port")
             })?;
+            if progress {
+                eprintln!("mlx5: listening on {at}");
+            }
             let peer = oob::server(&l, deadline, &me, |p| connect(a, host, link, p))?;
             (peer, false)
         }
