@@ -8,8 +8,8 @@
 //!   both send completions polled, both receives reposted.
 //! - `pingpong_model/two_hosts/64`: the same round trip between two
 //!   devices, each with its own driver and verbs context, joined by a
-//!   `Wire` and connected over RoCE v2 (IPv4 GIDs, the peer's MAC named),
-//!   as `mlx5 pingpong` connects them: every packet is a built, sent,
+//!   `Wire` and connected over RoCE v2 (IPv4 GIDs, the peer's MAC named)
+//!   by the setup `mlx5 pingpong` uses (`mlx5_testbed::Host`): every packet is a built, sent,
 //!   parsed and checked Ethernet frame, and each message is ACKed.
 //!
 //! One iteration is one round trip; criterion's throughput is round trips
@@ -20,14 +20,14 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use mlx5_driver::qp::Mtu;
 use mlx5_driver::verbs::{
-    AccessFlags, AhAttr, CqHandle, GidEntry, GidType, GlobalRoute, Mr, QpAttr, QpAttrMask, QpCap,
-    QpHandle, QpInitAttr, RecvWr, SendFlags, SendWr, Sge, SrqHandle, SrqInitAttr, Verbs, WcStatus,
-    WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, CqHandle, Mr, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, RecvWr,
+    SendFlags, SendWr, Sge, SrqHandle, SrqInitAttr, Verbs, WcStatus, WorkCompletion, WrOpcode,
 };
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal};
-use mlx5_sim::wire::{LinkType, Wire};
+use mlx5_sim::wire::Wire;
 use mlx5_sim::{Device, SimConfig, SimHal};
+use mlx5_testbed::{ConnectOpts, Host, HostSpec, Transport};
 
 type Ctx = Verbs<SimHal, (), 4, 4, 16, 4, 64>;
 
@@ -45,12 +45,17 @@ struct End {
     mr: Mr,
 }
 
-/// Two ends and the contexts they live in (one or two).
+/// Two ends in one context (loopback).
 struct Rig {
     devs: Vec<Device>,
     ctxs: Vec<Box<Ctx>>,
     ends: Vec<End>,
-    _wire: Option<Wire>,
+}
+
+/// Two hosts on a wire.
+struct TwoHosts {
+    hosts: [Host; 2],
+    _wire: Wire,
 }
 
 fn end(ctx: &mut Ctx, i: usize, hal: &SimHal) -> End {
@@ -155,53 +160,6 @@ impl Rig {
             devs: vec![dev],
             ctxs: vec![ctx],
             ends: vec![a, b],
-            _wire: None,
-        }
-    }
-
-    fn two_hosts() -> Rig {
-        let wire = Wire::new(LinkType::Ethernet);
-        let (mut devs, mut ctxs, mut ends, mut addrs) = (vec![], vec![], vec![], vec![]);
-        for n in 0..2u8 {
-            let (dev, mut ctx) = open(10 + u64::from(n));
-            dev.connect(&wire).unwrap();
-            let mac = ctx.query_gid_ex(1, 0).unwrap().unwrap().mac;
-            let index = ctx.hca().default_gid_count();
-            let gid = mlx5_driver::gid::ipv4_gid([198, 18, 0, n + 1]);
-            let entry = GidEntry {
-                gid,
-                gid_type: GidType::RoceV2,
-                mac,
-                vlan: None,
-            };
-            ctx.add_gid(1, index, &entry).unwrap();
-            let e = end(&mut ctx, usize::from(n), &dev.hal());
-            addrs.push((ctx.qp_num(e.qp).unwrap(), gid, mac, index as u8));
-            devs.push(dev);
-            ctxs.push(ctx);
-            ends.push(e);
-        }
-        for (me, peer) in [(0, 1), (1, 0)] {
-            let (qpn, dgid, mac, _) = addrs[peer];
-            let ah = AhAttr {
-                is_global: true,
-                grh: GlobalRoute {
-                    dgid,
-                    sgid_index: addrs[me].3,
-                    hop_limit: 64,
-                    ..GlobalRoute::default()
-                },
-                dmac: Some(mac),
-                port_num: 1,
-                ..AhAttr::default()
-            };
-            connect(&mut ctxs[me], &ends[me], ah, qpn);
-        }
-        Rig {
-            devs,
-            ctxs,
-            ends,
-            _wire: Some(wire),
         }
     }
 
@@ -250,16 +208,79 @@ impl Rig {
     }
 }
 
+impl TwoHosts {
+    fn new() -> TwoHosts {
+        let wire = Wire::new(Transport::RoceV2Ipv4.link_type());
+        let host = |n: u8| {
+            let dev = Device::new(SimConfig {
+                seed: 9 + u64::from(n),
+                ..SimConfig::default()
+            });
+            let spec = HostSpec {
+                slot: SIZE,
+                recvs: RECVS,
+                ..HostSpec::new(Transport::RoceV2Ipv4, n, 0)
+            };
+            let mut h = Host::new(dev, &wire, HcaConfig::default(), spec).unwrap();
+            for s in 0..RECVS {
+                h.post_recv(s).unwrap();
+            }
+            h
+        };
+        let mut hosts = [host(1), host(2)];
+        let (a, b) = (hosts[0].addr, hosts[1].addr);
+        let opts = ConnectOpts::new(Mtu::B1024);
+        let ah = hosts[0].ah_to(&b);
+        hosts[0].connect(ah, &b, &opts).unwrap();
+        let ah = hosts[1].ah_to(&a);
+        hosts[1].connect(ah, &a, &opts).unwrap();
+        TwoHosts { hosts, _wire: wire }
+    }
+
+    /// Wait for one completion of host `i`, letting device time pass.
+    fn wait(&mut self, i: usize, send: bool) -> WorkCompletion {
+        let [a, b] = &mut self.hosts;
+        let (h, other) = if i == 0 { (a, &*b) } else { (b, &*a) };
+        let wc = h.wait_one(send, &other.dev, 1, 1_000_000).unwrap();
+        let wc = wc.expect("no completion");
+        assert_eq!(wc.status, WcStatus::Success);
+        wc
+    }
+
+    /// Host `from` sends 64 bytes to the other; it receives and reposts.
+    fn one_way(&mut self, from: usize) {
+        let to = 1 - from;
+        let h = &mut self.hosts[from];
+        let sg = [Sge {
+            addr: h.buf.iova() + h.spec.send_at() as u64,
+            length: SIZE as u32,
+            lkey: h.lkey(),
+        }];
+        let wr = SendWr {
+            opcode: WrOpcode::Send,
+            send_flags: SendFlags::SIGNALED,
+            sg_list: &sg,
+            ..SendWr::EMPTY
+        };
+        h.ctx.post_send(h.qp, &[wr]).unwrap();
+        let r = self.wait(to, false);
+        self.hosts[to].post_recv(r.wr_id as usize).unwrap();
+        black_box(self.wait(from, true));
+    }
+
+    fn round_trip(&mut self) {
+        self.one_way(0);
+        self.one_way(1);
+    }
+}
+
 fn pingpong(c: &mut Criterion) {
     let mut group = c.benchmark_group("pingpong_model");
     group.throughput(Throughput::Elements(1));
-    for (name, make) in [
-        ("loopback", Rig::loopback as fn() -> Rig),
-        ("two_hosts", Rig::two_hosts),
-    ] {
-        let mut rig = make();
-        group.bench_function(format!("{name}/{SIZE}"), |b| b.iter(|| rig.round_trip()));
-    }
+    let mut rig = Rig::loopback();
+    group.bench_function(format!("loopback/{SIZE}"), |b| b.iter(|| rig.round_trip()));
+    let mut rig = TwoHosts::new();
+    group.bench_function(format!("two_hosts/{SIZE}"), |b| b.iter(|| rig.round_trip()));
     group.finish();
 }
 

@@ -6,7 +6,6 @@
 //! opcode, destination QP and PSN the codec wrote.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use mlx5_sim::wire::{
     self, headers_of, read_pcap, Aeth, AtomicEth, Bth, Deth, Encap, Eth, ExtHeaders, Grh, Ip, Ipv4,
@@ -197,72 +196,28 @@ fn captures_reparse_and_every_icrc_recomputes() {
     }
 }
 
-/// tshark, or a loud failure: this test needs the Debian package `tshark`
-/// (`.ci/run` installs it) and does not pass without it.
-fn tshark() -> Command {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "THIS TEST NEEDS tshark (Debian package `tshark`; `.ci/run` installs it): \
-         not found, so the capture could not be checked by an independent decoder"
-    );
-    Command::new("tshark")
-}
-
-/// The fields tshark decodes from each frame of the capture at `path`.
-/// Wireshark 4.0 (Debian 12) has an InfiniBand dissector but does not map
-/// `LINKTYPE_INFINIBAND` (247) to it ("network type 247 unknown"), so an IB
-/// capture is read from a copy whose header names `LINKTYPE_USER0` (147),
-/// mapped to the `infiniband` dissector through tshark's `user_dlts` table;
-/// the records are the same bytes.
-fn tshark_fields(path: &PathBuf, link: LinkType) -> Vec<Vec<String>> {
-    let mut cmd = tshark();
-    let read = if link == LinkType::Infiniband {
-        let mut bytes = std::fs::read(path).unwrap();
-        assert_eq!(bytes[20..24], LINKTYPE_INFINIBAND.to_le_bytes());
-        bytes[20..24].copy_from_slice(&147u32.to_le_bytes());
-        let copy = path.with_extension("user0.pcap");
-        std::fs::write(&copy, bytes).unwrap();
-        cmd.args([
-            "-o",
-            r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#,
-        ]);
-        copy
-    } else {
-        path.clone()
-    };
-    let out = cmd
-        .arg("-r")
-        .arg(&read)
-        .args(["-T", "fields", "-E", "separator=|", "-e", "frame.protocols"])
-        .args(["-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp"])
-        .args(["-e", "infiniband.bth.psn"])
-        .output()
-        .expect("run tshark");
-    if read != *path {
-        std::fs::remove_file(&read).unwrap();
+/// The opcode, destination QP and PSN tshark decodes from each frame, or
+/// a loud failure: this test needs the Debian package `tshark` (`.ci/run`
+/// installs it) and does not pass without it.
+fn tshark_rows(path: &std::path::Path, link: LinkType) -> Vec<Vec<String>> {
+    let fields = [
+        "frame.protocols",
+        "infiniband.bth.opcode",
+        "infiniband.bth.destqp",
+        "infiniband.bth.psn",
+    ];
+    match wire::tshark_fields(path, link, &fields) {
+        Ok(rows) => rows,
+        Err(wire::TsharkError::NotInstalled) => panic!(
+            "THIS TEST NEEDS tshark (Debian package `tshark`; `.ci/run` installs it): \
+             not found, so the capture could not be checked by an independent decoder"
+        ),
+        Err(e) => panic!("{e}"),
     }
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| l.split('|').map(str::to_string).collect())
-        .collect()
 }
 
 fn num(s: &str) -> u32 {
-    match s.strip_prefix("0x") {
-        Some(h) => u32::from_str_radix(h, 16).unwrap(),
-        None => s.parse().unwrap(),
-    }
+    wire::tshark_number(s).unwrap_or_else(|| panic!("not a number: {s:?}"))
 }
 
 #[test]
@@ -272,7 +227,7 @@ fn tshark_decodes_every_frame_as_roce_or_infiniband() {
         ("ib", LinkType::Infiniband, ib_encaps()),
     ] {
         let (path, expect) = write_capture(&format!("tshark-{name}"), link, &encaps);
-        let rows = tshark_fields(&path, link);
+        let rows = tshark_rows(&path, link);
         std::fs::remove_file(&path).unwrap();
         assert_eq!(rows.len(), expect.len(), "{name}: frames tshark read");
         for (i, (row, &(op, qp, psn))) in rows.iter().zip(&expect).enumerate() {

@@ -37,8 +37,8 @@ fn every_publishable_crate_carries_both_licences() {
         }
         checked.push(m);
     }
-    // hal, mlx5-regs, driver, vfio-host, sim, cli, bare-metal.
-    assert_eq!(checked.len(), 7, "publishable crates checked: {checked:?}");
+    // hal, mlx5-regs, driver, vfio-host, sim, testbed, cli, bare-metal.
+    assert_eq!(checked.len(), 8, "publishable crates checked: {checked:?}");
 }
 
 /// The test-binary roots of a crate: `tests/main.rs` (test discovery off)

@@ -126,11 +126,11 @@ fn every_transport_body() {
         let mtu = a.addr.mtu.min(b.addr.mtu).bytes() as usize;
         assert_eq!(mtu, if t.ib() { 4096 } else { 1024 }, "{t:?}");
         for i in 0..RECVS {
-            b.post_recv(i);
+            b.post_recv(i).unwrap();
         }
         b.ctx
             .modify_srq(
-                b.srq,
+                b.srq.unwrap(),
                 &SrqAttr {
                     max_wr: 0,
                     max_sge: 0,
@@ -231,7 +231,7 @@ fn every_transport_body() {
         assert!(st.frames as usize >= packets, "{t:?}: {st:?}");
         wire.end_capture().unwrap();
         check_frames(t, &capture.bytes(), &a.addr, &b.addr, st.frames);
-        a.close(&format!("{t:?} host 1"));
-        b.close(&format!("{t:?} host 2"));
+        close(a, &format!("{t:?} host 1"));
+        close(b, &format!("{t:?} host 2"));
     }
 }

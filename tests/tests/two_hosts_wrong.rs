@@ -31,13 +31,14 @@ fn wrong_destination(t: Transport, wrong: Wrong) {
     } else {
         LinkType::Ethernet
     });
-    let mut a = Host::new(t, 1, &wire, 0x10);
-    let mut b = Host::new(t, 2, &wire, 0x20);
+    let mut a = host(t, 1, &wire, 0x10);
+    let mut b = host(t, 2, &wire, 0x20);
     let (aa, ba) = (a.addr, b.addr);
     let mtu = aa.mtu.min(ba.mtu);
-    b.connect(b.ah_to(t, &aa), &aa, mtu, 7, 0);
+    let to_a = b.ah_to(&aa);
+    connect(&mut b, to_a, &aa, mtu, 7, 0);
     let mut to = ba;
-    let mut ah = a.ah_to(t, &ba);
+    let mut ah = a.ah_to(&ba);
     let mut pkey_index = 0;
     match wrong {
         Wrong::Mac => ah.dmac = Some([0x02, 0, 0, 0, 0, 0x99]),
@@ -56,9 +57,9 @@ fn wrong_destination(t: Transport, wrong: Wrong) {
             pkey_index = 1;
         }
     }
-    a.connect(ah, &to, mtu, RETRIES, pkey_index);
+    connect(&mut a, ah, &to, mtu, RETRIES, pkey_index);
     for i in 0..4 {
-        b.post_recv(i);
+        b.post_recv(i).unwrap();
     }
     let data = pattern(100, 7);
     a.buf.write_bytes(SEND_AT, &data);
@@ -104,8 +105,8 @@ fn wrong_destination(t: Transport, wrong: Wrong) {
     }
     let (q, _) = b.ctx.query_qp(b.qp).unwrap();
     assert_eq!(q.qp_state, QpState::Rts, "{what}");
-    a.close(&format!("{what} host 1"));
-    b.close(&format!("{what} host 2"));
+    close(a, &format!("{what} host 1"));
+    close(b, &format!("{what} host 2"));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use mlx5_driver::verbs::{SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode};
 use mlx5_sim::wire::neighbour::{self, Neighbour};
-use mlx5_sim::wire::{read_pcap, Fault, Faults, LinkType};
+use mlx5_sim::wire::{read_pcap, Fault, Faults, LinkType, Wire};
 use mlx5_sim::UdpLink;
 use mlx5_tests::hosts::*;
 
@@ -64,7 +64,7 @@ fn send_checked(from: &mut Host, to: &mut Host, size: usize, count: u8) {
         let mut got = vec![0u8; size];
         to.buf.read_bytes(RECV_AT + slot * BIG, &mut got);
         assert!(got == data, "message {m} of {size} bytes arrived intact");
-        to.post_recv(slot);
+        to.post_recv(slot).unwrap();
         let s = wait_one(from, true, &to.dev).expect("a send completion");
         assert_eq!((s.status, s.wr_id), (WcStatus::Success, u64::from(m)));
     }
@@ -75,10 +75,11 @@ fn send_checked(from: &mut Host, to: &mut Host, size: usize, count: u8) {
 fn linked_pair() -> (Host, Host, UdpLink, UdpLink, Capture) {
     let t = Transport::RoceV2Ipv4;
     let (pa, pb) = two_ports();
-    let mut a = Host::with_mode(t, 1, None, 0xff_fff0, true);
-    let mut b = Host::with_mode(t, 2, None, 0x1234, true);
-    let la = UdpLink::attach(&a.dev, pa, pb).unwrap();
-    let lb = UdpLink::attach(&b.dev, pb, pa).unwrap();
+    let (wa, wb) = (Wire::new(LinkType::Ethernet), Wire::new(LinkType::Ethernet));
+    let mut a = host_with(t, 1, &wa, 0xff_fff0, true);
+    let mut b = host_with(t, 2, &wb, 0x1234, true);
+    let la = UdpLink::join(&a.dev, pa, pb).unwrap();
+    let lb = UdpLink::join(&b.dev, pb, pa).unwrap();
     let cap = Capture::default();
     la.wire().capture(Box::new(cap.clone())).unwrap();
     let (mut aa, mut ba) = (a.addr, b.addr);
@@ -98,11 +99,12 @@ fn linked_pair() -> (Host, Host, UdpLink, UdpLink, Capture) {
     ba.mac = mac_b.unwrap();
     aa.mac = mac_a.unwrap();
     let mtu = aa.mtu.min(ba.mtu);
-    a.connect(a.ah_to(t, &ba), &ba, mtu, 7, 0);
-    b.connect(b.ah_to(t, &aa), &aa, mtu, 7, 0);
+    let (to_b, to_a) = (a.ah_to(&ba), b.ah_to(&aa));
+    connect(&mut a, to_b, &ba, mtu, 7, 0);
+    connect(&mut b, to_a, &aa, mtu, 7, 0);
     for i in 0..RECVS {
-        a.post_recv(i);
-        b.post_recv(i);
+        a.post_recv(i).unwrap();
+        b.post_recv(i).unwrap();
     }
     // Host 1 asked; host 2 answered and learned host 1 from the question.
     assert!(la.stats().arp_requests >= 1 && lb.stats().arp_replies >= 1);
@@ -138,8 +140,8 @@ fn two_processes_worth_of_hosts_talk_over_udp() {
         // 9 messages each way of 1, 4 and 3 packets, each acknowledged.
         assert!(frames >= 2 * 3 * (1 + 4 + 3), "{frames} frames captured");
         drop((la, lb));
-        a.close("host 1");
-        b.close("host 2");
+        close(a, "host 1");
+        close(b, "host 2");
     });
 }
 
@@ -166,8 +168,8 @@ fn model_frame_faults_are_recovered_over_udp() {
         assert!(retried > 0, "the losses were recovered by retransmission");
         check_capture(&la, &cap);
         drop((la, lb));
-        a.close("host 1");
-        b.close("host 2");
+        close(a, "host 1");
+        close(b, "host 2");
     });
 }
 
@@ -180,8 +182,9 @@ fn the_link_answers_neighbours_and_drops_what_is_not_its_own() {
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
         let (model_at, _) = two_ports();
-        let h = Host::with_mode(t, 1, None, 1, true);
-        let link = UdpLink::attach(&h.dev, model_at, guest.local_addr().unwrap()).unwrap();
+        let wire = Wire::new(LinkType::Ethernet);
+        let h = host_with(t, 1, &wire, 1, true);
+        let link = UdpLink::join(&h.dev, model_at, guest.local_addr().unwrap()).unwrap();
         let mac = h.dev.port_mac();
         let me = ip4(&h.addr.gid);
         let gmac = [0x52, 0x54, 0, 0, 0, 1];
@@ -248,18 +251,26 @@ fn the_link_answers_neighbours_and_drops_what_is_not_its_own() {
         assert_eq!(s.to_device, 0);
         assert_eq!((s.arp_replies, s.adverts), (1, 1));
         drop(link);
-        h.close("host");
+        close(h, "host");
     });
 }
 
 #[test]
 fn a_synchronous_device_is_refused() {
     big_stack(|| {
-        let h = Host::with_mode(Transport::RoceV2Ipv4, 1, None, 1, false);
+        let wire = Wire::new(LinkType::Ethernet);
+        let h = host(Transport::RoceV2Ipv4, 1, &wire, 1);
         let (pa, pb) = two_ports();
-        let e = UdpLink::attach(&h.dev, pa, pb).unwrap_err();
+        let e = UdpLink::join(&h.dev, pa, pb).unwrap_err();
         assert!(e.to_string().contains("threaded"), "{e}");
-        h.close("host");
+        close(h, "host");
+        // attach: a new wire of its own, for a device on none yet.
+        let sync = mlx5_sim::Device::new(mlx5_sim::SimConfig::default());
+        assert!(UdpLink::attach(&sync, pa, pb).is_err());
+        let threaded = mlx5_sim::Device::new(mlx5_sim::SimConfig::default().threaded());
+        let l = UdpLink::attach(&threaded, pa, pb).unwrap();
+        assert_eq!(l.wire().link(), LinkType::Ethernet);
+        assert!(UdpLink::attach(&threaded, pb, pa).is_err(), "a port joins one wire");
     });
 }
 

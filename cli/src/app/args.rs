@@ -63,7 +63,9 @@ Examples:
 const PINGPONG_HELP: &str = "Each host learns its own address (query_port, query_gid_table, add_gid
 for an IPv4 address), the two exchange QPN, PSN, GID, MAC and LID
 in-process as rc_pingpong does over TCP, and connect. The global --seed
-seeds both devices, the PSNs and the wire's faults.
+seeds both devices, the PSNs and the wire's faults. --op picks the
+operation (send, send-imm, write, write-imm, read, fetch-add, cmp-swap),
+--rq the receive queue (an SRQ, or each QP's own).
 
 Exit codes: 0 every message arrived once and intact; 1 the driver or
 firmware failed (or the capture file could not be written); 2 bad command
@@ -75,6 +77,8 @@ Examples:
   mlx5 pingpong --transport roce-v2-ipv4 --size 64 --iters 100
   mlx5 pingpong --transport ib --mtu 4096 --size 64K --iters 10
   mlx5 pingpong --drop 0.02 --corrupt 0.01 --seed 7
+  mlx5 pingpong --op read --rq own --transport ib-grh --size 3000 --iters 20
+  mlx5 pingpong --op fetch-add --iters 50 --drop 0.05
   mlx5 pingpong --transport roce-v1 --iters 3 --pcap v1.pcap   (tshark -r v1.pcap)";
 
 /// `mlx5 --version`: the crate version and the git commit it was built

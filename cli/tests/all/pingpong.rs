@@ -5,14 +5,13 @@
 //! and re-parses with the project's codec, every ICRC recomputed.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use mlx5_sim::wire::{parse, read_pcap, LinkType};
-use serde_json::Value;
+use mlx5_sim::wire::{parse, read_pcap, tshark_fields, tshark_number, LinkType, TsharkError};
+use serde_json::{json, Value};
 
 use crate::common::{code, docs_examples, mlx5, stderr, stdout};
 
-const TRANSPORTS: [&str; 4] = ["roce-v2-ipv4", "roce-v2-ipv6", "roce-v1", "ib"];
+const TRANSPORTS: [&str; 5] = ["roce-v2-ipv4", "roce-v2-ipv6", "roce-v1", "ib", "ib-grh"];
 
 /// Run `mlx5 pingpong ARGS --json -q`: the exit code and the `pingpong`
 /// object (the whole document when the run stopped before it).
@@ -58,7 +57,7 @@ fn every_transport_exits_0_with_every_byte_checked() {
         assert!((40 * 4..=40 * 6).contains(&frames), "{t}: {frames} frames");
         assert_eq!(p["transport"], t);
         let local = &p["local"];
-        if t == "ib" {
+        if t.starts_with("ib") {
             assert_ne!(local["lid"], 0, "{t}: a LID");
         } else {
             assert_eq!(local["lid"], 0, "{t}: no LID on RoCE");
@@ -66,6 +65,49 @@ fn every_transport_exits_0_with_every_byte_checked() {
         if t == "roce-v2-ipv4" {
             assert_eq!(local["gid"], "::ffff:198.18.0.1");
             assert_eq!(p["remote"]["gid"], "::ffff:198.18.0.2");
+        }
+    }
+}
+
+/// Every `--op` on an SRQ and on the QPs' own receive queues, over RoCE
+/// and InfiniBand with a GRH, through a lossy wire: every message checked
+/// where it must land (a SEND in the receive slot, a WRITE in the target,
+/// a READ in the requester's buffer, an atomic's original value and the
+/// word it leaves), with the retransmissions counted. A retried atomic
+/// must not execute twice: FETCH_AND_ADD's running total would be off.
+#[test]
+fn every_op_on_either_receive_queue_exits_0() {
+    let ops = [
+        ("send", 2500),
+        ("send-imm", 2500),
+        ("write", 2500),
+        ("write-imm", 2500),
+        ("read", 2500),
+        ("fetch-add", 8),
+        ("cmp-swap", 8),
+    ];
+    for (op, size) in ops {
+        for rq in ["srq", "own"] {
+            for t in ["roce-v2-ipv4", "ib-grh"] {
+                let what = format!("{op} {rq} {t}");
+                let mut args = vec!["--op", op, "--rq", rq, "--transport", t];
+                args.extend(["--iters", "30", "--drop", "0.04", "--dup", "0.04"]);
+                args.extend(["--seed", "3"]);
+                let sz = size.to_string();
+                if size != 8 {
+                    args.extend(["--size", &sz]);
+                }
+                let (c, p) = pingpong_json(&args);
+                assert_eq!(c, 0, "{what}: {p}");
+                assert_eq!((&p["op"], &p["rq"]), (&json!(op), &json!(rq)), "{what}");
+                assert_eq!(p["size"], size, "{what}");
+                assert_eq!(p["messages"]["received_intact"], 60, "{what}");
+                assert_eq!(p["bytes"], size * 60, "{what}");
+                assert!(sum_hosts(&p, "retransmissions") > 0, "{what}: {p}");
+                assert!(p["wire"]["dropped"].as_u64().unwrap() > 0, "{what}");
+                // The consumed receive WQEs are reposted: never an RNR.
+                assert_eq!(sum_hosts(&p, "rnr_naks_sent"), 0, "{what}");
+            }
         }
     }
 }
@@ -179,6 +221,13 @@ fn hostile_options_are_refused_with_exit_2() {
         (&["--corrupt", "1.01"], "out of range"),
         (&["--reorder=-0.5"], "out of range"),
         (&["--transport", "iwarp"], "iwarp"),
+        (&["--op", "atomic"], "atomic"),
+        (&["--rq", "xrc"], "xrc"),
+        (&["--op", "fetch-add", "--size", "64"], "moves 8 bytes"),
+        (
+            &["--transport", "ib-grh", "--device", "sim:cx6dx"],
+            "Ethernet only",
+        ),
         (
             &["--transport", "ib", "--device", "sim:cx4lx"],
             "Ethernet only",
@@ -229,7 +278,7 @@ fn capture(t: &str) -> (PathBuf, u64, LinkType) {
     assert_eq!(c, 0, "{t}: {v}");
     let frames = v["wire"]["frames"].as_u64().unwrap();
     assert_eq!(v["capture"]["frames"], frames, "{t}: every frame captured");
-    let link = if t == "ib" {
+    let link = if t.starts_with("ib") {
         LinkType::Infiniband
     } else {
         LinkType::Ethernet
@@ -260,7 +309,7 @@ fn the_capture_reparses_with_the_codec_and_every_icrc_recomputes() {
             );
             assert_eq!(
                 p.vcrc_ok,
-                (t == "ib").then_some(true),
+                t.starts_with("ib").then_some(true),
                 "{t} frame {i}: VCRC"
             );
             seen.insert(u32::from(p.packet.bth.opcode));
@@ -277,64 +326,22 @@ fn the_capture_reparses_with_the_codec_and_every_icrc_recomputes() {
     }
 }
 
-/// tshark, or a loud failure: this test needs the Debian package `tshark`
+/// Each frame's protocols and BTH opcode as tshark decodes them (the
+/// decode `mlx5_sim::wire::tshark_fields` shares with the codec's capture
+/// test), or a loud failure: this test needs the Debian package `tshark`
 /// (`.ci/run` installs it) and does not pass without it.
-fn tshark() -> Command {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "THIS TEST NEEDS tshark (Debian package `tshark`; `.ci/run` installs it): \
-         not found, so the capture could not be checked by an independent decoder"
-    );
-    Command::new("tshark")
-}
-
-/// Each frame's protocols and BTH opcode as tshark decodes them. Wireshark
-/// 4.0 (Debian 12) does not map `LINKTYPE_INFINIBAND` (247) to its
-/// InfiniBand dissector, so an IB capture is read from a copy whose header
-/// names `LINKTYPE_USER0` (147), mapped through the `user_dlts` table.
 fn tshark_rows(path: &Path, link: LinkType) -> Vec<(String, String)> {
-    let mut cmd = tshark();
-    let read = if link == LinkType::Infiniband {
-        let mut bytes = std::fs::read(path).unwrap();
-        assert_eq!(bytes[20..24], 247u32.to_le_bytes());
-        bytes[20..24].copy_from_slice(&147u32.to_le_bytes());
-        let copy = path.with_extension("user0.pcap");
-        std::fs::write(&copy, bytes).unwrap();
-        cmd.args([
-            "-o",
-            r#"uat:user_dlts:"User 0 (DLT=147)","infiniband","0","","0","""#,
-        ]);
-        copy
-    } else {
-        path.to_path_buf()
+    let fields = ["frame.protocols", "infiniband.bth.opcode"];
+    let rows = match tshark_fields(path, link, &fields) {
+        Ok(rows) => rows,
+        Err(TsharkError::NotInstalled) => panic!(
+            "THIS TEST NEEDS tshark (Debian package `tshark`; `.ci/run` installs it): \
+             not found, so the capture could not be checked by an independent decoder"
+        ),
+        Err(e) => panic!("{e}"),
     };
-    let out = cmd
-        .arg("-r")
-        .arg(&read)
-        .args(["-T", "fields", "-E", "separator=|", "-e", "frame.protocols"])
-        .args(["-e", "infiniband.bth.opcode"])
-        .output()
-        .expect("run tshark");
-    if read != path {
-        std::fs::remove_file(&read).unwrap();
-    }
-    assert!(
-        out.status.success(),
-        "tshark failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let (p, o) = l.split_once('|').unwrap_or((l, ""));
-            (p.to_string(), o.to_string())
-        })
+    rows.into_iter()
+        .map(|r| (r[0].clone(), r.get(1).cloned().unwrap_or_default()))
         .collect()
 }
 
@@ -359,11 +366,8 @@ fn tshark_decodes_every_frame_as_roce_or_infiniband_with_the_expected_opcodes() 
                 "{t} frame {i}: tshark sees {protocols}"
             );
             let ours = parse(link, &r.data).unwrap().packet.bth.opcode;
-            let theirs = match opcode.strip_prefix("0x") {
-                Some(h) => u32::from_str_radix(h, 16),
-                None => opcode.parse(),
-            }
-            .unwrap_or_else(|_| panic!("{t} frame {i}: opcode {opcode:?}"));
+            let theirs =
+                tshark_number(opcode).unwrap_or_else(|| panic!("{t} frame {i}: opcode {opcode:?}"));
             assert_eq!(theirs, u32::from(ours), "{t} frame {i}: opcode");
             assert!(OPCODES.contains(&theirs), "{t} frame {i}: opcode {theirs}");
         }

@@ -36,6 +36,7 @@ pub mod neighbour;
 mod pcap;
 mod segment;
 mod transport;
+mod tshark;
 
 pub use crc::{vcrc, GRH_LEN, ICRC_LEN, IPV4_LEN, LRH_LEN, UDP_LEN, VCRC_LEN};
 pub use frame::{
@@ -52,6 +53,7 @@ pub use transport::{
     ExtHeaders, HeaderSet, Reth, AETH_LEN, ATOMIC_ACK_ETH_LEN, ATOMIC_ETH_LEN, BTH_LEN,
     DEFAULT_PKEY, DETH_LEN, IETH_LEN, IMM_LEN, MASK24, RETH_LEN, TVER,
 };
+pub use tshark::{tshark_fields, tshark_installed, tshark_number, TsharkError};
 
 /// Why a frame could not be parsed. A receiver drops such a frame silently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,8 +19,8 @@ use mlx5_sim::wire::{Fault, Faults, LinkType, Wire};
 use mlx5_sim::{Profile, UdpLink};
 use serde_json::{json, Value};
 
-use super::pingpong::host::Host;
-use super::pingpong::opts::Transport;
+use super::pingpong::host::{setup_error, Host, RECVS};
+use mlx5_testbed::{HostSpec, Transport};
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
 use opts::Args;
@@ -82,15 +82,12 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     }
     progress(r, "bringing up the model's host");
     let slot = a.size as usize;
-    let host = Host::new(
-        Transport::RoceV2Ipv4,
-        a.host,
-        dev,
-        &wire,
-        r.cfg,
+    let spec = HostSpec {
         slot,
-        random_psn(),
-    );
+        recvs: RECVS,
+        ..HostSpec::new(Transport::RoceV2Ipv4, a.host, random_psn())
+    };
+    let host = Host::new(dev, &wire, r.cfg, spec).map_err(setup_error);
     let mut host = match host {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
@@ -98,7 +95,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let link = match UdpLink::join(&host.dev, a.udp_local, a.udp_remote) {
         Ok(l) => l,
         Err(e) => {
-            let _ = host.close(a.host);
+            let _ = host.close();
             let e = CliError::failed(
                 format!(
                     "joining the UDP link {} -> {}: {e}",
@@ -135,7 +132,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     } else {
         Ok(0)
     };
-    let closed = host.close(a.host);
+    let closed = host.close().map(|_| ()).map_err(setup_error);
     let (outcome, res) = match res {
         Ok(o) => (Some(o), Ok(())),
         Err(e) => (None, Err(e)),

@@ -14,8 +14,8 @@ use mlx5_sim::UdpLink;
 
 use super::oob::{self, Dest};
 use super::opts::Args;
-use crate::cmd::pingpong::host::{verbs_error, Addr, Host, RECVS};
-use crate::cmd::pingpong::opts::Transport;
+use crate::cmd::pingpong::host::{setup_error, verbs_error, Addr, Host, RECVS};
+use mlx5_testbed::ConnectOpts;
 use crate::common::error::CliError;
 
 /// rc_pingpong's buffer fill byte.
@@ -108,9 +108,12 @@ fn connect(a: &Args, host: &mut Host, link: &UdpLink, peer: &Dest) -> Result<(),
         mac,
         lid: 0,
         mtu: a.mtu,
+        addr: 0,
+        rkey: 0,
     };
-    let ah = host.ah_to(Transport::RoceV2Ipv4, &addr);
-    host.connect(ah, &addr, a.mtu)
+    let ah = host.ah_to(&addr);
+    host.connect(ah, &addr, &ConnectOpts::new(a.mtu))
+        .map_err(setup_error)
 }
 
 /// Check receive completion `r` and its bytes, then post its slot again.
@@ -134,14 +137,14 @@ fn received(host: &mut Host, r: WorkCompletion, size: usize, what: &str) -> Resu
         )));
     }
     let mut got = vec![0u8; size];
-    host.buf.read_bytes(host.slot * (1 + slot), &mut got);
+    host.buf.read_bytes(host.spec.recv_at(slot), &mut got);
     if let Some(i) = got.iter().position(|&b| b != FILL) {
         return Err(CliError::check(format!(
             "{what}: byte {i} is {:#04x}, the program sends {FILL:#04x}",
             got[i]
         )));
     }
-    host.post_recv(slot)
+    host.post_recv(slot).map_err(setup_error)
 }
 
 fn post_send(host: &mut Host, size: usize, n: u64) -> Result<(), CliError> {
@@ -184,9 +187,9 @@ pub fn session(
     progress: bool,
 ) -> Result<Outcome, CliError> {
     let size = a.size as usize;
-    host.buf.write_bytes(0, &vec![FILL; size]);
+    host.buf.write_bytes(host.spec.send_at(), &vec![FILL; size]);
     for i in 0..RECVS {
-        host.post_recv(i)?;
+        host.post_recv(i).map_err(setup_error)?;
     }
     let me = Dest {
         lid: 0,

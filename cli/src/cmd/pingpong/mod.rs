@@ -1,6 +1,7 @@
 //! `mlx5 pingpong`: two modelled hosts joined by a wire, an RC QP pair on
-//! SRQs through the verbs facade, SEND messages back and forth as
-//! rdma-core's `ibv_rc_pingpong` sends them, every byte checked; prints
+//! SRQs or the QPs' own receive queues through the verbs facade, messages
+//! back and forth as rdma-core's `ibv_rc_pingpong` sends them (SENDs, or
+//! RDMA WRITEs, READs or atomics with `--op`), every byte checked; prints
 //! what `ibv_rc_pingpong` prints plus the wire's and the ports' counters.
 //!
 //! Each host learns its own address (`query_port`, `query_gid_table`,
@@ -12,15 +13,17 @@ pub mod host;
 pub mod opts;
 pub mod report;
 
+use mlx5_driver::verbs::AccessFlags;
 use mlx5_driver::HcaConfig;
-use mlx5_sim::wire::{Faults, LinkType, Wire};
-use mlx5_sim::{Device, Profile};
+use mlx5_sim::wire::{Faults, Wire};
+use mlx5_sim::Profile;
+use mlx5_testbed::{ConnectOpts, HostSpec};
 use serde_json::Value;
 
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
-use host::Host;
-use opts::Args;
+use host::{setup_error, Host, RECVS};
+use opts::{Args, Op};
 
 /// The seed when `--seed` is not given.
 const DEFAULT_SEED: u64 = 1;
@@ -55,11 +58,23 @@ fn check_options(r: &Run<'_>) -> Result<(), CliError> {
     if t.ib() && matches!(r.profile, Profile::ConnectX4Lx | Profile::ConnectX6Dx) {
         return Err(CliError::usage(
             format!(
-                "--transport ib needs an InfiniBand-capable (VPI) profile; {} ports are Ethernet only",
+                "--transport {} needs an InfiniBand-capable (VPI) profile; {} ports are Ethernet only",
+                t.name(),
                 r.profile.name()
             ),
             "use --device sim:cx5 or sim:cx7 (the default is cx5)",
         ));
+    }
+    if let (true, Some(size)) = (r.args.op.atomic(), r.args.size) {
+        if size != 8 {
+            return Err(CliError::usage(
+                format!(
+                    "--op {} moves 8 bytes; --size {size} cannot be honoured",
+                    r.args.op.name()
+                ),
+                "leave out --size (or give --size 8)",
+            ));
+        }
     }
     if r.model.threaded {
         return Err(CliError::usage(
@@ -89,6 +104,18 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     (value, res)
 }
 
+/// The rights each host grants its peer (on the buffer and the QP): only
+/// what the operation needs.
+fn access_for(op: Op) -> AccessFlags {
+    let local = AccessFlags::LOCAL_WRITE;
+    match op {
+        Op::Send | Op::SendImm => local,
+        Op::Write | Op::WriteImm => local | AccessFlags::REMOTE_WRITE,
+        Op::Read => local | AccessFlags::REMOTE_READ,
+        Op::FetchAdd | Op::CmpSwap => local | AccessFlags::REMOTE_ATOMIC,
+    }
+}
+
 fn progress(r: &Run<'_>, what: &str) {
     if r.progress {
         eprintln!("mlx5: {what}");
@@ -99,11 +126,7 @@ fn session(r: &Run<'_>, rep: &mut report::Report) -> Result<(), CliError> {
     let a = r.args;
     let t = a.transport;
     let seed = rep.seed;
-    let wire = Wire::new(if t.ib() {
-        LinkType::Infiniband
-    } else {
-        LinkType::Ethernet
-    });
+    let wire = Wire::new(t.testbed().link_type());
     if let Some(path) = &a.pcap {
         let file = std::fs::File::create(path).map_err(|e| {
             CliError::failed(
@@ -119,27 +142,28 @@ fn session(r: &Run<'_>, rep: &mut report::Report) -> Result<(), CliError> {
             )
         })?;
     }
-    let device = |n: u64| -> Device {
+    let host = |n: u8| -> Result<Host, CliError> {
         let opts = ModelOpts {
-            seed: Some(seed.wrapping_mul(2).wrapping_add(n)),
+            seed: Some(seed.wrapping_mul(2).wrapping_add(u64::from(n))),
             ..r.model
         };
         let dev = target::model(r.profile, &opts);
-        if t.ib() {
-            // A VPI card whose port is configured for InfiniBand.
-            dev.caps_mut(|c| c.port_type = 0);
-        }
-        dev
+        let spec = HostSpec {
+            slot: a.message_size().max(8),
+            recvs: RECVS,
+            rq: a.rq.testbed(),
+            access: access_for(a.op),
+            ..HostSpec::new(t.testbed(), n, psn(seed, u64::from(n)))
+        };
+        Host::new(dev, &wire, r.cfg, spec).map_err(setup_error)
     };
-    let slot = a.size.max(1);
     progress(r, "bringing up host 1");
-    let mut h1 = Host::new(t, 1, device(1), &wire, r.cfg, slot, psn(seed, 1))?;
+    let mut h1 = host(1)?;
     progress(r, "bringing up host 2");
-    let h2 = Host::new(t, 2, device(2), &wire, r.cfg, slot, psn(seed, 2));
-    let mut h2 = match h2 {
+    let mut h2 = match host(2) {
         Ok(h) => h,
         Err(e) => {
-            let _ = h1.close(1);
+            let _ = h1.close();
             return Err(e);
         }
     };
@@ -158,9 +182,9 @@ fn session(r: &Run<'_>, rep: &mut report::Report) -> Result<(), CliError> {
         }
     }
     progress(r, "tearing down both hosts");
-    let closed = h1.close(1).and(h2.close(2));
+    let closed = h1.close().and(h2.close());
     if let Err(e) = closed {
-        rep.teardown = Some(Err(e));
+        rep.teardown = Some(Err(setup_error(e)));
     }
     res
 }
@@ -173,7 +197,6 @@ fn connected(
     h2: &mut Host,
 ) -> Result<(), CliError> {
     let a = r.args;
-    let t = a.transport;
     // The out-of-band exchange: each side's address, as rc_pingpong's
     // 52-byte records carry them over TCP.
     let (l, p) = (h1.addr, h2.addr);
@@ -190,8 +213,9 @@ fn connected(
             format!("use --mtu {} or less", port_mtu.bytes()),
         ));
     }
-    h1.connect(h1.ah_to(t, &p), &p, a.mtu)?;
-    h2.connect(h2.ah_to(t, &l), &l, a.mtu)?;
+    let opts = ConnectOpts::new(a.mtu);
+    h1.connect(h1.ah_to(&p), &p, &opts).map_err(setup_error)?;
+    h2.connect(h2.ah_to(&l), &l, &opts).map_err(setup_error)?;
     wire.set_faults(Faults {
         seed: rep.seed,
         drop: a.drop,
@@ -202,7 +226,7 @@ fn connected(
     });
     progress(r, "connected; ping-pong");
     let start = std::time::Instant::now();
-    let (tally, res) = exchange::run(h1, h2, a.size, a.iters);
+    let (tally, res) = exchange::run(h1, h2, a.op, a.message_size(), a.iters);
     rep.elapsed = start.elapsed();
     rep.tally = tally;
     res

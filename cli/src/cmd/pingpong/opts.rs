@@ -27,12 +27,27 @@ pub enum Transport {
     /// Native InfiniBand, addressed by LID.
     #[value(name = "ib")]
     Ib,
+    /// Native InfiniBand with a GRH (the peer's LID and port GID).
+    #[value(name = "ib-grh")]
+    IbGrh,
 }
 
 impl Transport {
     /// A native InfiniBand transport.
     pub fn ib(self) -> bool {
-        self == Transport::Ib
+        self.testbed().ib()
+    }
+
+    /// The two-host setup's name for it.
+    pub fn testbed(self) -> mlx5_testbed::Transport {
+        use mlx5_testbed::Transport as T;
+        match self {
+            Transport::RoceV2Ipv4 => T::RoceV2Ipv4,
+            Transport::RoceV2Ipv6 => T::RoceV2Ipv6,
+            Transport::RoceV1 => T::RoceV1,
+            Transport::Ib => T::IbLid,
+            Transport::IbGrh => T::IbGrh,
+        }
     }
 
     /// The option value.
@@ -42,16 +57,108 @@ impl Transport {
             Transport::RoceV2Ipv6 => "roce-v2-ipv6",
             Transport::RoceV1 => "roce-v1",
             Transport::Ib => "ib",
+            Transport::IbGrh => "ib-grh",
         }
     }
 
     /// What it is, in words.
     pub fn describe(self) -> &'static str {
+        self.testbed().describe()
+    }
+}
+
+/// The operation each message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    /// SEND into the peer's receive WQE (rc_pingpong's operation).
+    #[value(name = "send")]
+    Send,
+    /// SEND with immediate data (the message number).
+    #[value(name = "send-imm")]
+    SendImm,
+    /// RDMA WRITE into the peer's buffer; its ACK (the send completion)
+    /// says the data is placed, then the peer checks it.
+    #[value(name = "write")]
+    Write,
+    /// RDMA WRITE with immediate: the data placed, and a receive WQE of the
+    /// peer consumed for the immediate.
+    #[value(name = "write-imm")]
+    WriteImm,
+    /// RDMA READ of the peer's buffer (the peer prepares the message).
+    #[value(name = "read")]
+    Read,
+    /// ATOMIC FETCH_AND_ADD on an 8-byte counter of the peer.
+    #[value(name = "fetch-add")]
+    FetchAdd,
+    /// ATOMIC COMPARE_AND_SWAP on an 8-byte word of the peer.
+    #[value(name = "cmp-swap")]
+    CmpSwap,
+}
+
+impl Op {
+    /// The option value.
+    pub fn name(self) -> &'static str {
         match self {
-            Transport::RoceV2Ipv4 => "RoCE v2 over IPv4",
-            Transport::RoceV2Ipv6 => "RoCE v2 over IPv6",
-            Transport::RoceV1 => "RoCE v1",
-            Transport::Ib => "InfiniBand by LID",
+            Op::Send => "send",
+            Op::SendImm => "send-imm",
+            Op::Write => "write",
+            Op::WriteImm => "write-imm",
+            Op::Read => "read",
+            Op::FetchAdd => "fetch-add",
+            Op::CmpSwap => "cmp-swap",
+        }
+    }
+
+    /// An atomic: 8 bytes, always.
+    pub fn atomic(self) -> bool {
+        matches!(self, Op::FetchAdd | Op::CmpSwap)
+    }
+
+    /// Each message consumes a receive WQE of the peer.
+    pub fn consumes_recv(self) -> bool {
+        matches!(self, Op::Send | Op::SendImm | Op::WriteImm)
+    }
+
+    /// What the messages are, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Op::Send => "SENDs",
+            Op::SendImm => "SENDs with immediate",
+            Op::Write => "RDMA WRITEs",
+            Op::WriteImm => "RDMA WRITEs with immediate",
+            Op::Read => "RDMA READs",
+            Op::FetchAdd => "FETCH_AND_ADDs",
+            Op::CmpSwap => "COMPARE_AND_SWAPs",
+        }
+    }
+}
+
+/// Where each QP takes its receive WQEs from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Rq {
+    /// An SRQ per host.
+    #[value(name = "srq")]
+    Srq,
+    /// The QP's own receive queue (as rc_pingpong and perftest create
+    /// their QPs).
+    #[value(name = "own")]
+    Own,
+}
+
+impl Rq {
+    /// The option value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rq::Srq => "srq",
+            Rq::Own => "own",
+        }
+    }
+
+    /// The two-host setup's name for it.
+    pub fn testbed(self) -> mlx5_testbed::RecvQueue {
+        match self {
+            Rq::Srq => mlx5_testbed::RecvQueue::Srq,
+            Rq::Own => mlx5_testbed::RecvQueue::Own,
         }
     }
 }
@@ -63,9 +170,16 @@ pub struct Args {
     /// How the hosts reach each other
     #[arg(long, value_enum, default_value = "roce-v2-ipv4")]
     pub transport: Transport,
-    /// Bytes per message, 0 to 1048576 (K and M suffixes: 4K) [rc_pingpong's default]
-    #[arg(long, default_value = "4096", value_parser = parse_size, value_name = "BYTES")]
-    pub size: usize,
+    /// The operation of each message
+    #[arg(long, value_enum, default_value = "send")]
+    pub op: Op,
+    /// Where each QP receives: an SRQ, or the QP's own receive queue
+    #[arg(long, value_enum, default_value = "srq")]
+    pub rq: Rq,
+    /// Bytes per message, 0 to 1048576 (K and M suffixes: 4K); the
+    /// atomics move 8 [default: 4096, rc_pingpong's]
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    pub size: Option<usize>,
     /// Round trips, 1 to 1000000 [rc_pingpong's default]
     #[arg(long, default_value = "1000", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_ITERS)))]
@@ -91,6 +205,18 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
 }
+
+impl Args {
+    /// Bytes per message: `--size`, else 8 for the atomics and 4096 for
+    /// the rest.
+    pub fn message_size(&self) -> usize {
+        self.size
+            .unwrap_or(if self.op.atomic() { 8 } else { DEFAULT_SIZE })
+    }
+}
+
+/// `--size`'s default (rc_pingpong's).
+pub const DEFAULT_SIZE: usize = 4096;
 
 /// A message size: decimal or 0x hex, optional K or M suffix, at most
 /// [`MAX_SIZE`]; zero is a valid (empty) message.

@@ -102,7 +102,7 @@ impl Report {
 
     /// Bytes both ways, as rc_pingpong counts them (`size * iters * 2`).
     fn bytes(&self) -> u64 {
-        self.args.size as u64 * self.tally.received
+        self.args.message_size() as u64 * self.tally.received
     }
 
     fn usec(&self) -> f64 {
@@ -140,7 +140,9 @@ impl Report {
         let w = &self.wire;
         json!({ "pingpong": {
             "transport": a.transport.name(),
-            "size": a.size,
+            "op": a.op.name(),
+            "rq": a.rq.name(),
+            "size": a.message_size(),
             "iters": a.iters,
             "mtu": a.mtu.bytes(),
             "seed": self.seed,
@@ -199,10 +201,15 @@ impl Report {
         }
         outln!();
         outln!(
-            "transport         {}, path MTU {}, {}-byte SENDs, seed {}",
+            "transport         {}, path MTU {}, {}-byte {}, {}, seed {}",
             a.transport.describe(),
             a.mtu.bytes(),
-            a.size,
+            a.message_size(),
+            a.op.describe(),
+            match a.rq {
+                super::opts::Rq::Srq => "receiving on SRQs",
+                super::opts::Rq::Own => "receiving on the QPs' own receive queues",
+            },
             self.seed
         );
         outln!(
