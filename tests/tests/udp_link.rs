@@ -270,7 +270,10 @@ fn a_synchronous_device_is_refused() {
         let threaded = mlx5_sim::Device::new(mlx5_sim::SimConfig::default().threaded());
         let l = UdpLink::attach(&threaded, pa, pb).unwrap();
         assert_eq!(l.wire().link(), LinkType::Ethernet);
-        assert!(UdpLink::attach(&threaded, pb, pa).is_err(), "a port joins one wire");
+        assert!(
+            UdpLink::attach(&threaded, pb, pa).is_err(),
+            "a port joins one wire"
+        );
     });
 }
 

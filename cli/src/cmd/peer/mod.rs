@@ -20,9 +20,9 @@ use mlx5_sim::{Profile, UdpLink};
 use serde_json::{json, Value};
 
 use super::pingpong::host::{setup_error, Host, RECVS};
-use mlx5_testbed::{HostSpec, Transport};
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
+use mlx5_testbed::{HostSpec, Transport};
 use opts::Args;
 
 /// How `mlx5 peer` runs.

@@ -15,8 +15,8 @@ use mlx5_sim::UdpLink;
 use super::oob::{self, Dest};
 use super::opts::Args;
 use crate::cmd::pingpong::host::{setup_error, verbs_error, Addr, Host, RECVS};
-use mlx5_testbed::ConnectOpts;
 use crate::common::error::CliError;
+use mlx5_testbed::ConnectOpts;
 
 /// rc_pingpong's buffer fill byte.
 pub const FILL: u8 = 0x7b;
