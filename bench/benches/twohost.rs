@@ -202,6 +202,7 @@ impl Rig {
         black_box(self.wait(from, true));
     }
 
+    #[inline(never)]
     fn round_trip(&mut self) {
         self.one_way(0);
         self.one_way(1);
@@ -268,6 +269,9 @@ impl TwoHosts {
         black_box(self.wait(from, true));
     }
 
+    // Not inlined: a profiler (callgrind's --toggle-collect) can count
+    // the instructions of exactly one round trip.
+    #[inline(never)]
     fn round_trip(&mut self) {
         self.one_way(0);
         self.one_way(1);

@@ -98,6 +98,8 @@ pub(crate) struct State {
     /// MMIO writes not yet applied (threaded mode; posted doorbells of a
     /// hosted device).
     pub mmio_queue: VecDeque<MmioWrite>,
+    /// Object numbers the timer sweeps collect (kept for its capacity).
+    pub due_scratch: Vec<u32>,
     /// Firmware state of the function (ENABLE/INIT/TEARDOWN_HCA).
     pub hca: HcaState,
     /// The interface version SET_ISSI chose.
@@ -153,6 +155,7 @@ impl State {
             late_limits: Vec::new(),
             resets: 0,
             mmio_queue: VecDeque::new(),
+            due_scratch: Vec::new(),
             hca: HcaState::Disabled,
             issi: 0,
             host_be: false,

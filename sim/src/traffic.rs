@@ -284,7 +284,7 @@ impl State {
             Err(why) => return self.srq_catastrophe(srqn, why),
         };
         // The side door has no QP: keys are checked against the SRQ's PD.
-        let what = format!("receive scatter srqn {srqn:#x} WQE {idx}");
+        let what = || format!("receive scatter srqn {srqn:#x} WQE {idx}");
         let result = match self.plan_scatter(&wqe[16..], pd, payload.len() as u64, &what) {
             Ok(plan) => {
                 self.write_plan(&plan, payload, &what);

@@ -49,7 +49,7 @@ impl Umem {
     /// The queue buffer of `len` bytes at `off`, if the region holds it.
     pub fn buf(&self, off: u64, len: u64, write: bool) -> Option<QBuf> {
         self.covers(off, len, write).then(|| QBuf {
-            pas: self.pages.clone(),
+            pas: self.pages.as_slice().into(),
             page_shift: self.page_shift,
             offset: self.page_offset + off,
         })

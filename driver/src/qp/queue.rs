@@ -212,18 +212,20 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
             return fail(SendError::NoSendQueue);
         };
         let slots = self.slots.as_mut();
-        let mut last = None;
+        // The doorbell value of the last WQE written, 0 while none is:
+        // a WQE's first 8 bytes are never 0 (its `ds` is at least 1).
+        let mut ctrl = 0;
         let mut result = Ok(());
         for (index, r) in reqs.into_iter().enumerate() {
             match ring.write(slots, &r) {
-                Ok(ctrl) => last = Some(ctrl),
+                Ok(c) => ctrl = c,
                 Err(error) => {
                     result = Err(PostSendFailure { index, error });
                     break;
                 }
             }
         }
-        if let Some(ctrl) = last {
+        if ctrl != 0 {
             ring.ring_doorbell(&self.hal, &self.dbr, ctrl);
         }
         result

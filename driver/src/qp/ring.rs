@@ -31,11 +31,11 @@
 //!   index is not the start of an outstanding WQE is refused: the device is
 //!   not trusted.
 
-use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingRegion};
+use mlx5_hal::{barrier, DmaRegion, Hal, HalError, RingRegion};
 use mlx5_regs::consts::wqe;
 use mlx5_regs::doorbell::QP_DBR_SND;
 
-use super::wr::{BadSendCqe, Payload, SendError, SendSlot, SendWork};
+use super::wr::{BadSendCqe, Payload, SendError, SendOpcode, SendSlot, SendWork};
 use crate::pagelist::{alloc_paged, PageList};
 use crate::srq::Sge;
 
@@ -43,6 +43,8 @@ use crate::srq::Sge;
 pub const WQEBB: usize = wqe::SEND_WQE_BB;
 /// Bytes in a WQE unit (`MLX5_SEND_WQE_DS`).
 const UNIT: usize = wqe::SEND_WQE_DS;
+/// Units in a WQEBB.
+const BB_UNITS: usize = WQEBB / UNIT;
 /// Largest WQE in units: `qpn_ds.ds` is 6 bits.
 pub const MAX_DS: usize = 63;
 /// Bytes of the control, remote-address and atomic segments: the per-WQE
@@ -178,17 +180,21 @@ impl SqGeometry {
 
 /// The send ring: WQE buffer, geometry, counters and the doorbell target.
 pub struct SendRing<H: Hal> {
-    /// The WQE buffer with its WQEBBs laid out in it, checked once: the
-    /// first block of a WQE (control, remote address, first data units)
-    /// is one window, with no check.
-    buf: RingRegion<H, WQEBB>,
+    /// The WQE buffer with its 16-byte units laid out in it, checked
+    /// once: a segment is the window of its unit (mask, shift, add, no
+    /// check), and a WQE that runs past the ring's end continues at its
+    /// start through the mask.
+    buf: RingRegion<H, UNIT>,
     /// Offset of WQEBB 0 in `buf` (aligned to the firmware page size).
     base: usize,
     geo: SqGeometry,
     /// Gather entries a work request may carry: the geometry's
     /// `max_send_sge` unless lowered by [`SendRing::limit_sges`].
     max_sge: u32,
-    qpn: u32,
+    /// The control segment's `qpn_ds` with `ds` 0 (`qpn << 8`).
+    qpn_ds: u32,
+    /// `wqebbs - 1`: a producer or WQE counter masked to its WQEBB.
+    bb_mask: usize,
     /// Producer counter in WQEBBs.
     cur_post: u16,
     /// Work requests posted / retired (free-running).
@@ -242,7 +248,8 @@ impl<H: Hal> SendRing<H> {
     ) -> Result<(Self, PageList, usize), HalError> {
         let (buf, rq_base, pages) = alloc_paged(hal, rq_bytes + geo.bytes(), max_pages)?;
         let base = rq_base + rq_bytes;
-        let buf = RingRegion::new(buf, base, geo.log_wqebbs, WQEBB.trailing_zeros() as u8)
+        let log_units = geo.log_wqebbs + BB_UNITS.trailing_zeros() as u8;
+        let buf = RingRegion::new(buf, base, log_units, UNIT.trailing_zeros() as u8)
             .ok_or(HalError::InvalidRequest)?;
         Ok((
             SendRing {
@@ -250,7 +257,8 @@ impl<H: Hal> SendRing<H> {
                 base,
                 geo,
                 max_sge: geo.max_send_sge,
-                qpn: 0,
+                qpn_ds: 0,
+                bb_mask: geo.wqebbs() - 1,
                 cur_post: 0,
                 head: 0,
                 tail: 0,
@@ -268,7 +276,7 @@ impl<H: Hal> SendRing<H> {
 
     /// Record the QP number (it goes into every control segment).
     pub fn set_qpn(&mut self, qpn: u32) {
-        self.qpn = qpn & 0x00ff_ffff;
+        self.qpn_ds = wqe::qpn_ds(qpn, 0);
     }
 
     /// The geometry.
@@ -329,6 +337,11 @@ impl<H: Hal> SendRing<H> {
     /// (length ≥ the ring's WQEBBs, checked by the QP at creation).
     /// Nothing is published; returns the WQE's first 8 bytes, the value of
     /// the doorbell that publishes it.
+    ///
+    /// SEND and RDMA WRITE (with or without immediate) are written here;
+    /// RDMA READ and the atomics, whose local buffers the device writes and
+    /// whose WQEs carry more segments, in a function of their own, so the
+    /// common path does none of their work.
     #[inline(always)]
     pub fn write<R: SendWork + ?Sized>(
         &mut self,
@@ -338,126 +351,189 @@ impl<H: Hal> SendRing<H> {
         if self.head.wrapping_sub(self.tail) >= self.geo.max_send_wr {
             return Err(SendError::Full);
         }
-        let wqebbs = self.geo.wqebbs();
-        let idx = self.cur_post as usize & (wqebbs - 1);
-        let ring_units = wqebbs * (WQEBB / UNIT);
-        // The opcode alone decides the layout. Segments after the control
-        // segment: [raddr], [atomic], data or inline. The first WQEBB holds
-        // four units, so everything before the data lies inside it and
-        // never wraps.
         let opcode = r.opcode();
-        let raddr = opcode.has_raddr();
-        let atomic = opcode.is_atomic();
-        let imm = if opcode.has_imm() { r.imm() } else { 0 };
-        let mut ds = 1 + raddr as usize + atomic as usize;
-        let data_unit = idx * (WQEBB / UNIT) + ds;
-        let mut atomic_buf = (0, 0);
-        match r.payload() {
-            Payload::Sges(sges) if atomic => {
-                // rdma-core checks `num_sge` against `sq.max_gs` before
-                // the opcode.
-                if sges.len() > self.max_sge as usize {
-                    return Err(SendError::TooManySges {
-                        given: sges.len(),
-                        max: self.max_sge,
-                    });
-                }
-                if !self.atomics {
-                    return Err(SendError::AtomicsUnsupported);
-                }
-                // One local buffer; the device writes 8 bytes into it
-                // (rdma-core `set_data_ptr_seg_atomic`: byte count 8).
-                let [sge] = sges else {
-                    return Err(SendError::BadAtomicBuffer);
-                };
-                if sge.length < 8 {
-                    return Err(SendError::BadAtomicBuffer);
-                }
-                atomic_buf = (sge.lkey, sge.addr);
-                ds += 1;
-            }
-            Payload::Sges(sges) => {
-                if sges.len() > self.max_sge as usize {
-                    return Err(SendError::TooManySges {
-                        given: sges.len(),
-                        max: self.max_sge,
-                    });
-                }
-                // One bounds check per contiguous part: up to the ring end,
-                // then (only when the list wraps) from its start.
-                let n = sges.len();
-                let first = n.min(ring_units - data_unit);
-                let head = self
-                    .buf
-                    .windows::<UNIT>(self.base + data_unit * UNIT, first);
-                ds += if first == n {
-                    write_sges(head, sges)
-                } else {
-                    write_sges(
-                        head.chain(self.buf.windows::<UNIT>(self.base, n - first)),
-                        sges,
-                    )
-                };
-            }
-            Payload::Inline(_) if opcode.reads_remote() => {
-                return Err(SendError::InlineNotAllowed);
-            }
-            Payload::Inline(data) => {
-                if data.len() > self.geo.max_inline_data as usize {
-                    return Err(SendError::InlineTooLarge {
-                        len: data.len(),
-                        max: self.geo.max_inline_data,
-                    });
-                }
-                if !data.is_empty() {
-                    self.inline_head = self.head;
-                    let hdr = self.base + data_unit * UNIT;
-                    self.buf
-                        .write_be32(hdr, data.len() as u32 | wqe::INLINE_SEG);
-                    let at = data_unit * UNIT + 4;
-                    let first = data.len().min(ring_units * UNIT - at);
-                    self.buf.write_bytes(self.base + at, &data[..first]);
-                    if first < data.len() {
-                        self.buf.write_bytes(self.base, &data[first..]);
-                    }
-                    ds += (4 + data.len()).div_ceil(UNIT);
-                }
-            }
+        if opcode.reads_remote() {
+            return self.write_reading(slots, r, opcode);
         }
-        let ctrl = self.buf.entry(idx as u32);
+        // The opcode alone decides the layout: control, [raddr] (the RDMA
+        // writes), then data or inline. The first WQEBB holds four units,
+        // so everything before the data lies inside it and never wraps.
+        let idx = self.cur_post as usize & self.bb_mask;
+        let raddr = opcode.is_rdma_write();
+        let data_unit = idx * BB_UNITS + 1 + raddr as usize;
+        let data = match r.payload() {
+            Payload::Sges(sges) => self.write_gather(data_unit, sges)?,
+            Payload::Inline(bytes) => self.write_inline(data_unit, bytes)?,
+        };
         if raddr {
             // Linux `set_raddr_seg`.
             let (addr, rkey) = r.remote();
-            ctrl.write_be64::<UNIT>(addr);
-            ctrl.write_be64::<{ UNIT + 8 }>((rkey as u64) << 32);
+            let seg = self.buf.entry((idx * BB_UNITS + 1) as u32);
+            seg.write_be64::<0>(addr);
+            seg.write_be64::<8>((rkey as u64) << 32);
         }
-        if atomic {
-            // Linux `set_atomic_seg`: swap (or the addend), then compare.
-            let (swap_add, compare) = r.atomic();
-            ctrl.write_be64::<{ 2 * UNIT }>(swap_add);
-            ctrl.write_be64::<{ 2 * UNIT + 8 }>(compare);
-            // The one data segment, unit 3 of the first WQEBB.
-            let (lkey, addr) = atomic_buf;
-            ctrl.write_be64::<{ 3 * UNIT }>((8u64 << 32) | lkey as u64);
-            ctrl.write_be64::<{ 3 * UNIT + 8 }>(addr);
-        }
-        let signaled = r.signaled();
-        let fm_ce_se = if signaled { wqe::CTRL_CQ_UPDATE } else { 0 }
-            | if r.solicited() {
-                wqe::CTRL_SOLICITED
-            } else {
-                0
+        let imm = if opcode.has_imm() { r.imm() } else { 0 };
+        Ok(self.finish(slots, r, idx, opcode, 1 + raddr as usize + data, imm))
+    }
+
+    /// [`SendRing::write`] of an RDMA READ or an atomic: control, remote
+    /// address, then the gather list the device writes into (READ) or the
+    /// atomic segment and one 8-byte data segment (the atomics; rdma-core
+    /// `set_atomic_seg`, `set_data_ptr_seg_atomic`). Out of line: the
+    /// common path stays free of their checks and segments.
+    #[cold]
+    #[inline(never)]
+    fn write_reading<R: SendWork + ?Sized>(
+        &mut self,
+        slots: &mut [SendSlot],
+        r: &R,
+        opcode: SendOpcode,
+    ) -> Result<u64, SendError> {
+        let Payload::Sges(sges) = r.payload() else {
+            return Err(SendError::InlineNotAllowed);
+        };
+        let idx = self.cur_post as usize & self.bb_mask;
+        let ds = if opcode.is_atomic() {
+            // rdma-core checks `num_sge` against `sq.max_gs` before the
+            // opcode.
+            if sges.len() > self.max_sge as usize {
+                return Err(SendError::TooManySges {
+                    given: sges.len(),
+                    max: self.max_sge,
+                });
             }
-            // rdma-core's `MLX5_WQE_CTRL_FENCE` (fence mode 4).
-            | if r.fence() {
-                wqe::FENCE_MODE_SMALL_AND_FENCE
-            } else {
-                0
+            if !self.atomics {
+                return Err(SendError::AtomicsUnsupported);
+            }
+            // One local buffer; the device writes 8 bytes into it.
+            let [sge] = sges else {
+                return Err(SendError::BadAtomicBuffer);
             };
+            if sge.length < 8 {
+                return Err(SendError::BadAtomicBuffer);
+            }
+            // Linux `set_atomic_seg`: swap (or the addend), then compare;
+            // the one data segment is unit 3 of the first WQEBB.
+            let (swap_add, compare) = r.atomic();
+            let seg = self.buf.entry((idx * BB_UNITS + 2) as u32);
+            seg.write_be64::<0>(swap_add);
+            seg.write_be64::<8>(compare);
+            let seg = self.buf.entry((idx * BB_UNITS + 3) as u32);
+            seg.write_be64::<0>((8u64 << 32) | sge.lkey as u64);
+            seg.write_be64::<8>(sge.addr);
+            4
+        } else {
+            2 + self.write_gather(idx * BB_UNITS + 2, sges)?
+        };
+        let (addr, rkey) = r.remote();
+        let seg = self.buf.entry((idx * BB_UNITS + 1) as u32);
+        seg.write_be64::<0>(addr);
+        seg.write_be64::<8>((rkey as u64) << 32);
+        Ok(self.finish(slots, r, idx, opcode, ds, 0))
+    }
+
+    /// Write the non-empty entries of `sges` as data segments from unit
+    /// `data_unit` of the ring on (zero-length entries are skipped, as
+    /// Linux and rdma-core do); returns how many units were written.
+    /// Refused, with nothing written, above the QP's gather limit.
+    #[inline(always)]
+    fn write_gather(&self, data_unit: usize, sges: &[Sge]) -> Result<usize, SendError> {
+        if sges.len() > self.max_sge as usize {
+            return Err(SendError::TooManySges {
+                given: sges.len(),
+                max: self.max_sge,
+            });
+        }
+        let mut unit = data_unit;
+        for sge in sges.iter().filter(|s| s.length != 0) {
+            let d = self.buf.entry(unit as u32);
+            d.write_be32::<0>(sge.length);
+            d.write_be32::<4>(sge.lkey);
+            d.write_be64::<8>(sge.addr);
+            unit += 1;
+        }
+        Ok(unit - data_unit)
+    }
+
+    /// Write `bytes` as an inline segment from unit `data_unit` of the
+    /// ring on, in 8-byte stores: the 4-byte header shares the first with
+    /// the first four bytes, each unit after the first takes 16, the last
+    /// is padded with zeros (inside the segment's 16-byte padding). Returns
+    /// the units written; refused above the QP's inline limit.
+    #[inline(always)]
+    fn write_inline(&mut self, data_unit: usize, bytes: &[u8]) -> Result<usize, SendError> {
+        let len = bytes.len();
+        if len > self.geo.max_inline_data as usize {
+            return Err(SendError::InlineTooLarge {
+                len,
+                max: self.geo.max_inline_data,
+            });
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        self.inline_head = self.head;
+        let header = ((len as u32 | wqe::INLINE_SEG) as u64) << 32;
+        let first = self.buf.entry(data_unit as u32);
+        let Some((lead, rest)) = bytes.split_first_chunk::<12>() else {
+            // Under 12 bytes: unit 0 holds them all.
+            let (lead, rest) = bytes.split_at(len.min(4));
+            first.write_be64::<0>(header | word_of(lead) >> 32);
+            first.write_be64::<8>(word_of(rest));
+            return Ok(1);
+        };
+        // Unit 0: the header and the first 12 bytes.
+        let [a0, a1, a2, a3, b @ ..] = *lead;
+        first.write_be64::<0>(header | u32::from_be_bytes([a0, a1, a2, a3]) as u64);
+        first.write_be64::<8>(u64::from_be_bytes(b));
+        // Then 16 bytes per unit; the mask continues a segment that runs
+        // past the ring's end at its start.
+        let mut unit = data_unit + 1;
+        let mut units = rest.chunks_exact(UNIT);
+        for u in &mut units {
+            let (a, b) = u.split_at(8);
+            let d = self.buf.entry(unit as u32);
+            d.write_be64::<0>(word_of(a));
+            d.write_be64::<8>(word_of(b));
+            unit += 1;
+        }
+        // The last 1..15 bytes: read as the source's last 8 (at least 12
+        // are there) and shifted into place, zeros after them.
+        let tail = units.remainder();
+        if let Some(last) = bytes.last_chunk::<8>().filter(|_| !tail.is_empty()) {
+            let last = u64::from_be_bytes(*last);
+            let d = self.buf.entry(unit as u32);
+            let t = tail.len();
+            if t > 8 {
+                d.write_be64::<0>(word_of(tail));
+                d.write_be64::<8>(last << ((16 - t) * 8));
+            } else {
+                d.write_be64::<0>(last << ((8 - t) * 8));
+                d.write_be64::<8>(0);
+            }
+        }
+        Ok((4 + len).div_ceil(UNIT))
+    }
+
+    /// The control segment and the table entry of the WQE at `idx` whose
+    /// other segments are written (`ds` units in all), then the counters
+    /// move on. Returns the doorbell value (the WQE's first 8 bytes).
+    #[inline(always)]
+    fn finish<R: SendWork + ?Sized>(
+        &mut self,
+        slots: &mut [SendSlot],
+        r: &R,
+        idx: usize,
+        opcode: SendOpcode,
+        ds: usize,
+        imm: u32,
+    ) -> u64 {
+        let fm_ce_se = r.fm_ce_se();
         let word0 = mlx5_regs::doorbell::qp_send_doorbell(
             wqe::opmod_idx_opcode(0, self.cur_post, opcode as u8),
-            wqe::qpn_ds(self.qpn, ds as u8),
+            self.qpn_ds | ds as u32 & wqe::CTRL_DS_MASK,
         );
+        let ctrl = self.buf.entry((idx * BB_UNITS) as u32);
         ctrl.write_be64::<0>(word0);
         ctrl.write_be64::<8>(((fm_ce_se as u64) << 32) | imm as u64);
         slots[idx] = SendSlot {
@@ -465,13 +541,13 @@ impl<H: Hal> SendRing<H> {
             seq: self.head,
             index: self.cur_post,
             opcode: opcode as u8,
-            signaled,
+            signaled: fm_ce_se & wqe::CTRL_CQ_UPDATE != 0,
         };
         self.cur_post = self
             .cur_post
-            .wrapping_add((ds * UNIT).div_ceil(WQEBB) as u16);
+            .wrapping_add(round_up_div(ds, BB_UNITS) as u16);
         self.head = self.head.wrapping_add(1);
-        Ok(word0)
+        word0
     }
 
     /// Publish everything written: WQE stores ordered before the
@@ -511,18 +587,13 @@ impl<H: Hal> SendRing<H> {
     fn blueflame_copy(&self, hal: &H, ctrl: u64, bbs: usize) {
         let index = (ctrl >> 40) as u16;
         let mut at = self.bf_offset;
-        for i in 0..bbs {
-            let bb = self.buf.entry(index.wrapping_add(i as u16) as u32);
+        let first = index as u32 * BB_UNITS as u32;
+        for u in 0..(bbs * BB_UNITS) as u32 {
+            let seg = self.buf.entry(first.wrapping_add(u));
             // The doorbell word as built, not read back: the same bytes.
-            hal.mmio_write64(at, if i == 0 { ctrl } else { bb.read_be64::<0>() });
-            hal.mmio_write64(at + 8, bb.read_be64::<8>());
-            hal.mmio_write64(at + 16, bb.read_be64::<16>());
-            hal.mmio_write64(at + 24, bb.read_be64::<24>());
-            hal.mmio_write64(at + 32, bb.read_be64::<32>());
-            hal.mmio_write64(at + 40, bb.read_be64::<40>());
-            hal.mmio_write64(at + 48, bb.read_be64::<48>());
-            hal.mmio_write64(at + 56, bb.read_be64::<56>());
-            at += WQEBB;
+            hal.mmio_write64(at, if u == 0 { ctrl } else { seg.read_be64::<0>() });
+            hal.mmio_write64(at + 8, seg.read_be64::<8>());
+            at += UNIT;
         }
     }
 
@@ -535,7 +606,7 @@ impl<H: Hal> SendRing<H> {
         slots: &[SendSlot],
         wqe_counter: u16,
     ) -> Result<(SendSlot, u32), BadSendCqe> {
-        let idx = wqe_counter as usize & (self.geo.wqebbs() - 1);
+        let idx = wqe_counter as usize & self.bb_mask;
         let bad = BadSendCqe::NotOutstanding { wqe_counter };
         let s = *slots.get(idx).ok_or(bad)?;
         let age = s.seq.wrapping_sub(self.tail);
@@ -559,20 +630,36 @@ impl<H: Hal> SendRing<H> {
     }
 }
 
-/// Write the non-empty entries of `sges` as data segments into `segs`
-/// (one window per entry, checked by the caller); returns how many were
-/// written. Zero-length entries are skipped, as Linux and rdma-core do.
+/// `n / d` rounded up, for a power-of-two `d` and an `n` far from
+/// overflowing: an add and a shift (`div_ceil` compiles to a remainder
+/// test and a carry).
 #[inline(always)]
-fn write_sges<'a>(mut segs: impl Iterator<Item = DmaWindow<'a, UNIT>>, sges: &[Sge]) -> usize {
-    let mut ds = 0;
-    for sge in sges.iter().filter(|s| s.length != 0) {
-        let Some(d) = segs.next() else {
-            unreachable!("one window per gather entry")
-        };
-        d.write_be32::<0>(sge.length);
-        d.write_be32::<4>(sge.lkey);
-        d.write_be64::<8>(sge.addr);
-        ds += 1;
+#[allow(clippy::manual_div_ceil)]
+const fn round_up_div(n: usize, d: usize) -> usize {
+    (n + d - 1) / d
+}
+
+/// Up to the first 8 of `bytes` as a big-endian word, padded with zeros:
+/// stored with `write_be64`, the bytes land in memory in their order.
+#[inline(always)]
+fn word_of(bytes: &[u8]) -> u64 {
+    if let Some(b) = bytes.first_chunk::<8>() {
+        return u64::from_be_bytes(*b);
     }
-    ds
+    // Fewer than 8: four, two and one byte at a time, no copy loop.
+    let (mut w, mut shift, mut rest) = (0u64, 64, bytes);
+    if let Some((b, r)) = rest.split_first_chunk::<4>() {
+        shift -= 32;
+        w |= (u32::from_be_bytes(*b) as u64) << shift;
+        rest = r;
+    }
+    if let Some((b, r)) = rest.split_first_chunk::<2>() {
+        shift -= 16;
+        w |= (u16::from_be_bytes(*b) as u64) << shift;
+        rest = r;
+    }
+    if let Some(b) = rest.first() {
+        w |= (*b as u64) << (shift - 8);
+    }
+    w
 }

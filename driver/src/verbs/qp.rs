@@ -24,6 +24,7 @@ use crate::qp::{
     Payload, Qp, QpLinks, RecvQueueCaps, SendError, SendOpcode, SendQueueCaps, SendSlot, SendWork,
 };
 use crate::stats::CmdObserver;
+use mlx5_regs::consts::wqe;
 
 /// Work requests posted per doorbell.
 const CHUNK: usize = 16;
@@ -474,6 +475,46 @@ fn send_errno(e: &SendError) -> Errno {
     }
 }
 
+/// The WQE opcode of each [`WrOpcode`], indexed by its value.
+const WR_OPCODES: [SendOpcode; 7] = {
+    let mut t = [SendOpcode::Send; 7];
+    t[WrOpcode::RdmaWrite as usize] = SendOpcode::RdmaWrite;
+    t[WrOpcode::RdmaWriteWithImm as usize] = SendOpcode::RdmaWriteImm;
+    t[WrOpcode::Send as usize] = SendOpcode::Send;
+    t[WrOpcode::SendWithImm as usize] = SendOpcode::SendImm;
+    t[WrOpcode::RdmaRead as usize] = SendOpcode::RdmaRead;
+    t[WrOpcode::AtomicCmpAndSwp as usize] = SendOpcode::AtomicCmpSwap;
+    t[WrOpcode::AtomicFetchAndAdd as usize] = SendOpcode::AtomicFetchAdd;
+    t
+};
+
+/// `fm_ce_se` of each combination of [`SendFlags::FENCE`],
+/// [`SendFlags::SIGNALED`] and [`SendFlags::SOLICITED`] (bits 0..2):
+/// fence mode 4 (rdma-core's `MLX5_WQE_CTRL_FENCE`), a completion, the
+/// solicited bit.
+const FM_CE_SE: [u8; 8] = {
+    let mut t = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        let f = SendFlags(i as u32);
+        t[i] = (if f.contains(SendFlags::FENCE) {
+            wqe::FENCE_MODE_SMALL_AND_FENCE
+        } else {
+            0
+        }) | (if f.contains(SendFlags::SIGNALED) {
+            wqe::CTRL_CQ_UPDATE
+        } else {
+            0
+        }) | (if f.contains(SendFlags::SOLICITED) {
+            wqe::CTRL_SOLICITED
+        } else {
+            0
+        });
+        i += 1;
+    }
+    t
+};
+
 /// A verbs work request as the send ring reads it ([`SendWork`]), with
 /// the QP's `sq_sig_all`.
 pub(super) struct Posted<'w, 'a> {
@@ -489,16 +530,16 @@ impl SendWork for Posted<'_, '_> {
 
     #[inline(always)]
     fn opcode(&self) -> SendOpcode {
-        // rdma-core's `mlx5_ib_opcode` table.
-        match self.wr.opcode {
-            WrOpcode::RdmaWrite => SendOpcode::RdmaWrite,
-            WrOpcode::RdmaWriteWithImm => SendOpcode::RdmaWriteImm,
-            WrOpcode::Send => SendOpcode::Send,
-            WrOpcode::SendWithImm => SendOpcode::SendImm,
-            WrOpcode::RdmaRead => SendOpcode::RdmaRead,
-            WrOpcode::AtomicCmpAndSwp => SendOpcode::AtomicCmpSwap,
-            WrOpcode::AtomicFetchAndAdd => SendOpcode::AtomicFetchAdd,
-        }
+        // rdma-core's `mlx5_ib_opcode` table: a load, not a jump.
+        WR_OPCODES[self.wr.opcode as usize]
+    }
+
+    #[inline(always)]
+    fn fm_ce_se(&self) -> u8 {
+        // The default's byte, looked up: FENCE, SIGNALED and SOLICITED are
+        // the three low bits of `send_flags`.
+        FM_CE_SE[(self.wr.send_flags.0 & 7) as usize]
+            | if self.sig_all { wqe::CTRL_CQ_UPDATE } else { 0 }
     }
 
     #[inline(always)]

@@ -113,7 +113,7 @@ impl State {
                 bad_param(sy::CQ_PAS_ALIGN),
             )?;
             QBuf {
-                pas,
+                pas: pas.into(),
                 page_shift: shift,
                 offset: pofs,
             }
@@ -334,7 +334,7 @@ impl State {
         x.log_page_size = lps;
         x.page_offset = po;
         x.buf = QBuf {
-            pas,
+            pas: pas.into(),
             page_shift: shift,
             offset: pofs,
         };

@@ -103,7 +103,7 @@ impl State {
                 intr,
                 mask,
                 buf: QBuf {
-                    pas,
+                    pas: pas.into(),
                     page_shift: shift,
                     offset: pofs,
                 },

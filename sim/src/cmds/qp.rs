@@ -198,7 +198,7 @@ impl State {
                 bad_param(sy::QP_PAS_ALIGN),
             )?;
             Some(QBuf {
-                pas,
+                pas: pas.into(),
                 page_shift: shift,
                 offset: pofs,
             })

@@ -89,7 +89,7 @@ impl State {
                 log_size,
                 log_stride,
                 buf: QBuf {
-                    pas,
+                    pas: pas.into(),
                     page_shift: shift,
                     offset: pofs,
                 },
@@ -212,7 +212,7 @@ impl State {
                 bad_param(sy::SRQ_PAS_ALIGN),
             )?;
             QBuf {
-                pas,
+                pas: pas.into(),
                 page_shift: shift,
                 offset: pofs,
             }

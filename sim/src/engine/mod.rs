@@ -288,11 +288,12 @@ impl State {
         }
         let sges = match &w.data {
             Data::Inline(b) => return Ok(b.clone()),
-            Data::Sges(v) => v.clone(),
+            Data::Sges(v) => v,
         };
-        let what = format!("send gather qpn {qpn:#x} WQE {:#x}", w.index);
+        let index = w.index;
+        let what = || format!("send gather qpn {qpn:#x} WQE {index:#x}");
         let mut out = Vec::with_capacity(w.len() as usize);
-        for s in sges {
+        for s in sges.iter() {
             let plan = if s.lkey == self.resd_lkey {
                 if !rlky {
                     return Err(cqe_syndrome::LOCAL_PROT_ERR);
@@ -307,7 +308,7 @@ impl State {
             for (iova, n) in plan {
                 let at = out.len();
                 out.resize(at + n as usize, 0);
-                self.rd(iova, &mut out[at..], &|| what.clone())
+                self.rd(iova, &mut out[at..], &what)
                     .map_err(|_| cqe_syndrome::LOCAL_PROT_ERR)?;
             }
         }
@@ -454,16 +455,19 @@ impl State {
     /// the doorbell record move (no MMIO doorbell announces them; Linux
     /// `ib_drain_rq` relies on the flush of a receive posted in ERR).
     pub(crate) fn rq_flush_due(&mut self) {
-        let due: Vec<u32> = self
-            .objects
-            .qps
-            .iter()
-            .filter(|(_, q)| q.state == QpState::Err && q.rq.is_some())
-            .map(|(n, _)| *n)
-            .collect();
-        for qpn in due {
+        let mut due = std::mem::take(&mut self.due_scratch);
+        due.clear();
+        due.extend(
+            self.objects
+                .qps
+                .iter()
+                .filter(|(_, q)| q.state == QpState::Err && q.rq.is_some())
+                .map(|(n, _)| *n),
+        );
+        for &qpn in &due {
             self.flush_rq(qpn);
         }
+        self.due_scratch = due;
     }
 
     /// One REQ_ERR / WR_FLUSH CQE per WQE posted beyond the consumer.
@@ -520,16 +524,19 @@ impl State {
     /// Retry every QP whose RNR/ACK timer has expired.
     pub(crate) fn qp_run_due(&mut self) {
         let now = self.now_ns();
-        let due: Vec<u32> = self
-            .objects
-            .qps
-            .iter()
-            .filter(|(_, q)| q.wait.is_some_and(|w| w.at_ns <= now))
-            .map(|(n, _)| *n)
-            .collect();
-        for qpn in due {
+        let mut due = std::mem::take(&mut self.due_scratch);
+        due.clear();
+        due.extend(
+            self.objects
+                .qps
+                .iter()
+                .filter(|(_, q)| q.wait.is_some_and(|w| w.at_ns <= now))
+                .map(|(n, _)| *n),
+        );
+        for &qpn in &due {
             self.qp_kick(qpn);
         }
+        self.due_scratch = due;
     }
 
     /// Device time of the next QP timer.

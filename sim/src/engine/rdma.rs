@@ -121,14 +121,14 @@ impl State {
         let plan = self
             .key_translate(rkey, pd, va, len as u64, Access::RemoteRead)
             .map_err(|_| Refusal::access())?;
-        let what = format!("RDMA READ responder qpn {tq:#x} va {va:#x}");
+        let what = || format!("RDMA READ responder qpn {tq:#x} va {va:#x}");
         self.check_mapped(&plan, false, &what)
             .map_err(|_| Refusal::access())?;
         let mut out = vec![0u8; len as usize];
         let mut at = 0usize;
         for (iova, n) in plan {
             let n = n as usize;
-            self.rd(iova, &mut out[at..at + n], &|| what.clone())
+            self.rd(iova, &mut out[at..at + n], &what)
                 .map_err(|_| Refusal::access())?;
             at += n;
         }
@@ -160,13 +160,13 @@ impl State {
         let plan = self
             .key_translate(rkey, pd, va, 8, Access::RemoteAtomic)
             .map_err(|_| Refusal::access())?;
-        let what = format!("atomic responder qpn {tq:#x} va {va:#x}");
+        let what = || format!("atomic responder qpn {tq:#x} va {va:#x}");
         self.check_mapped(&plan, true, &what)
             .map_err(|_| Refusal::access())?;
         // 8-byte aligned: one page, one range.
         let (iova, _) = plan[0];
         let mut b = [0u8; 8];
-        self.rd(iova, &mut b, &|| what.clone())
+        self.rd(iova, &mut b, &what)
             .map_err(|_| Refusal::access())?;
         let orig = self.operand_from(b);
         let new = if compare_swap {
@@ -180,7 +180,7 @@ impl State {
         };
         if let Some(v) = new {
             let bytes = self.operand_to(v);
-            self.wr(iova, &bytes, &|| what.clone())
+            self.wr(iova, &bytes, &what)
                 .map_err(|_| Refusal::access())?;
         }
         self.stats.atomics_executed += 1;
@@ -231,7 +231,8 @@ impl State {
         let Data::Sges(sges) = &wq.data else {
             return Err(cqe_syndrome::LOCAL_QP_OP_ERR);
         };
-        let what = format!("READ/atomic response qpn {qpn:#x} WQE {:#x}", wq.index);
+        let index = wq.index;
+        let what = || format!("READ/atomic response qpn {qpn:#x} WQE {index:#x}");
         let mut plan = Vec::new();
         let mut left = data.len() as u64;
         for s in sges {

@@ -82,7 +82,7 @@ impl State {
         data_segs: &[u8],
         pd: u32,
         len: u64,
-        what: &str,
+        what: &dyn Fn() -> String,
     ) -> Result<Vec<(u64, u64)>, ScatterError> {
         let mut segs = Vec::new();
         for seg in data_segs.chunks_exact(16) {
@@ -209,11 +209,11 @@ impl State {
         &mut self,
         plan: &[(u64, u64)],
         write: bool,
-        what: &str,
+        what: &dyn Fn() -> String,
     ) -> Result<(), ()> {
         for &(iova, n) in plan {
             if !self.dma.mapped(iova, n as usize) {
-                self.fault(iova, n as usize, write, what.to_string());
+                self.fault(iova, n as usize, write, what());
                 return Err(());
             }
         }
@@ -221,12 +221,17 @@ impl State {
     }
 
     /// Write `data` along a checked plan.
-    pub(crate) fn write_plan(&mut self, plan: &[(u64, u64)], data: &[u8], what: &str) {
+    pub(crate) fn write_plan(
+        &mut self,
+        plan: &[(u64, u64)],
+        data: &[u8],
+        what: &dyn Fn() -> String,
+    ) {
         let mut done = 0usize;
         for &(iova, n) in plan {
             let n = n as usize;
             // Checked by `check_mapped`; a failure here is recorded by `wr`.
-            let _ = self.wr(iova, &data[done..done + n], &|| what.to_string());
+            let _ = self.wr(iova, &data[done..done + n], what);
             done += n;
         }
     }

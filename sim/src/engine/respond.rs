@@ -177,10 +177,8 @@ impl State {
         let len = payload.len() as u64;
         let rdma = matches!(wq.opcode, w::OPCODE_RDMA_WRITE | w::OPCODE_RDMA_WRITE_IMM);
         let needs_recv = wq.opcode != w::OPCODE_RDMA_WRITE;
-        let what = format!(
-            "responder qpn {tq:#x} from qpn {sqpn:#x} WQE {:#x}",
-            wq.index
-        );
+        let index = wq.index;
+        let what = || format!("responder qpn {tq:#x} from qpn {sqpn:#x} WQE {index:#x}");
         let access = |event| Outcome::Failed {
             synd: cqe_syndrome::REMOTE_ACCESS_ERR,
             responder: Some((tq, Some(event))),

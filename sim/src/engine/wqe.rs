@@ -137,14 +137,17 @@ impl State {
             return Err(bad(wqebbs, "send opcode not modelled for RC"));
         }
         // The whole WQE, following the ring across its end.
-        let mut bytes = first.to_vec();
+        // (On the stack: a WQE is at most SEND_WQE_MAX_WQEBBS WQEBBs.)
+        let mut whole = [0u8; w::SEND_WQE_MAX_WQEBBS * w::SEND_WQE_BB];
+        whole[..w::SEND_WQE_BB].copy_from_slice(&first);
         for k in 1..wqebbs {
             let b = self
                 .read_wqebb(qpn, index.wrapping_add(k))
                 .map_err(|_| Bad::Unreadable)?;
-            bytes.extend_from_slice(&b);
+            let at = k as usize * w::SEND_WQE_BB;
+            whole[at..at + w::SEND_WQE_BB].copy_from_slice(&b);
         }
-        bytes.truncate(ds as usize * w::SEND_WQE_DS);
+        let bytes = &whole[..ds as usize * w::SEND_WQE_DS];
         let fm_ce_se = ctrl::fm_ce_se.get(&first);
         let mut wqe = Wqe {
             index,

@@ -5,7 +5,9 @@
 /// offset (docs/firmware.md §6.1, §7.1, §9.2).
 #[derive(Debug, Clone)]
 pub(crate) struct QBuf {
-    pub pas: Vec<u64>,
+    /// The page addresses (shared: the data path clones a queue's `QBuf`
+    /// for every entry it writes, which must not allocate).
+    pub pas: std::sync::Arc<[u64]>,
     /// log2 of the page size in bytes (log_page_size + 12).
     pub page_shift: u32,
     /// Offset of the first entry inside the first page, in bytes.

@@ -54,6 +54,11 @@ impl Outer {
     }
 }
 
+/// The CRC-32 of the eight 0xFF bytes that stand for the LRH a RoCE packet
+/// lacks: every RoCE ICRC starts from it (checked against `crc32fast` in
+/// the unit test below).
+const CRC_OF_MISSING_LRH: u32 = 0x2144_df1c;
+
 /// Mask the traffic class, flow label and hop limit of an IPv6 header/GRH.
 fn mask_grh(h: &mut [u8]) {
     h[0] |= 0x0f;
@@ -71,11 +76,12 @@ pub(crate) fn icrc(outer: Outer, pkt: &[u8]) -> u32 {
     debug_assert!(pkt.len() >= head);
     // The longest masked prefix: LRH + GRH + BTH = 60 bytes.
     let mut masked = [0xffu8; LRH_LEN + GRH_LEN + UDP_LEN + BTH_LEN];
-    let mut h = crc32fast::Hasher::new();
-    match outer {
-        Outer::Ipv4 | Outer::Ipv6 | Outer::Grh => h.update(&[0xff; LRH_LEN]),
-        Outer::Lrh { .. } => {}
-    }
+    let mut h = match outer {
+        Outer::Ipv4 | Outer::Ipv6 | Outer::Grh => {
+            crc32fast::Hasher::new_with_initial(CRC_OF_MISSING_LRH)
+        }
+        Outer::Lrh { .. } => crc32fast::Hasher::new(),
+    };
     let m = &mut masked[..head];
     m.copy_from_slice(&pkt[..head]);
     match outer {
@@ -140,4 +146,22 @@ pub fn vcrc(bytes: &[u8]) -> u16 {
         c = (c >> 8) ^ VCRC_TABLE[((c ^ b as u16) & 0xff) as usize];
     }
     !c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_missing_lrh_prefix_is_the_crc_of_eight_ones_bytes() {
+        assert_eq!(crc32fast::hash(&[0xff; LRH_LEN]), CRC_OF_MISSING_LRH);
+        // Continuing from it equals hashing the prefix, for any rest.
+        let rest = [0x5a_u8; 77];
+        let mut whole = crc32fast::Hasher::new();
+        whole.update(&[0xff; LRH_LEN]);
+        whole.update(&rest);
+        let mut cont = crc32fast::Hasher::new_with_initial(CRC_OF_MISSING_LRH);
+        cont.update(&rest);
+        assert_eq!(whole.finalize(), cont.finalize());
+    }
 }

@@ -459,7 +459,16 @@ pub fn parse(link: LinkType, frame: &[u8]) -> Result<Parsed<'_>, ParseError> {
                     if h.protocol() != IpNumber::UDP {
                         return Err(ParseError::NotRdma);
                     }
-                    if h.to_header().calc_header_checksum() != h.header_checksum() {
+                    // The header checksum over the 20 bytes with the
+                    // checksum field as zero (what `calc_header_checksum`
+                    // computes, without building a header value first).
+                    let raw = h.slice();
+                    let sum = etherparse::checksum::Sum16BitWords::new()
+                        .add_slice(&raw[..10])
+                        .add_slice(&raw[12..IPV4_LEN])
+                        .ones_complement()
+                        .to_be();
+                    if sum != h.header_checksum() {
                         return Err(ParseError::Ipv4Checksum);
                     }
                     let end = at + h.total_len() as usize;

@@ -113,6 +113,9 @@ struct Inner {
     fault_source: Option<PortId>,
     /// Frames the fault plan has numbered.
     faultable: u64,
+    /// The endpoints `pump` polls in one round (kept for its capacity: a
+    /// frame's delivery allocates nothing).
+    ready: Vec<Arc<dyn Endpoint>>,
 }
 
 /// A wire joining device ports; cheap to clone (a shared handle).
@@ -150,6 +153,7 @@ impl Wire {
                 pool: Vec::new(),
                 fault_source: None,
                 faultable: 0,
+                ready: Vec::new(),
             })),
             pumping: Arc::new(AtomicBool::new(false)),
         }
@@ -194,23 +198,28 @@ impl Wire {
                 return;
             }
             loop {
-                let ready: Vec<Arc<dyn Endpoint>> = {
-                    let g = self.lock();
-                    g.ports
-                        .iter()
-                        .filter(|p| !p.inbox.is_empty())
-                        .filter_map(|p| p.endpoint.as_ref().and_then(Weak::upgrade))
-                        .collect()
+                let mut ready = {
+                    let mut g = self.lock();
+                    let mut ready = std::mem::take(&mut g.ready);
+                    ready.extend(
+                        g.ports
+                            .iter()
+                            .filter(|p| !p.inbox.is_empty())
+                            .filter_map(|p| p.endpoint.as_ref().and_then(Weak::upgrade)),
+                    );
+                    ready
                 };
                 if ready.is_empty() {
+                    self.lock().ready = ready;
                     if self.release_held() {
                         continue;
                     }
                     break;
                 }
-                for ep in ready {
+                for ep in ready.drain(..) {
                     ep.poll_wire();
                 }
+                self.lock().ready = ready;
             }
             self.pumping.store(false, Ordering::Release);
             // Frames that arrived between the last look and the release.

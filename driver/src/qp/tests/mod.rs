@@ -13,6 +13,7 @@ use super::*;
 
 mod blueflame;
 mod complete;
+mod inline;
 mod recv;
 use crate::cq::{Cqe, CqeStatus};
 use crate::srq::Sge;
