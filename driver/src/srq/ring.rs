@@ -223,7 +223,10 @@ impl<H: Hal> SrqRing<H> {
         // One record per WQE: wr_id, capacity or FREE.
         let book = hal.alloc_dma(n * REC)?;
         let dbr = hal.alloc_dma(mlx5_regs::doorbell::SRQ_DBR_SIZE)?;
-        let wqes = RingRegion::new(wqes, base, geo.log_wqe_cnt, geo.log_stride)
+        // Laid out as 16-byte units: a WQE's segments are the windows of
+        // its units, with no check.
+        let log_units = geo.log_wqe_cnt + (geo.log_stride - SEG.trailing_zeros() as u8);
+        let wqes = RingRegion::new(wqes, base, log_units, SEG.trailing_zeros() as u8)
             .ok_or(HalError::InvalidRequest)?;
         let book = RingRegion::new(book, 0, geo.log_wqe_cnt, REC.trailing_zeros() as u8)
             .ok_or(HalError::InvalidRequest)?;
@@ -289,14 +292,21 @@ impl<H: Hal> SrqRing<H> {
         self.counter
     }
 
+    /// The first unit (the next segment) of WQE `index`.
     #[inline(always)]
-    fn wqe(&self, index: u16) -> usize {
-        self.base + index as usize * self.geo.stride()
+    fn unit(&self, index: u16) -> u32 {
+        (index as u32) << self.unit_shift()
+    }
+
+    /// log2 of the units in a WQE.
+    #[inline(always)]
+    fn unit_shift(&self) -> u8 {
+        self.geo.log_stride - SEG.trailing_zeros() as u8
     }
 
     #[inline(always)]
     fn set_next(&self, index: u16, next: u16) {
-        self.wqes.entry(index as u32).write_be16::<2>(next);
+        self.wqes.entry(self.unit(index)).write_be16::<2>(next);
     }
 
     /// Write one receive WQE for `wr_id` at the head of the free list. The
@@ -356,32 +366,45 @@ impl<H: Hal> SrqRing<H> {
         if idx == tail {
             return Err(PostError::Full);
         }
-        // One bounds check for every segment this post touches: the next
-        // segment, the data segments and the terminator.
-        let terminated = sges.len() < self.geo.max_sge;
-        let mut segs = self
-            .wqes
-            .windows::<SEG>(self.wqe(idx), 1 + sges.len() + terminated as usize);
-        let Some(next_seg) = segs.next() else {
-            unreachable!("a WQE has a next segment")
-        };
-        // `sges` drives the zip so no window is pulled and dropped after
-        // the last entry: the next one is the terminator.
-        for (sge, d) in sges.iter().zip(segs.by_ref()) {
+        // The WQE's units: the next segment, the data segments, the
+        // terminator (all inside the stride the geometry sized for
+        // `max_sge`). Unit windows: no check.
+        let first = self.unit(idx);
+        let mut unit = first + 1;
+        // The capacity, as `capacity` computes it, in the same pass: the
+        // sum of the lengths, taken as `(len - 1) + 1` per entry, holds
+        // while no `len - 1` has bit 31 set (no entry of length 0, which
+        // may end the list or mean 2 GiB, nor of 2 GiB or more); otherwise
+        // `capacity` walks the list again.
+        let mut sum = 0u64;
+        let mut seen = 0u32;
+        for sge in sges {
+            let d = self.wqes.entry(unit);
             d.write_be32::<0>(sge.length);
             d.write_be32::<4>(sge.lkey);
             d.write_be64::<8>(sge.addr);
+            let less = sge.length.wrapping_sub(1);
+            sum += less as u64;
+            seen |= less;
+            unit += 1;
         }
-        if let Some(d) = segs.next() {
+        let total = if seen & 0x8000_0000 != 0 {
+            capacity(sges, self.term_lkey)
+        } else {
+            sum + sges.len() as u64
+        };
+        if sges.len() < self.geo.max_sge {
             // Terminator: a zero-length entry with the terminating lkey.
+            let d = self.wqes.entry(unit);
             d.write_be32::<0>(0);
             d.write_be32::<4>(self.term_lkey);
             d.write_be64::<8>(0);
         }
         // The book is CPU-only: native byte order (the two swaps cancel).
-        let rec = self.book.window::<REC>(idx as usize * REC);
+        let rec = self.book.entry(idx as u32);
         rec.write_be64::<0>(wr_id.swap_bytes());
-        rec.write_be64::<8>(capacity(sges, self.term_lkey).swap_bytes());
+        rec.write_be64::<8>(total.swap_bytes());
+        let next_seg = self.wqes.entry(first);
         Ok(next_seg.read_be16::<2>())
     }
 
@@ -460,6 +483,7 @@ impl<H: Hal> SrqRing<H> {
     /// completed out of the free list).
     #[inline(always)]
     pub fn completer(&mut self) -> SrqCompleter<'_> {
+        let self_unit_shift = self.unit_shift();
         let SrqRing {
             wqes,
             book,
@@ -470,6 +494,7 @@ impl<H: Hal> SrqRing<H> {
         SrqCompleter {
             book: book.view(),
             next: wqes.view(),
+            unit_shift: self_unit_shift,
             last: book.layout().mask(),
             tail: *tail,
             done: 0,
@@ -492,8 +517,11 @@ impl<H: Hal> SrqRing<H> {
 /// the ring when it is dropped.
 pub struct SrqCompleter<'a> {
     book: RingView<'a, REC>,
-    /// The next segment of each WQE.
+    /// The WQEs' units.
     next: RingView<'a, SEG>,
+    /// log2 of the units in a WQE: WQE `i`'s next segment is unit
+    /// `i << unit_shift`.
+    unit_shift: u8,
     /// The highest WQE index.
     last: u32,
     tail: u16,
@@ -526,7 +554,9 @@ impl SrqCompleter<'_> {
         }
         let wr_id = free_record(&rec);
         // Linked after the tail, as `SrqRing::complete_wqe` explains.
-        self.next.entry(self.tail as u32).write_be16::<2>(wqe_index);
+        self.next
+            .entry((self.tail as u32) << self.unit_shift)
+            .write_be16::<2>(wqe_index);
         self.tail = wqe_index;
         self.done += 1;
         Some(wr_id)
