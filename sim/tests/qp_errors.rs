@@ -136,29 +136,17 @@ fn receive_key_violation_is_protection_error_and_remote_op_error() {
 }
 
 #[test]
-fn bad_rkey_and_write_disabled_are_remote_access_errors() {
-    for case in 0..3 {
+fn bad_rkey_and_key_without_remote_write_are_remote_access_errors() {
+    for case in 0..2 {
         let mut p = pair();
         let dst = p.f.hal.alloc_dma(4096).unwrap();
         dst.write_bytes(0, &[0x77; 64]);
-        if case == 2 {
-            // Responder without remote write: INIT2INIT drops rwe? Use a
-            // fresh pair whose receiver never enabled it.
-            let c = modify_cmd(
-                Opcode::RTS2RTS_QP,
-                p.b.qpn,
-                mlx5_regs::consts::OptParam::RWE,
-                |_| {},
-            );
-            p.f.ok(&c, 16);
-        }
         let rkey = match case {
             0 => p.key ^ 0x0200_0000,
-            1 => {
+            _ => {
                 let c = mkey_pa_cmd(p.f.pd, 3, true, true, true, false); // no rw
                 create_mkey(&mut p.f, &c)
             }
-            _ => p.key,
         };
         p.payload(0, 64, 2);
         let wr = Wr {
@@ -180,6 +168,90 @@ fn bad_rkey_and_write_disabled_are_remote_access_errors() {
         assert!(ev.contains(&(EventType::SRQ_LAST_WQE.0, p.b.qpn)));
         p.f.keep.push(dst);
     }
+}
+
+/// A responder QP without remote write does not support RDMA WRITE: NAK
+/// invalid request, as rxe's `check_op_valid` answers (the vendor's verbs
+/// manual lists a remote QP's `qp_access_flags` among REM_INV_REQ_ERR's
+/// causes); the responder raises WQ_INVAL_REQ_ERROR and enters ERR.
+#[test]
+fn write_to_a_qp_without_remote_write_is_an_invalid_request() {
+    let mut p = pair();
+    let dst = p.f.hal.alloc_dma(4096).unwrap();
+    dst.write_bytes(0, &[0x77; 64]);
+    let c = modify_cmd(
+        Opcode::RTS2RTS_QP,
+        p.b.qpn,
+        mlx5_regs::consts::OptParam::RWE,
+        |_| {},
+    );
+    p.f.ok(&c, 16);
+    p.payload(0, 64, 2);
+    let wr = Wr {
+        opcode: w::OPCODE_RDMA_WRITE,
+        remote: Some((dst.iova(), p.key)),
+        ..Wr::send(p.src.iova(), 64, p.key)
+    };
+    p.a.post(&p.f, &wr);
+    assert_eq!(err(&p.wait_cqe(true)), (REQ_ERR, 0x12, 0));
+    let mut got = [0u8; 64];
+    dst.read_bytes(0, &mut got);
+    assert_eq!(got, [0x77; 64], "nothing written");
+    assert_eq!(p.f.dev.qp_state(p.b.qpn), Some(QpState::Err));
+    let ev = qp_events_of(&mut p);
+    assert!(
+        ev.contains(&(EventType::WQ_INVAL_REQ_ERROR.0, p.b.qpn)),
+        "{ev:?}"
+    );
+    assert!(!ev.iter().any(|e| e.0 == EventType::WQ_ACCESS_ERROR.0));
+    p.f.keep.push(dst);
+}
+
+/// A SEND to a QP whose RMP is in error (a catastrophe) finds no receive
+/// WQE: RNR NAK, as for an empty one (rxe `get_srq_wqe`), never a
+/// completion at the responder; a requester with `rnr_retry` 2 ends with
+/// RNR retry exceeded and the responder QP stays in RTS.
+#[test]
+fn send_to_a_qp_whose_srq_is_in_error_is_answered_rnr() {
+    let mut p = Pair::new(Profile::ConnectX5, Mode::Fl, false, 2);
+    // A second pair on the same RMP (a QP cannot join an RMP in error).
+    let mut a = create_qp(&mut p.f, Some(4), None, p.scq.cqn, 0);
+    let b = create_qp(&mut p.f, None, Some(p.rmp.n), 0, p.rcq.cqn);
+    connect(&mut p.f, Mode::Fl, &a, &b, 2);
+    // WQE 0's next pointer leads out of the ring: the second consumption
+    // is the RMP's catastrophe.
+    let mut next = [0u8; 16];
+    srq_next_seg::next_wqe_index.set(&mut next, 500).unwrap();
+    p.rmp.buf.write_bytes(0, &next);
+    p.rmp.post(4);
+    p.a.post(&p.f, &Wr::send(p.src.iova(), 16, p.key));
+    assert_eq!(
+        cqe64::opcode.get(&p.wait_cqe(false)),
+        CqeOpcode::RESP_SEND.0
+    );
+    p.wait_cqe(true);
+    p.a.post(&p.f, &Wr::send(p.src.iova(), 16, p.key));
+    // The catastrophe itself: the responder cannot read its WQE.
+    assert_eq!(err(&p.wait_cqe(true)).1, 0x14);
+    let ev = p.events();
+    assert!(ev
+        .iter()
+        .any(|e| eqe_type(e) == EventType::SRQ_CATAS_ERROR.0));
+    assert_eq!(p.f.dev.qp_state(p.b.qpn), Some(QpState::Err));
+    // Flushes of the first pair, then the second pair's SEND.
+    while p.f.poll_cq(&mut p.scq).is_some() {}
+    while p.f.poll_cq(&mut p.rcq).is_some() {}
+    let rnr_before = p.f.dev.traffic().stats().rnr_naks;
+    a.post(&p.f, &Wr::send(p.src.iova(), 16, p.key));
+    let c = p.wait_cqe(true);
+    assert_eq!(err(&c), (REQ_ERR, 0x16, 0));
+    assert_eq!(
+        p.f.dev.traffic().stats().rnr_naks - rnr_before,
+        3,
+        "first try + 2 retries"
+    );
+    assert_eq!(p.f.dev.qp_state(b.qpn), Some(QpState::Rts));
+    assert!(p.f.poll_cq(&mut p.rcq).is_none(), "no responder CQE");
 }
 
 #[test]

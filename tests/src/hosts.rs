@@ -32,21 +32,30 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// Ethernet port, or a ConnectX-5 InfiniBand port; its own address as a
 /// program learns it, checked against the model.
 pub fn host(t: Transport, n: u8, wire: &Wire, psn: u32) -> Host {
-    host_with(t, n, wire, psn, false)
+    host_with(t, n, wire, psn, HcaConfig::default())
 }
 
-/// [`host`], its device threaded (on the wall clock) when `threaded`.
-pub fn host_with(t: Transport, n: u8, wire: &Wire, psn: u32, threaded: bool) -> Host {
+/// [`host`] with the driver configured by `cfg`.
+pub fn host_with(t: Transport, n: u8, wire: &Wire, psn: u32, cfg: HcaConfig) -> Host {
+    host_on(t, n, wire, psn, cfg, false)
+}
+
+/// [`host`] with its device threaded (on the wall clock).
+pub fn threaded_host(t: Transport, n: u8, wire: &Wire, psn: u32) -> Host {
+    host_on(t, n, wire, psn, HcaConfig::default(), true)
+}
+
+fn host_on(t: Transport, n: u8, wire: &Wire, psn: u32, cfg: HcaConfig, threaded: bool) -> Host {
     let profile = if n == 2 && !t.ib() {
         Profile::ConnectX4Lx
     } else {
         Profile::ConnectX5
     };
-    let cfg = SimConfig {
+    let sim = SimConfig {
         seed: 0x7a0_0000 + u64::from(n),
         ..SimConfig::profile(profile)
     };
-    let dev = Device::new(if threaded { cfg.threaded() } else { cfg });
+    let dev = Device::new(if threaded { sim.threaded() } else { sim });
     let spec = HostSpec {
         slot: BIG,
         recvs: RECVS,
@@ -54,8 +63,7 @@ pub fn host_with(t: Transport, n: u8, wire: &Wire, psn: u32, threaded: bool) -> 
         access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         ..HostSpec::new(t, n, psn)
     };
-    let mut h = Host::new(dev, wire, HcaConfig::default(), spec)
-        .unwrap_or_else(|e| panic!("{t:?} host {n}: {e}"));
+    let mut h = Host::new(dev, wire, cfg, spec).unwrap_or_else(|e| panic!("{t:?} host {n}: {e}"));
     assert_eq!(spec.target_at(), WRITE_AT);
     assert_eq!(spec.recv_at(0), RECV_AT);
     let port = h.port;
@@ -118,9 +126,14 @@ pub fn close(h: Host, what: &str) {
 
 /// Two hosts on a new wire, connected.
 pub fn pair(t: Transport) -> (Wire, Host, Host) {
+    pair_with(t, HcaConfig::default())
+}
+
+/// [`pair`] with both drivers configured by `cfg`.
+pub fn pair_with(t: Transport, cfg: HcaConfig) -> (Wire, Host, Host) {
     let wire = Wire::new(t.link_type());
-    let mut a = host(t, 1, &wire, 0xff_fff0);
-    let mut b = host(t, 2, &wire, 0x1234);
+    let mut a = host_with(t, 1, &wire, 0xff_fff0, cfg);
+    let mut b = host_with(t, 2, &wire, 0x1234, cfg);
     let (aa, ba) = (a.addr, b.addr);
     let mtu = aa.mtu.min(ba.mtu);
     let (to_b, to_a) = (a.ah_to(&ba), b.ah_to(&aa));

@@ -55,7 +55,9 @@ mod udp_link;
 
 // The verbs facade (`verbs::Verbs`).
 mod mr_hostile;
+mod mr_hostile_wire;
 mod mr_protect;
+mod mr_protect_rd;
 mod verbs;
 mod verbs_addresses;
 mod verbs_channels;

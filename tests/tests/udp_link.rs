@@ -76,8 +76,8 @@ fn linked_pair() -> (Host, Host, UdpLink, UdpLink, Capture) {
     let t = Transport::RoceV2Ipv4;
     let (pa, pb) = two_ports();
     let (wa, wb) = (Wire::new(LinkType::Ethernet), Wire::new(LinkType::Ethernet));
-    let mut a = host_with(t, 1, &wa, 0xff_fff0, true);
-    let mut b = host_with(t, 2, &wb, 0x1234, true);
+    let mut a = threaded_host(t, 1, &wa, 0xff_fff0);
+    let mut b = threaded_host(t, 2, &wb, 0x1234);
     let la = UdpLink::join(&a.dev, pa, pb).unwrap();
     let lb = UdpLink::join(&b.dev, pb, pa).unwrap();
     let cap = Capture::default();
@@ -183,7 +183,7 @@ fn the_link_answers_neighbours_and_drops_what_is_not_its_own() {
             .unwrap();
         let (model_at, _) = two_ports();
         let wire = Wire::new(LinkType::Ethernet);
-        let h = host_with(t, 1, &wire, 1, true);
+        let h = threaded_host(t, 1, &wire, 1);
         let link = UdpLink::join(&h.dev, model_at, guest.local_addr().unwrap()).unwrap();
         let mac = h.dev.port_mac();
         let me = ip4(&h.addr.gid);

@@ -217,8 +217,10 @@ fn qp_async_events_name_the_qp_and_block_its_destroy_until_acknowledged() {
     for prof in PROFILES {
         let (dev, mut ctx) = open(prof);
         let p = Pair::new(&dev, &mut ctx, cap(8, 1, 0));
-        // b takes away remote write; a RDMA WRITE to it is an access error
-        // at b (the QP fails, and being on an SRQ, takes no more WQEs).
+        // b takes away remote write; a RDMA WRITE to it is an invalid
+        // request at b, an operation the QP does not support (rxe
+        // `check_op_valid`); the QP fails and, being on an SRQ, takes no
+        // more WQEs.
         let rr = QpAttr {
             qp_access_flags: AccessFlags::REMOTE_READ,
             ..QpAttr::default()
@@ -235,7 +237,7 @@ fn qp_async_events_name_the_qp_and_block_its_destroy_until_acknowledged() {
         let s = poll_n(&dev, &mut ctx, p.scq, 2);
         assert_eq!(
             s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
-            [(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)],
+            [(1, WcStatus::RemInvReqErr), (2, WcStatus::WrFlushErr)],
             "{prof:?}"
         );
         let evs = async_events(&mut ctx);
@@ -249,7 +251,7 @@ fn qp_async_events_name_the_qp_and_block_its_destroy_until_acknowledged() {
                 .map(|e| e.event_type)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(of(b), [T::QpAccessErr, T::QpLastWqeReached], "{prof:?}");
+        assert_eq!(of(b), [T::QpReqErr, T::QpLastWqeReached], "{prof:?}");
         assert_eq!(of(a), [T::QpLastWqeReached], "{prof:?}");
         assert_eq!(ctx.query_qp(p.b).unwrap().0.qp_state, QpState::Err);
         assert_eq!(

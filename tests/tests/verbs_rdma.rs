@@ -427,10 +427,13 @@ fn access_and_alignment_errors_leave_the_responders_memory_unchanged() {
     let no_read = AccessFlags(ALL.0 & !AccessFlags::REMOTE_READ.0);
     let no_atomic = AccessFlags(ALL.0 & !AccessFlags::REMOTE_ATOMIC.0);
     for own_rq in [false, true] {
-        // (key rights, QP rights, opcode, target offset, expected status)
+        // (key rights, QP rights, opcode, target offset, expected status):
+        // a right the key lacks is a remote access error, one the QP lacks
+        // makes the operation unsupported there, an invalid request (rxe
+        // `check_op_valid`).
         let cases = [
             (no_read, ALL, WrOpcode::RdmaRead, 0, WcStatus::RemAccessErr),
-            (ALL, no_read, WrOpcode::RdmaRead, 0, WcStatus::RemAccessErr),
+            (ALL, no_read, WrOpcode::RdmaRead, 0, WcStatus::RemInvReqErr),
             (
                 no_atomic,
                 ALL,
@@ -443,7 +446,7 @@ fn access_and_alignment_errors_leave_the_responders_memory_unchanged() {
                 no_atomic,
                 WrOpcode::AtomicCmpAndSwp,
                 0,
-                WcStatus::RemAccessErr,
+                WcStatus::RemInvReqErr,
             ),
             (
                 ALL,

@@ -112,7 +112,9 @@ impl State {
         let t = self.objects.qps.get(&tq).ok_or(Refusal::invalid())?;
         let (rre, pd) = (t.rre, t.pd);
         if !rre {
-            return Err(Refusal::access());
+            // The QP does not support READ: invalid request (rxe
+            // `check_op_valid`); a key without `rr` is an access error.
+            return Err(Refusal::invalid());
         }
         if len == 0 {
             // A zero-length READ names no memory (rxe `check_rkey`).
@@ -152,7 +154,9 @@ impl State {
         let t = self.objects.qps.get(&tq).ok_or(Refusal::invalid())?;
         let (rae, pd) = (t.rae, t.pd);
         if !rae || !self.caps.atomic {
-            return Err(Refusal::access());
+            // The QP does not support atomics: invalid request (rxe
+            // `check_op_valid`); a key without `a` is an access error.
+            return Err(Refusal::invalid());
         }
         if !va.is_multiple_of(8) {
             return Err(Refusal::invalid());

@@ -183,17 +183,24 @@ impl State {
             synd: cqe_syndrome::REMOTE_ACCESS_ERR,
             responder: Some((tq, Some(event))),
         };
-        // RDMA WRITE: responder access rights and the rkey first. The key
-        // check is whole: variant, PD, right, and [va, va + len) inside the
-        // key's range, so an access straddling the end writes nothing. A
-        // zero-length WRITE names no memory and needs no rkey (the IBTA
-        // leaves the R_Key of a zero-length RETH unchecked, and rxe's
-        // `check_rkey` skips it); the QP's remote-write right still applies.
+        // RDMA WRITE: responder access rights and the rkey first. A QP
+        // without remote write does not support the operation: invalid
+        // request (rxe `check_op_valid`; the vendor's verbs manual names a
+        // remote QP's `qp_access_flags` as a cause of REM_INV_REQ_ERR). The
+        // key check is whole: variant, PD, right, and [va, va + len) inside
+        // the key's range, so an access straddling the end writes nothing; a
+        // key refusal is a remote access error. A zero-length WRITE names no
+        // memory and needs no rkey (the IBTA leaves the R_Key of a
+        // zero-length RETH unchecked, and rxe's `check_rkey` skips it); the
+        // QP's remote-write right still applies.
         let mut wplan = Vec::new();
         if rdma {
             let (va, rkey) = wq.remote.expect("parsed with a remote address");
             if !t_rwe {
-                return access(EventType::WQ_ACCESS_ERROR);
+                return Outcome::Failed {
+                    synd: cqe_syndrome::REMOTE_INVAL_REQ_ERR,
+                    responder: Some((tq, Some(EventType::WQ_INVAL_REQ_ERROR))),
+                };
             }
             let translated = if len == 0 {
                 Ok(Vec::new())
@@ -224,13 +231,10 @@ impl State {
             };
             let taken = match from {
                 Recv::Srq(srqn) => {
-                    if !self.srq_good(srqn) {
-                        return Outcome::Failed {
-                            synd: cqe_syndrome::REMOTE_OP_ERR,
-                            responder: Some((tq, Some(EventType::WQ_CATAS_ERROR))),
-                        };
-                    }
-                    if self.srq_available(srqn) == 0 {
+                    // An SRQ in error hands out no WQE: RNR, as for an
+                    // empty one (rxe `get_srq_wqe`); the responder QP stays
+                    // up and the requester's `rnr_retry` decides the rest.
+                    if !self.srq_good(srqn) || self.srq_available(srqn) == 0 {
                         return Outcome::Rnr(t_min_rnr);
                     }
                     self.srq_take(srqn).map_err(|why| {

@@ -94,7 +94,19 @@ impl Model {
             // A zero-length RDMA WRITE names no memory: the rkey is not
             // checked (IBTA, rxe `check_rkey`), the QP's right is.
             let key_needed = !w.payload.is_empty();
-            if !self.qps[&t].rwe || (key_needed && !self.key_ok(rkey, Need::Remote)) {
+            // A QP without remote write does not support the operation:
+            // invalid request (rxe `check_op_valid`); a key refusal is a
+            // remote access error.
+            if !self.qps[&t].rwe {
+                self.fail(
+                    s,
+                    syn::REMOTE_INVAL_REQ_ERR,
+                    t,
+                    Some(QpEvent::InvalidRequest),
+                );
+                return false;
+            }
+            if key_needed && !self.key_ok(rkey, Need::Remote) {
                 self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
                 return false;
             }
@@ -238,15 +250,15 @@ impl Model {
         let back = match saved {
             Some(ResKind::Atomic(_)) => 8,
             Some(ResKind::Read(_, key, l)) => {
-                if !self.read_allowed(t, key, l) {
-                    self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                if let Some((synd, event)) = self.read_refusal(t, key, l) {
+                    self.fail(s, synd, t, Some(event));
                     return false;
                 }
                 l
             }
             None if w.read() => {
-                if !self.read_allowed(t, rkey, len) {
-                    self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                if let Some((synd, event)) = self.read_refusal(t, rkey, len) {
+                    self.fail(s, synd, t, Some(event));
                     return false;
                 }
                 let kind = ResKind::Read(raddr, rkey, len);
@@ -255,7 +267,13 @@ impl Model {
             }
             None => {
                 if !self.qps[&t].rae {
-                    self.fail(s, syn::REMOTE_ACCESS_ERR, t, Some(QpEvent::AccessError));
+                    // Atomics not enabled on the QP: invalid request.
+                    self.fail(
+                        s,
+                        syn::REMOTE_INVAL_REQ_ERR,
+                        t,
+                        Some(QpEvent::InvalidRequest),
+                    );
                     return false;
                 }
                 if raddr % 8 != 0 {
@@ -319,8 +337,17 @@ impl Model {
     }
 
     /// The responder `t` serves a READ of `len` bytes through `key`.
-    fn read_allowed(&self, t: u32, key: u32, len: u32) -> bool {
-        self.qps[&t].rre && (len == 0 || self.key_ok(key, Need::RemoteRead))
+    /// Why responder `t` refuses a READ through `key`, if it does: no `rre`
+    /// on the QP is an invalid request (rxe `check_op_valid`), a key
+    /// without the right or the range a remote access error.
+    fn read_refusal(&self, t: u32, key: u32, len: u32) -> Option<(u8, QpEvent)> {
+        if !self.qps[&t].rre {
+            Some((syn::REMOTE_INVAL_REQ_ERR, QpEvent::InvalidRequest))
+        } else if len != 0 && !self.key_ok(key, Need::RemoteRead) {
+            Some((syn::REMOTE_ACCESS_ERR, QpEvent::AccessError))
+        } else {
+            None
+        }
     }
 
     /// Responder `t` saves a served request and advances its PSN.
