@@ -84,6 +84,7 @@ mod state;
 pub mod syndrome;
 mod trace;
 mod traffic;
+mod udp_link;
 mod umem;
 pub mod wire;
 
@@ -103,6 +104,7 @@ pub use qp::QpState;
 pub use reset::ResetReport;
 pub use trace::TraceEntry;
 pub use traffic::{Delivery, Traffic, TrafficStats};
+pub use udp_link::{LinkError, LinkStats, UdpLink};
 
 use state::State;
 

@@ -37,15 +37,25 @@ pub fn host(t: Transport, n: u8, wire: &Wire, psn: u32) -> Host {
 
 /// [`host`] with the driver configured by `cfg`.
 pub fn host_with(t: Transport, n: u8, wire: &Wire, psn: u32, cfg: HcaConfig) -> Host {
+    host_on(t, n, wire, psn, cfg, false)
+}
+
+/// [`host`] with its device threaded (on the wall clock).
+pub fn threaded_host(t: Transport, n: u8, wire: &Wire, psn: u32) -> Host {
+    host_on(t, n, wire, psn, HcaConfig::default(), true)
+}
+
+fn host_on(t: Transport, n: u8, wire: &Wire, psn: u32, cfg: HcaConfig, threaded: bool) -> Host {
     let profile = if n == 2 && !t.ib() {
         Profile::ConnectX4Lx
     } else {
         Profile::ConnectX5
     };
-    let dev = Device::new(SimConfig {
+    let sim = SimConfig {
         seed: 0x7a0_0000 + u64::from(n),
         ..SimConfig::profile(profile)
-    });
+    };
+    let dev = Device::new(if threaded { sim.threaded() } else { sim });
     let spec = HostSpec {
         slot: BIG,
         recvs: RECVS,

@@ -50,6 +50,16 @@ Examples:
   mlx5 selftest --device sim:cx7 --report cx7.json
   mlx5 selftest --fail-opcode create-qp:bad_param_err:0x1234   (exit 16)";
 
+const PEER_HELP: &str = "The model's port joins a UDP socket that carries one Ethernet frame per
+datagram (QEMU -netdev dgram), answers ARP for 198.18.0.2, and runs on the
+wall clock. The program's address exchange runs over TCP: --connect when the
+program is the server, --listen when it is the client.
+
+Examples:
+  (guest) ibv_rc_pingpong -d rxe0 -g 1 -s 64 -n 4
+  (host)  mlx5 peer --connect 127.0.0.1:18515 --udp-local 127.0.0.1:47341 \\
+            --udp-remote 127.0.0.1:47342 --size 64 --iters 4 --pcap rc.pcap";
+
 const PINGPONG_HELP: &str = "Each host learns its own address (query_port, query_gid_table, add_gid
 for an IPv4 address), the two exchange QPN, PSN, GID, MAC and LID
 in-process as rc_pingpong does over TCP, and connect. The global --seed
@@ -384,6 +394,20 @@ Install: mlx5 man > /usr/local/share/man/man1/mlx5.1; mlx5 man caps > mlx5-caps.
     /// checked; the wire's counters, faults and a pcap capture
     #[command(after_help = PINGPONG_HELP)]
     Pingpong(crate::cmd::pingpong::opts::Args),
+
+    /// The model as the other side of an RDMA program on another stack
+    /// (ibv_rc_pingpong on Linux soft-RoCE in a QEMU guest): the port on a
+    /// UDP-carried Ethernet segment, the program's own TCP address exchange
+    #[command(after_help = PEER_HELP)]
+    Peer(crate::cmd::peer::opts::Args),
+
+    /// Re-parse every frame of pcap captures with the model's codec, every
+    /// ICRC recomputed; exit 0 only when all parse and match
+    PcapCheck {
+        /// The capture files
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+    },
 
     /// Run a scenario, then print per-opcode counts, failures and latencies
     #[command(after_help = EXIT_CODES)]

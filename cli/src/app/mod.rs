@@ -9,7 +9,7 @@
 pub mod args;
 
 use crate::cmd::{
-    caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, pingpong, replay,
+    caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, peer, pingpong, replay,
     run as script, selftest, stats, trace as tracecmd,
 };
 use crate::common::{interrupts, report, target};
@@ -141,6 +141,51 @@ fn pingpong_from_cli(
     out
 }
 
+/// `mlx5 peer`: one model device of the target's profile on a UDP link.
+fn peer_from_cli(
+    cli: &Cli,
+    args: &peer::opts::Args,
+    target: &Target,
+    faults: &target::Faults,
+    model: target::ModelOpts,
+) -> Outcome {
+    let g = &cli.global;
+    let profile = match target {
+        Target::Sim(p) => *p,
+        Target::Vfio(_) => {
+            let e = CliError::usage(
+                "peer runs the device model on a UDP link; it does not drive real cards",
+                "leave out --device, or use --device sim:PROFILE",
+            );
+            return (Value::Null, Err(e));
+        }
+    };
+    if faults.any() {
+        let e = CliError::usage(
+            "peer does not take --fail-opcode, --stall-opcode or --fatal-after",
+            "its faults are the wire's: --drop, --corrupt-frame",
+        );
+        return (Value::Null, Err(e));
+    }
+    let mut cfg = HcaConfig::default();
+    if let Some(ms) = g.cmd_timeout_ms {
+        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
+    }
+    let run = peer::Run {
+        args,
+        profile,
+        model,
+        cfg,
+        json: g.json,
+        progress: !g.quiet,
+    };
+    let mut out = peer::run(&run);
+    if let Value::Object(m) = &mut out.0 {
+        m.insert("device".into(), json!(target.label()));
+    }
+    out
+}
+
 fn dispatch(cli: &Cli) -> Outcome {
     let g = &cli.global;
     // Generated from the argument definitions, without a device.
@@ -189,6 +234,12 @@ fn dispatch(cli: &Cli) -> Outcome {
     // Two hosts of its own, on the model.
     if let Command::Pingpong(args) = &cli.command {
         return pingpong_from_cli(cli, args, &target, &faults, model_opts);
+    }
+    if let Command::PcapCheck { files } = &cli.command {
+        return peer::capcheck::run(files, g.json);
+    }
+    if let Command::Peer(args) = &cli.command {
+        return peer_from_cli(cli, args, &target, &faults, model_opts);
     }
     // Discovery needs no device.
     if let Command::Cmd {
@@ -371,6 +422,8 @@ fn subcommand<H: Hal>(
         | Command::Diff { .. }
         | Command::Devices { .. }
         | Command::Pingpong(_)
+        | Command::Peer(_)
+        | Command::PcapCheck { .. }
         | Command::Completions { .. }
         | Command::Man { .. } => {
             unreachable!(

@@ -8,6 +8,7 @@ pub mod decode;
 pub mod demo;
 pub mod devices;
 pub mod gendoc;
+pub mod peer;
 pub mod pingpong;
 pub mod replay;
 pub mod run;

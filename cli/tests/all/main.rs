@@ -23,6 +23,7 @@ mod fuzz;
 mod gendoc;
 mod hostile;
 mod model_opts;
+mod peer;
 mod pingpong;
 mod replay;
 mod script;

@@ -32,6 +32,7 @@
 
 mod crc;
 mod frame;
+pub mod neighbour;
 mod pcap;
 mod segment;
 mod transport;

@@ -108,6 +108,11 @@ struct Inner {
     stats: WireStats,
     /// Spent frame buffers, reused.
     pool: Vec<Vec<u8>>,
+    /// Faults apply only to frames this port sends (and chosen frame
+    /// numbers count only its frames); `None`: every frame.
+    fault_source: Option<PortId>,
+    /// Frames the fault plan has numbered.
+    faultable: u64,
     /// The endpoints `pump` polls in one round (kept for its capacity: a
     /// frame's delivery allocates nothing).
     ready: Vec<Arc<dyn Endpoint>>,
@@ -146,6 +151,8 @@ impl Wire {
                 capture_error: None,
                 stats: WireStats::default(),
                 pool: Vec::new(),
+                fault_source: None,
+                faultable: 0,
                 ready: Vec::new(),
             })),
             pumping: Arc::new(AtomicBool::new(false)),
@@ -243,6 +250,16 @@ impl Wire {
         g.faults = faults;
     }
 
+    /// Apply the fault plan only to frames `port` sends (a link to a
+    /// peer outside the process: only the model's own frames are faulted,
+    /// and chosen frame numbers count only those); `None` restores faults
+    /// on every frame.
+    pub fn set_fault_source(&self, port: Option<PortId>) {
+        let mut g = self.lock();
+        g.fault_source = port;
+        g.faultable = 0;
+    }
+
     /// Record every frame put on the wire from now on into a pcap stream.
     pub fn capture(&self, out: Box<dyn Write + Send>) -> std::io::Result<()> {
         let mut g = self.lock();
@@ -289,7 +306,15 @@ impl Wire {
         let mut buf = g.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(frame);
-        let fault = g.fault_for(n);
+        let fault = match g.fault_source {
+            None => g.fault_for(n),
+            Some(p) if p == from => {
+                let k = g.faultable;
+                g.faultable += 1;
+                g.fault_for(k)
+            }
+            Some(_) => None,
+        };
         // A frame held back goes out after this one.
         let held = g.held.take();
         match fault {

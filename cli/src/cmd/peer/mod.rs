@@ -1,0 +1,213 @@
+//! `mlx5 peer`: the model as the other side of an RDMA program that runs
+//! on another stack (Linux soft-RoCE in a QEMU guest, or any RoCE v2 host
+//! reachable through a UDP-carried Ethernet segment). The model's port is
+//! joined to a UDP socket (`mlx5_sim::UdpLink`, one Ethernet frame per
+//! datagram, QEMU's `-netdev dgram`), the device runs threaded on the wall
+//! clock, and the driver goes through the verbs facade exactly as
+//! `mlx5 pingpong`'s hosts do. The address exchange is the program's own,
+//! over TCP (`oob`).
+
+pub mod capcheck;
+pub mod oob;
+pub mod opts;
+pub mod rc;
+
+use std::time::{Duration, Instant};
+
+use mlx5_driver::HcaConfig;
+use mlx5_sim::wire::{Fault, Faults, LinkType, Wire};
+use mlx5_sim::{Profile, UdpLink};
+use serde_json::{json, Value};
+
+use super::pingpong::host::{setup_error, Host, RECVS};
+use crate::common::error::CliError;
+use crate::common::target::{self, ModelOpts};
+use mlx5_testbed::{HostSpec, Transport};
+use opts::Args;
+
+/// How `mlx5 peer` runs.
+pub struct Run<'a> {
+    /// Its own options.
+    pub args: &'a Args,
+    /// The model profile.
+    pub profile: Profile,
+    /// The global model options (`--seed`, ...); the device always runs threaded.
+    pub model: ModelOpts,
+    /// The driver's configuration.
+    pub cfg: HcaConfig,
+    /// `--json`.
+    pub json: bool,
+    /// Progress lines on stderr.
+    pub progress: bool,
+}
+
+fn progress(r: &Run<'_>, what: &str) {
+    if r.progress {
+        eprintln!("mlx5: {what}");
+    }
+}
+
+/// A PSN from the clock, as rc_pingpong draws a random one.
+fn random_psn() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut z = t ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) & 0xff_ffff) as u32
+}
+
+/// Run it: the JSON value and the result.
+pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
+    let a = r.args;
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let model = ModelOpts {
+        threaded: true,
+        ..r.model
+    };
+    let dev = target::model(r.profile, &model);
+    let wire = Wire::new(LinkType::Ethernet);
+    if let Some(path) = &a.pcap {
+        let out = std::fs::File::create(path)
+            .map(std::io::BufWriter::new)
+            .and_then(|f| wire.capture(Box::new(f)));
+        if let Err(e) = out {
+            let e = CliError::failed(
+                format!("cannot write the capture file {}: {e}", path.display()),
+                "name a file in a writable directory",
+            );
+            return (Value::Null, Err(e));
+        }
+    }
+    progress(r, "bringing up the model's host");
+    let slot = a.size as usize;
+    let spec = HostSpec {
+        slot,
+        recvs: RECVS,
+        ..HostSpec::new(Transport::RoceV2Ipv4, a.host, random_psn())
+    };
+    let host = Host::new(dev, &wire, r.cfg, spec).map_err(setup_error);
+    let mut host = match host {
+        Ok(h) => h,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    let link = match UdpLink::join(&host.dev, a.udp_local, a.udp_remote) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = host.close();
+            let e = CliError::failed(
+                format!(
+                    "joining the UDP link {} -> {}: {e}",
+                    a.udp_local, a.udp_remote
+                ),
+                "is another program bound to --udp-local?",
+            );
+            return (Value::Null, Err(e));
+        }
+    };
+    link.fault_model_frames_only();
+    wire.set_faults(Faults {
+        seed: r.model.seed.unwrap_or(1),
+        drop: a.drop,
+        chosen: a
+            .corrupt_frame
+            .map(|n| vec![(n, Fault::Corrupt)])
+            .unwrap_or_default(),
+        ..Faults::default()
+    });
+    progress(
+        r,
+        "the model answers ARP for 198.18.0.2; exchanging addresses",
+    );
+    let started = Instant::now();
+    let res = rc::session(a, &mut host, &link, deadline, r.progress);
+    let elapsed = started.elapsed();
+    let stats = host.dev.traffic().stats();
+    let wstats = wire.stats();
+    let lstats = link.stats();
+    drop(link);
+    let captured = if a.pcap.is_some() {
+        wire.end_capture()
+    } else {
+        Ok(0)
+    };
+    let closed = host.close().map(|_| ()).map_err(setup_error);
+    let (outcome, res) = match res {
+        Ok(o) => (Some(o), Ok(())),
+        Err(e) => (None, Err(e)),
+    };
+    let res = res.and(closed).and(captured.map(|_| ()).map_err(|e| {
+        CliError::failed(
+            format!("writing the capture file: {e}"),
+            "check the disk space",
+        )
+    }));
+    let mut v = json!({
+        "program": "rc-pingpong",
+        "role": if a.connect.is_some() { "client" } else { "server" },
+        "size": a.size,
+        "iters": a.iters,
+        "mtu": a.mtu.bytes(),
+        "seconds": elapsed.as_secs_f64(),
+        "link": {
+            "frames_out": lstats.frames_out, "frames_in": lstats.frames_in,
+            "to_device": lstats.to_device, "arp_replies": lstats.arp_replies,
+            "arp_requests": lstats.arp_requests, "adverts": lstats.adverts,
+            "dropped": lstats.dropped,
+        },
+        "wire": {
+            "frames": wstats.frames, "dropped": wstats.dropped, "corrupted": wstats.corrupted,
+        },
+        "model": {
+            "wire_tx": stats.wire_tx, "wire_rx": stats.wire_rx,
+            "wire_dropped": stats.wire_dropped, "retransmissions": stats.retransmissions,
+            "ack_timeouts": stats.ack_timeouts, "duplicates": stats.duplicates,
+            "seq_naks_received": stats.seq_naks_received, "rnr_naks": stats.rnr_naks,
+        },
+    });
+    if let (Some(o), Value::Object(m)) = (&outcome, &mut v) {
+        m.insert("local".into(), json!(o.local_text));
+        m.insert("remote".into(), json!(o.remote_text));
+        m.insert("messages_checked".into(), json!(o.received));
+    }
+    let v = json!({ "peer": v });
+    if !r.json {
+        if let Some(o) = &outcome {
+            println!("  local address:  {}", o.local_text);
+            println!("  remote address: {}", o.remote_text);
+            let bytes = 2 * u64::from(a.size) * u64::from(a.iters);
+            let us = o.pingpong.as_secs_f64() * 1e6;
+            println!(
+                "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+                us / 1e6,
+                bytes as f64 * 8.0 / us
+            );
+            println!(
+                "{} iters in {:.2} seconds = {:.2} usec/iter",
+                a.iters,
+                us / 1e6,
+                us / f64::from(a.iters)
+            );
+            println!(
+                "checked: {} messages received, every byte as sent",
+                o.received
+            );
+        }
+        println!(
+            "link: {} frames out, {} in ({} to the device, {} not ours), {} ARP replies, {} ARP requests",
+            lstats.frames_out, lstats.frames_in, lstats.to_device, lstats.dropped,
+            lstats.arp_replies, lstats.arp_requests
+        );
+        println!(
+            "faults on the model's frames: {} dropped, {} corrupted",
+            wstats.dropped, wstats.corrupted
+        );
+        println!(
+            "model: {} frames sent, {} received ({} dropped), {} retransmissions, {} ACK timeouts, {} duplicates, {} sequence NAKs received, {} RNR NAKs received",
+            stats.wire_tx, stats.wire_rx, stats.wire_dropped, stats.retransmissions,
+            stats.ack_timeouts, stats.duplicates, stats.seq_naks_received, stats.rnr_naks
+        );
+    }
+    (v, res)
+}
