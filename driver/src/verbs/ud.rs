@@ -222,6 +222,7 @@ impl<
 /// `post_send` on a QP whose `can_send` is false: a UD QP in (or past)
 /// RTS goes to [`post_ud`]; any other is `ENOMEM` at the first request
 /// (not in RTS since the last reset, as rdma-core).
+#[cold]
 #[inline(never)]
 pub(super) fn post_not_rc<H: Hal, const W: usize>(
     e: &mut super::qp::QpEntry<H, W>,
@@ -242,32 +243,15 @@ pub(super) fn post_not_rc<H: Hal, const W: usize>(
 /// `post_send` on a UD QP: each request's address handle is looked up
 /// (stale or missing: `EINVAL` at its index), its opcode must be SEND or
 /// SEND_WITH_IMM (`EINVAL`), then it goes to the ring with its own copy of
-/// the address vector; one doorbell per 16 requests.
-#[inline(always)]
+/// the address vector; one doorbell per 16 requests. Out of line: the RC
+/// `post_send` stays as small as it was.
+#[inline(never)]
 pub(super) fn post_ud<H: Hal, const W: usize>(
     qp: &mut Qp<H, [SendSlot; W]>,
     ahs: &Table<AhEntry, MAX_AHS>,
     wrs: &[SendWr<'_>],
     sig_all: bool,
 ) -> Result<(), PostSendError> {
-    if let [wr] = wrs {
-        // One request: no chunk bookkeeping.
-        let av = match wr.ah.and_then(|h| ahs.get(h.0)) {
-            Some(e) if matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) => &e.av,
-            _ => {
-                return Err(PostSendError {
-                    index: 0,
-                    errno: Errno::EINVAL,
-                })
-            }
-        };
-        return qp
-            .post_send_one(&PostedUd { wr, sig_all, av })
-            .map_err(|err| PostSendError {
-                index: 0,
-                errno: super::qp::send_errno(&err),
-            });
-    }
     for (c, chunk) in wrs.chunks(16).enumerate() {
         let base = c * 16;
         // The requests up to the first that names no live handle or a
