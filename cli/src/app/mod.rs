@@ -15,7 +15,7 @@ use crate::cmd::{
 use crate::common::{interrupts, report, target};
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
-use mlx5_sim::Device;
+use mlx5_sim::{Device, Profile};
 use serde_json::{json, Value};
 
 use clap::CommandFactory;
@@ -95,6 +95,47 @@ fn decode_from_cli(c: &Command, json: bool) -> Option<(Value, Result<(), CliErro
     }))
 }
 
+/// What `pingpong` and `peer` share: the model profile of the target (a
+/// card is refused), no command-level fault options (their faults are the
+/// wire's, `wire_faults` names them), and the command timeout.
+fn model_only_setup(
+    cli: &Cli,
+    cmd: &str,
+    doing: &str,
+    wire_faults: &str,
+    target: &Target,
+    faults: &target::Faults,
+) -> Result<(Profile, HcaConfig), CliError> {
+    let profile = match target {
+        Target::Sim(p) => *p,
+        Target::Vfio(_) => {
+            return Err(CliError::usage(
+                format!("{cmd} runs {doing}"),
+                "leave out --device, or use --device sim:PROFILE",
+            ))
+        }
+    };
+    if faults.any() {
+        return Err(CliError::usage(
+            format!("{cmd} does not take --fail-opcode, --stall-opcode or --fatal-after"),
+            format!("its faults are the wire's: {wire_faults}"),
+        ));
+    }
+    let mut cfg = HcaConfig::default();
+    if let Some(ms) = cli.global.cmd_timeout_ms {
+        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
+    }
+    Ok((profile, cfg))
+}
+
+/// The command's output with the device it ran on.
+fn with_device(mut out: Outcome, target: &Target) -> Outcome {
+    if let Value::Object(m) = &mut out.0 {
+        m.insert("device".into(), json!(target.label()));
+    }
+    out
+}
+
 /// `mlx5 pingpong`: two model devices of the target's profile; a card
 /// and the command-level fault options are refused before anything runs.
 fn pingpong_from_cli(
@@ -104,41 +145,26 @@ fn pingpong_from_cli(
     faults: &target::Faults,
     model: target::ModelOpts,
 ) -> Outcome {
-    let g = &cli.global;
-    let profile = match target {
-        Target::Sim(p) => *p,
-        Target::Vfio(_) => {
-            let e = CliError::usage(
-                "pingpong runs two hosts on the device model; it does not drive real cards yet",
-                "leave out --device, or use --device sim:PROFILE",
-            );
-            return (Value::Null, Err(e));
-        }
+    let (profile, cfg) = match model_only_setup(
+        cli,
+        "pingpong",
+        "two hosts on the device model; it does not drive real cards yet",
+        "--drop, --dup, --reorder, --corrupt",
+        target,
+        faults,
+    ) {
+        Ok(v) => v,
+        Err(e) => return (Value::Null, Err(e)),
     };
-    if faults.any() {
-        let e = CliError::usage(
-            "pingpong does not take --fail-opcode, --stall-opcode or --fatal-after",
-            "its faults are the wire's: --drop, --dup, --reorder, --corrupt",
-        );
-        return (Value::Null, Err(e));
-    }
-    let mut cfg = HcaConfig::default();
-    if let Some(ms) = g.cmd_timeout_ms {
-        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
-    }
     let run = pingpong::Run {
         args,
         profile,
         model,
         cfg,
-        json: g.json,
-        progress: !g.quiet,
+        json: cli.global.json,
+        progress: !cli.global.quiet,
     };
-    let mut out = pingpong::run(&run);
-    if let Value::Object(m) = &mut out.0 {
-        m.insert("device".into(), json!(target.label()));
-    }
-    out
+    with_device(pingpong::run(&run), target)
 }
 
 /// `mlx5 peer`: one model device of the target's profile on a UDP link.
@@ -149,41 +175,26 @@ fn peer_from_cli(
     faults: &target::Faults,
     model: target::ModelOpts,
 ) -> Outcome {
-    let g = &cli.global;
-    let profile = match target {
-        Target::Sim(p) => *p,
-        Target::Vfio(_) => {
-            let e = CliError::usage(
-                "peer runs the device model on a UDP link; it does not drive real cards",
-                "leave out --device, or use --device sim:PROFILE",
-            );
-            return (Value::Null, Err(e));
-        }
+    let (profile, cfg) = match model_only_setup(
+        cli,
+        "peer",
+        "the device model on a UDP link; it does not drive real cards",
+        "--drop, --corrupt-frame",
+        target,
+        faults,
+    ) {
+        Ok(v) => v,
+        Err(e) => return (Value::Null, Err(e)),
     };
-    if faults.any() {
-        let e = CliError::usage(
-            "peer does not take --fail-opcode, --stall-opcode or --fatal-after",
-            "its faults are the wire's: --drop, --corrupt-frame",
-        );
-        return (Value::Null, Err(e));
-    }
-    let mut cfg = HcaConfig::default();
-    if let Some(ms) = g.cmd_timeout_ms {
-        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
-    }
     let run = peer::Run {
         args,
         profile,
         model,
         cfg,
-        json: g.json,
-        progress: !g.quiet,
+        json: cli.global.json,
+        progress: !cli.global.quiet,
     };
-    let mut out = peer::run(&run);
-    if let Value::Object(m) = &mut out.0 {
-        m.insert("device".into(), json!(target.label()));
-    }
-    out
+    with_device(peer::run(&run), target)
 }
 
 fn dispatch(cli: &Cli) -> Outcome {

@@ -188,10 +188,7 @@ pub fn rst2init_ud_qp(
     header_into(&mut b, Opcode::RST2INIT_QP, 0);
     rst2init_qp_in::qpn.set(&mut b, qpn)?;
     let q = rst2init_qp_in::qpc.get_mut(&mut b);
-    qpc::pm_state.set(q, pm_state::MIGRATED)?;
-    qpc::mtu.set(q, UD_MTU_CODE)?;
-    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
-    qpc::log_msg_max.set(q, UD_LOG_MSG_MAX)?;
+    ud_qpc_fields(q)?;
     qpc::q_key.set(q, qkey)?;
     let path = qpc::primary_address_path.get_mut(q);
     ads::vhca_port_num.set(path, port)?;
@@ -205,6 +202,16 @@ pub const UD_MTU_CODE: u8 = 5;
 /// The `log_msg_max` Linux puts into every UD QPC (4096 bytes).
 pub const UD_LOG_MSG_MAX: u8 = 12;
 
+/// The QPC fields every UD transition carries, as Linux sends them: path
+/// migration state, the forced `mtu` and `log_msg_max`, the ACK request
+/// frequency.
+fn ud_qpc_fields(q: &mut [u8]) -> Result<(), RegError> {
+    qpc::pm_state.set(q, pm_state::MIGRATED)?;
+    qpc::mtu.set(q, UD_MTU_CODE)?;
+    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
+    qpc::log_msg_max.set(q, UD_LOG_MSG_MAX)
+}
+
 /// INIT2RTR_QP of a UD QP: no peer, no path; `mtu` and `log_msg_max` as
 /// Linux forces them for UD.
 pub fn init2rtr_ud_qp(qpn: u32) -> Result<[u8; init2rtr_qp_in::SIZE], RegError> {
@@ -212,10 +219,7 @@ pub fn init2rtr_ud_qp(qpn: u32) -> Result<[u8; init2rtr_qp_in::SIZE], RegError> 
     header_into(&mut b, Opcode::INIT2RTR_QP, 0);
     init2rtr_qp_in::qpn.set(&mut b, qpn)?;
     let q = init2rtr_qp_in::qpc.get_mut(&mut b);
-    qpc::pm_state.set(q, pm_state::MIGRATED)?;
-    qpc::mtu.set(q, UD_MTU_CODE)?;
-    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
-    qpc::log_msg_max.set(q, UD_LOG_MSG_MAX)?;
+    ud_qpc_fields(q)?;
     Ok(b)
 }
 
@@ -226,10 +230,7 @@ pub fn rtr2rts_ud_qp(qpn: u32, sq_psn: u32) -> Result<[u8; rtr2rts_qp_in::SIZE],
     header_into(&mut b, Opcode::RTR2RTS_QP, 0);
     rtr2rts_qp_in::qpn.set(&mut b, qpn)?;
     let q = rtr2rts_qp_in::qpc.get_mut(&mut b);
-    qpc::pm_state.set(q, pm_state::MIGRATED)?;
-    qpc::mtu.set(q, UD_MTU_CODE)?;
-    qpc::log_ack_req_freq.set(q, LOG_ACK_REQ_FREQ)?;
-    qpc::log_msg_max.set(q, UD_LOG_MSG_MAX)?;
+    ud_qpc_fields(q)?;
     qpc::next_send_psn.set(q, sq_psn)?;
     Ok(b)
 }
