@@ -87,6 +87,23 @@ fn poll(
     None
 }
 
+/// Two hosts of transport `t` on one wire, one UD QP with `QKEY` each
+/// (the wire is returned so it outlives the hosts).
+fn two_hosts(t: Transport) -> (Wire, Host, Host, UdQp, UdQp) {
+    let wire = wire_for(t);
+    let mut a = host(t, 1, &wire, 0);
+    let mut b = host(t, 2, &wire, 0);
+    let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
+    let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
+    (wire, a, b, ua, ub)
+}
+
+/// `a`'s next send completion, which must be a success.
+fn sent_ok(a: &mut Host, b: &Host) {
+    let s = poll(a, true, Some(&b.dev)).expect("a send completion");
+    assert_eq!(s.status, WcStatus::Success, "{s:?}");
+}
+
 fn close_all(mut h: Host, qps: &[UdQp], what: &str) {
     for u in qps {
         h.ctx.destroy_qp(u.qp).unwrap();
@@ -133,11 +150,7 @@ fn ud_between_two_qps_of_one_card_on_every_transport() {
 fn ud_between_two_hosts_on_every_transport() {
     for t in TRANSPORTS {
         big_stack(move || {
-            let wire = wire_for(t);
-            let mut a = host(t, 1, &wire, 0);
-            let mut b = host(t, 2, &wire, 0);
-            let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
-            let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
+            let (_wire, mut a, mut b, ua, ub) = two_hosts(t);
             exchange(t, &mut a, &ua, &mut b, &ub);
             exchange(t, &mut b, &ub, &mut a, &ua);
             assert!(a.dev.traffic().stats().wire_tx >= 8, "{t:?}");
@@ -157,11 +170,7 @@ fn ud_between_two_hosts_on_every_transport() {
 fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
     big_stack(|| {
         let t = Transport::RoceV2Ipv4;
-        let wire = wire_for(t);
-        let mut a = host(t, 1, &wire, 0);
-        let mut b = host(t, 2, &wire, 0);
-        let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
-        let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
+        let (_wire, mut a, mut b, ua, ub) = two_hosts(t);
         let ah = a.ctx.create_ah(&a.ah_to(&b.addr)).unwrap();
         post_slot(&mut b, &ub, 0, 0);
         // The wrong key: sent and completed (no ACK to miss), never received.
@@ -172,27 +181,18 @@ fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
         assert_eq!(b.dev.traffic().stats().ud_qkey_drops, 1);
         // Bit 31: the sender's QP's own Q_Key (QKEY) goes out instead.
         ud_send(&mut a, &ua, (ah, ub.qpn, 0x8000_0000), b"mine", None, 2);
-        assert_eq!(
-            poll(&mut a, true, Some(&b.dev)).unwrap().status,
-            WcStatus::Success
-        );
+        sent_ok(&mut a, &b);
         let wc = poll(&mut b, false, Some(&a.dev)).expect("controlled key delivered");
         check_ud_wc(t, &wc, ub.qpn, ua.qpn, 4, None, 0);
         assert_eq!(wc.wr_id, 0, "the WQE the wrong key left posted");
         // No receive posted: dropped and counted, the sender unaffected.
         ud_send(&mut a, &ua, (ah, ub.qpn, QKEY), b"lost", None, 3);
-        assert_eq!(
-            poll(&mut a, true, Some(&b.dev)).unwrap().status,
-            WcStatus::Success
-        );
+        sent_ok(&mut a, &b);
         assert!(poll(&mut b, false, Some(&a.dev)).is_none());
         assert_eq!(b.dev.traffic().stats().ud_no_recv_drops, 1);
         // A datagram to a QP that does not exist: dropped.
         ud_send(&mut a, &ua, (ah, 0xabcd, QKEY), b"none", None, 4);
-        assert_eq!(
-            poll(&mut a, true, Some(&b.dev)).unwrap().status,
-            WcStatus::Success
-        );
+        sent_ok(&mut a, &b);
         assert_eq!(b.dev.traffic().stats().ud_dropped, 1);
         a.ctx.destroy_ah(ah).unwrap();
         close_all(a, &[ua], "qkey a");
@@ -204,11 +204,7 @@ fn a_wrong_qkey_is_dropped_silently_and_a_controlled_qkey_sends_the_qps_own() {
 fn a_datagram_longer_than_the_mtu_fails_with_a_local_length_error() {
     for t in [Transport::RoceV2Ipv4, Transport::IbLid] {
         big_stack(move || {
-            let wire = wire_for(t);
-            let mut a = host(t, 1, &wire, 0);
-            let mut b = host(t, 2, &wire, 0);
-            let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
-            let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
+            let (_wire, mut a, mut b, ua, ub) = two_hosts(t);
             let mtu = 128usize << (a.addr.mtu as usize);
             let ah = a.ctx.create_ah(&a.ah_to(&b.addr)).unwrap();
             post_slot(&mut b, &ub, 0, 0);
@@ -346,11 +342,7 @@ fn one_qp_reaches_many_destinations_through_many_address_handles() {
 fn an_address_handle_destroyed_and_reused_leaves_posted_sends_their_own_copy() {
     big_stack(|| {
         let t = Transport::RoceV2Ipv4;
-        let wire = wire_for(t);
-        let mut a = host(t, 1, &wire, 0);
-        let mut b = host(t, 2, &wire, 0);
-        let ua = ud_qp(&mut a, QKEY, UD_SLOTS_AT);
-        let ub = ud_qp(&mut b, QKEY, UD_SLOTS_AT);
+        let (_wire, mut a, mut b, ua, ub) = two_hosts(t);
         let ah = a.ctx.create_ah(&a.ah_to(&b.addr)).unwrap();
         let av = a.ctx.ah_address_vector(ah).unwrap();
         for i in 0..4 {
@@ -375,10 +367,7 @@ fn an_address_handle_destroyed_and_reused_leaves_posted_sends_their_own_copy() {
         let ah2 = a.ctx.create_ah(&other).unwrap();
         assert_ne!(a.ctx.ah_address_vector(ah2).unwrap(), av);
         for i in 0..4 {
-            assert_eq!(
-                poll(&mut a, true, Some(&b.dev)).unwrap().status,
-                WcStatus::Success
-            );
+            sent_ok(&mut a, &b);
             let wc = poll(&mut b, false, Some(&a.dev)).expect("delivered to the first address");
             assert_eq!(wc.wr_id, i);
             check_ud_wc(t, &wc, ub.qpn, ua.qpn, 64, None, 0);
