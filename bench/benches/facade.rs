@@ -431,19 +431,7 @@ fn send_post(c: &mut Criterion) {
             g.bench_function("facade", |b| {
                 let mut rig = SendRig::new(8);
                 let wrs = work.wrs();
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let p0 = rig.producer();
-                        let t = Instant::now();
-                        rig.post_chunks(&wrs, per_call);
-                        total += t.elapsed();
-                        // Untimed: one CQE for the last WQE retires them all.
-                        rig.retire(p0, SN);
-                    }
-                    assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
-                    total
-                });
+                b.iter_custom(|iters| rig.time_posts(&wrs, per_call, iters));
             });
             g.bench_function("ring", |b| {
                 let mut r = RingSendRig::new(8);
@@ -497,34 +485,13 @@ fn send_post_ud(c: &mut Criterion) {
         g.bench_function("rc", |b| {
             let mut rig = SendRig::new(8);
             let wrs = work.wrs();
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let p0 = rig.producer();
-                    let t = Instant::now();
-                    rig.post_chunks(&wrs, per_call);
-                    total += t.elapsed();
-                    rig.retire(p0, SN);
-                }
-                total
-            });
+            b.iter_custom(|iters| rig.time_posts(&wrs, per_call, iters));
         });
         g.bench_function("ud", |b| {
             let (mut rig, ah) = SendRig::new_ud(8, 0x1111_1111);
             let qpn = rig.qpn;
             let wrs = work.ud_wrs(ah, qpn, 0x1111_1111);
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let p0 = rig.producer();
-                    let t = Instant::now();
-                    rig.post_chunks(&wrs, per_call);
-                    total += t.elapsed();
-                    rig.retire(p0, SN);
-                }
-                assert_eq!(rig.ctx.stats().unmatched_cqes, 0);
-                total
-            });
+            b.iter_custom(|iters| rig.time_posts(&wrs, per_call, iters));
         });
         g.finish();
     }

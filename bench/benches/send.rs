@@ -117,14 +117,31 @@ impl Sender {
             .collect()
     }
 
-    /// Retire everything posted: the requester CQE the device would write
-    /// for the last WQE (`index`) covers the requests before it.
-    fn retire(&mut self, index: u16) {
-        self.retire_op(index, mlx5_regs::consts::wqe::OPCODE_SEND);
+    /// `iters` rounds of `WRS` requests posted `reqs.len()` per call,
+    /// timed; each round retired untimed with one requester CQE for the
+    /// last WQE (posted with `opcode`), which covers the ones before it.
+    fn time_posts(&mut self, reqs: &[SendRequest<'_>], iters: u64, opcode: u8) -> Duration {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let qp = self.qp.as_mut().unwrap();
+            let t = Instant::now();
+            for _ in 0..WRS as usize / reqs.len() {
+                qp.post_send(black_box(reqs)).unwrap();
+            }
+            total += t.elapsed();
+            // The last WQE starts one WQE size before the producer counter.
+            let ring = qp.send_ring().unwrap();
+            let per = (ring.geometry().wqe_size / 64) as u16;
+            let last = ring.producer_counter().wrapping_sub(per);
+            self.retire(last, opcode);
+        }
+        total
     }
 
-    /// [`Sender::retire`] of WQEs posted with `opcode`.
-    fn retire_op(&mut self, index: u16, opcode: u8) {
+    /// Retire everything posted: the requester CQE the device would write
+    /// for the last WQE (`index`, posted with `opcode`) covers the requests
+    /// before it.
+    fn retire(&mut self, index: u16, opcode: u8) {
         let qp = self.qp.as_mut().unwrap();
         let cqe = Cqe {
             opcode: CqeOpcode::REQ,
@@ -182,24 +199,8 @@ fn post_send(c: &mut Criterion) {
                         solicited: false,
                     })
                     .collect();
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let qp = s.qp.as_mut().unwrap();
-                        let t = Instant::now();
-                        for _ in 0..WRS as usize / batch {
-                            qp.post_send(black_box(&reqs)).unwrap();
-                        }
-                        total += t.elapsed();
-                        // The last WQE starts one WQE size before the
-                        // producer counter.
-                        let ring = qp.send_ring().unwrap();
-                        let per = (ring.geometry().wqe_size / 64) as u16;
-                        let last = ring.producer_counter().wrapping_sub(per);
-                        s.retire(last);
-                    }
-                    total
-                });
+                let send = mlx5_regs::consts::wqe::OPCODE_SEND;
+                b.iter_custom(|iters| s.time_posts(&reqs, iters, send));
                 black_box(s.hal.scratch(0));
                 drop(reqs);
                 s.finish();
@@ -497,22 +498,7 @@ fn post_rdma(c: &mut Criterion) {
                         solicited: false,
                     })
                     .collect();
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let qp = s.qp.as_mut().unwrap();
-                        let t = Instant::now();
-                        for _ in 0..WRS as usize / batch {
-                            qp.post_send(black_box(&reqs)).unwrap();
-                        }
-                        total += t.elapsed();
-                        let ring = qp.send_ring().unwrap();
-                        let per = (ring.geometry().wqe_size / 64) as u16;
-                        let last = ring.producer_counter().wrapping_sub(per);
-                        s.retire_op(last, opcode);
-                    }
-                    total
-                });
+                b.iter_custom(|iters| s.time_posts(&reqs, iters, opcode));
                 black_box(s.hal.scratch(0));
                 drop(reqs);
                 s.finish();

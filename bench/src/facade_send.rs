@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 use mlx5_driver::cq::{Cq, CqOptions, Cqe};
 use mlx5_driver::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
@@ -253,38 +254,15 @@ pub struct SendRig {
 impl SendRig {
     /// Bring up and create the objects.
     pub fn new(log_cq: u8) -> SendRig {
-        let dev = Device::new(SimConfig::default());
-        let hca = Hca::bring_up(QuietHal::new(dev.hal()), HcaConfig::default()).expect("up");
-        let mut ctx: Verbs<QuietHal> = Verbs::open(hca);
-        let (cq, _) = ctx.create_cq((1u32 << log_cq) - 1).expect("create_cq");
-        let (qp, _) = ctx
-            .create_qp(&QpInitAttr {
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: CAP.max_send_wr,
-                    max_send_sge: CAP.max_send_sge,
-                    max_inline_data: CAP.max_inline_data,
-                    ..Default::default()
-                },
-                sq_sig_all: false,
-            })
-            .expect("create_qp");
+        let (dev, mut ctx, cq, attr) = Self::open(log_cq);
+        let (qp, _) = ctx.create_qp(&attr).expect("create_qp");
         ctx.connect_loopback(qp, qp).expect("connect");
-        SendRig {
-            qpn: ctx.qp_num(qp).expect("qp"),
-            dev,
-            ctx,
-            cq,
-            qp,
-        }
+        Self::assemble(dev, ctx, cq, qp)
     }
 
-    /// The same with a UD QP in RTS (Q_Key `qkey`) and an address handle
-    /// to its own port's RoCE v2 link-local GID (table entry 1): what a
-    /// UD send post costs beside the RC one.
-    pub fn new_ud(log_cq: u8, qkey: u32) -> (SendRig, AhHandle) {
+    /// The model brought up, its verbs context, the send CQ and the QP
+    /// attributes both rigs use (the benchmark's capacities).
+    fn open(log_cq: u8) -> (Device, Verbs<QuietHal>, CqHandle, QpInitAttr) {
         let dev = Device::new(SimConfig::default());
         let hca = Hca::bring_up(QuietHal::new(dev.hal()), HcaConfig::default()).expect("up");
         let mut ctx: Verbs<QuietHal> = Verbs::open(hca);
@@ -301,6 +279,24 @@ impl SendRig {
             },
             sq_sig_all: false,
         };
+        (dev, ctx, cq, attr)
+    }
+
+    fn assemble(dev: Device, ctx: Verbs<QuietHal>, cq: CqHandle, qp: QpHandle) -> SendRig {
+        SendRig {
+            qpn: ctx.qp_num(qp).expect("qp"),
+            dev,
+            ctx,
+            cq,
+            qp,
+        }
+    }
+
+    /// The same with a UD QP in RTS (Q_Key `qkey`) and an address handle
+    /// to its own port's RoCE v2 link-local GID (table entry 1): what a
+    /// UD send post costs beside the RC one.
+    pub fn new_ud(log_cq: u8, qkey: u32) -> (SendRig, AhHandle) {
+        let (dev, mut ctx, cq, attr) = Self::open(log_cq);
         let (qp, _) = ctx.create_qp_of_type(&attr, QpType::Ud).expect("create_qp");
         let a = QpAttr {
             port_num: 1,
@@ -328,14 +324,7 @@ impl SendRig {
                 ..AhAttr::default()
             })
             .expect("create_ah");
-        let rig = SendRig {
-            qpn: ctx.qp_num(qp).expect("qp"),
-            dev,
-            ctx,
-            cq,
-            qp,
-        };
-        (rig, ah)
+        (Self::assemble(dev, ctx, cq, qp), ah)
     }
 
     /// The WQE counter the next post starts at.
@@ -356,6 +345,22 @@ impl SendRig {
         for chunk in wrs.chunks(per_call) {
             self.ctx.post_send(self.qp, black_box(chunk)).unwrap();
         }
+    }
+
+    /// `iters` rounds of posting `wrs`, `per_call` per `post_send`, timed;
+    /// each round's WQEs retired untimed (one CQE for the last retires them
+    /// all). No CQE may go unmatched.
+    pub fn time_posts(&mut self, wrs: &[SendWr<'_>], per_call: usize, iters: u64) -> Duration {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let p0 = self.producer();
+            let t = Instant::now();
+            self.post_chunks(wrs, per_call);
+            total += t.elapsed();
+            self.retire(p0, wrs.len());
+        }
+        assert_eq!(self.ctx.stats().unmatched_cqes, 0);
+        total
     }
 
     /// Play the device: `n` requester CQEs at the CQ's consumer index,
