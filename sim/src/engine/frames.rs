@@ -33,63 +33,105 @@ pub(crate) fn udp_sport_for(lqpn: u32, rqpn: u32) -> u16 {
     (low | 0xc000) as u16
 }
 
+/// Where a packet goes, as a QP's address path or a UD address vector
+/// names it: the fields the outer headers are built from.
+pub(crate) struct Dest {
+    /// IB: a GRH follows the LRH.
+    pub ib_grh: bool,
+    /// IB: the destination LID and service level.
+    pub dlid: u16,
+    pub sl: u8,
+    /// RoCE: the source GID table entry, the next hop's MAC and the VLAN
+    /// priority.
+    pub sgid_index: u16,
+    pub rmac: [u8; 6],
+    pub pcp: u8,
+    /// GRH / IP fields.
+    pub tclass: u8,
+    pub flow_label: u32,
+    pub hop_limit: u8,
+    pub rgid: [u8; 16],
+    /// RoCE v2: the UDP source port (0: derived from the two QPNs).
+    pub udp_sport: u16,
+    pub remote_qpn: u32,
+}
+
 impl State {
     /// The outer headers of packets QP `qpn` sends to its peer; `None` when
     /// the path names no programmed source GID (the QP cannot send).
     pub(crate) fn encap_for(&mut self, qpn: u32) -> Option<Encap> {
         let q = self.objects.qps.get(&qpn)?;
         let p = q.path;
-        let remote = q.remote_qpn;
+        let d = Dest {
+            ib_grh: p.grh,
+            dlid: p.rlid,
+            sl: p.sl,
+            sgid_index: u16::from(p.src_addr_index),
+            rmac: p.rmac,
+            pcp: 0,
+            tclass: p.tclass,
+            flow_label: p.flow_label,
+            hop_limit: p.hop_limit,
+            rgid: p.rgid,
+            udp_sport: p.udp_sport,
+            remote_qpn: q.remote_qpn,
+        };
+        self.encap_to(qpn, &d)
+    }
+
+    /// The outer headers of packets from QP `qpn` to `d`; `None` when `d`
+    /// names no programmed source GID.
+    pub(crate) fn encap_to(&mut self, qpn: u32, d: &Dest) -> Option<Encap> {
         if self.caps.port_type == port::TYPE_IB {
-            let grh = p.grh.then(|| Grh {
-                tclass: p.tclass,
-                flow_label: p.flow_label,
-                hop_limit: p.hop_limit,
+            let grh = d.ib_grh.then(|| Grh {
+                tclass: d.tclass,
+                flow_label: d.flow_label,
+                hop_limit: d.hop_limit,
                 sgid: self.port_gid0(),
-                dgid: p.rgid,
+                dgid: d.rgid,
             });
             return Some(Encap::Ib {
                 lrh: Lrh {
                     vl: 0,
-                    sl: p.sl,
-                    dlid: p.rlid,
+                    sl: d.sl,
+                    dlid: d.dlid,
                     slid: self.port.lid,
                 },
                 grh,
             });
         }
-        let g = *self.port.gids.get(&u16::from(p.src_addr_index))?;
+        let g = *self.port.gids.get(&d.sgid_index)?;
         let eth = Eth {
-            dst: p.rmac,
+            dst: d.rmac,
             src: g.mac,
             vlan: g.vlan.map(|id| Vlan {
-                pcp: 0,
+                pcp: d.pcp,
                 dei: false,
                 id,
             }),
         };
         let grh = Grh {
-            tclass: p.tclass,
-            flow_label: p.flow_label,
-            hop_limit: p.hop_limit,
+            tclass: d.tclass,
+            flow_label: d.flow_label,
+            hop_limit: d.hop_limit,
             sgid: g.gid,
-            dgid: p.rgid,
+            dgid: d.rgid,
         };
         if g.version != roce::VERSION_2 {
             return Some(Encap::RoceV1 { eth, grh });
         }
-        let sport = if p.udp_sport != 0 {
-            p.udp_sport
+        let sport = if d.udp_sport != 0 {
+            d.udp_sport
         } else {
-            udp_sport_for(qpn, remote)
+            udp_sport_for(qpn, d.remote_qpn)
         };
         let ip = if g.l3_type == roce::L3_TYPE_IPV4 {
             self.port.ip_id = self.port.ip_id.wrapping_add(1);
             Ip::V4(Ipv4 {
                 src: ipv4_of(&g.gid),
-                dst: ipv4_of(&p.rgid),
-                tos: p.tclass,
-                ttl: p.hop_limit,
+                dst: ipv4_of(&d.rgid),
+                tos: d.tclass,
+                ttl: d.hop_limit,
                 id: self.port.ip_id,
             })
         } else {

@@ -23,8 +23,8 @@ use super::recv::ScatterError;
 use super::wqe::Wqe;
 use crate::qp::QpState;
 use crate::state::State;
-use crate::wire::{self, opcode as op, Bth, Deth, Encap, Eth, ExtHeaders, Grh, Ip, Ipv4, Lrh};
-use crate::wire::{Packet, Vlan, MASK24, TVER};
+use crate::wire::{self, opcode as op, Bth, Deth, Encap, ExtHeaders, Ip};
+use crate::wire::{Packet, MASK24, TVER};
 
 /// Bytes of the datagram segment.
 pub(crate) const AV_LEN: usize = 48;
@@ -193,73 +193,30 @@ impl State {
         true
     }
 
-    /// The outer headers of a datagram from `qpn` to `av`.
+    /// The outer headers of a datagram from `qpn` to `av` (its VLAN
+    /// priority from the AV's SL bits); `None` on an Ethernet port without
+    /// RoCE enabled too.
     fn encap_for_av(&mut self, qpn: u32, av: &Av) -> Option<Encap> {
-        if self.caps.port_type == port::TYPE_IB {
-            let grh = av.grh.then(|| Grh {
-                tclass: av.tclass,
-                flow_label: av.flow_label,
-                hop_limit: av.hop_limit,
-                sgid: self.port_gid0(),
-                dgid: av.rgid,
-            });
-            return Some(Encap::Ib {
-                lrh: Lrh {
-                    vl: 0,
-                    sl: av.stat_rate_sl & 0xf,
-                    dlid: av.rlid_udp_sport,
-                    slid: self.port.lid,
-                },
-                grh,
-            });
-        }
-        if !self.port.roce_en {
+        let ib = self.caps.port_type == port::TYPE_IB;
+        if !ib && !self.port.roce_en {
             return None;
         }
-        let g = *self.port.gids.get(&u16::from(av.sgid_index))?;
-        let prio = (av.stat_rate_sl >> 1) & 7;
-        let eth = Eth {
-            dst: av.rmac,
-            src: g.mac,
-            vlan: g.vlan.map(|id| Vlan {
-                pcp: prio,
-                dei: false,
-                id,
-            }),
-        };
-        let grh = Grh {
+        let d = super::frames::Dest {
+            ib_grh: av.grh,
+            dlid: av.rlid_udp_sport,
+            sl: av.stat_rate_sl & 0xf,
+            sgid_index: u16::from(av.sgid_index),
+            rmac: av.rmac,
+            pcp: (av.stat_rate_sl >> 1) & 7,
             tclass: av.tclass,
             flow_label: av.flow_label,
             hop_limit: av.hop_limit,
-            sgid: g.gid,
-            dgid: av.rgid,
+            rgid: av.rgid,
+            // RoCE reads it as the UDP source port (IB as the DLID above).
+            udp_sport: av.rlid_udp_sport,
+            remote_qpn: av.dqpn,
         };
-        if g.version != mlx5_regs::consts::roce::VERSION_2 {
-            return Some(Encap::RoceV1 { eth, grh });
-        }
-        let sport = if av.rlid_udp_sport != 0 {
-            av.rlid_udp_sport
-        } else {
-            super::frames::udp_sport_for(qpn, av.dqpn)
-        };
-        let ip = if g.l3_type == mlx5_regs::consts::roce::L3_TYPE_IPV4 {
-            self.port.ip_id = self.port.ip_id.wrapping_add(1);
-            let v4 = |gid: &[u8; 16]| super::frames::ipv4_of(gid);
-            Ip::V4(Ipv4 {
-                src: v4(&g.gid),
-                dst: v4(&av.rgid),
-                tos: av.tclass,
-                ttl: av.hop_limit,
-                id: self.port.ip_id,
-            })
-        } else {
-            Ip::V6(grh)
-        };
-        Some(Encap::RoceV2 {
-            eth,
-            ip,
-            udp_sport: sport,
-        })
+        self.encap_to(qpn, &d)
     }
 
     /// A UD packet arrived (from the wire or from this card): the address,
