@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 
 use mlx5_driver::qp::Mtu;
 
+use crate::cmd::pingpong::opts::{parse_fraction, parse_mtu};
+
 /// The program on the other side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Program {
@@ -63,30 +65,4 @@ pub struct Args {
     #[arg(long, default_value = "120", value_name = "SECONDS",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
-}
-
-/// An IB MTU in bytes.
-fn parse_mtu(s: &str) -> Result<Mtu, String> {
-    match s.trim() {
-        "256" => Ok(Mtu::B256),
-        "512" => Ok(Mtu::B512),
-        "1024" => Ok(Mtu::B1024),
-        "2048" => Ok(Mtu::B2048),
-        "4096" => Ok(Mtu::B4096),
-        _ => Err(format!(
-            "'{s}' is not an MTU (256, 512, 1024, 2048 or 4096)"
-        )),
-    }
-}
-
-/// A fraction: a finite number from 0 to 1.
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number (a fraction such as 0.01)"))?;
-    if !(0.0..=1.0).contains(&v) {
-        return Err(format!("'{s}' is out of range (a fraction from 0 to 1)"));
-    }
-    Ok(v)
 }

@@ -236,8 +236,8 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("'{q}' is too large (at most {MAX_SIZE} bytes, 1M)"))
 }
 
-/// An IB MTU in bytes.
-fn parse_mtu(s: &str) -> Result<Mtu, String> {
+/// An IB MTU in bytes (also `mlx5 peer`'s).
+pub(crate) fn parse_mtu(s: &str) -> Result<Mtu, String> {
     match s.trim() {
         "256" => Ok(Mtu::B256),
         "512" => Ok(Mtu::B512),
@@ -251,8 +251,8 @@ fn parse_mtu(s: &str) -> Result<Mtu, String> {
     }
 }
 
-/// A fraction of frames: a finite number from 0 to 1.
-fn parse_fraction(s: &str) -> Result<f64, String> {
+/// A fraction of frames: a finite number from 0 to 1 (also `mlx5 peer`'s).
+pub(crate) fn parse_fraction(s: &str) -> Result<f64, String> {
     let q = crate::common::error::quote(s);
     let v: f64 = s
         .trim()
