@@ -40,7 +40,8 @@ pub mod cq {
 /// commands.
 pub mod qp {
     pub use crate::qp::recv::RecvRing;
-    pub use crate::qp::ring::{SendRing, MAX_DS, SQ_OVERHEAD, WQEBB};
+    pub use crate::qp::ring::SendRing;
+    pub use crate::qp::sq_size::{MAX_DS, SQ_OVERHEAD, WQEBB};
 
     /// CREATE/MODIFY/QUERY/DESTROY_QP encoders and parsers.
     pub mod cmd {

@@ -23,6 +23,7 @@ pub mod opt;
 mod queue;
 pub(crate) mod recv;
 pub(crate) mod ring;
+pub(crate) mod sq_size;
 pub mod ud;
 pub mod wr;
 
@@ -34,7 +35,7 @@ pub use cmd::{PathQuery, QpQuery};
 pub use opt::QpOptional;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
 pub use recv::{RecvQueueCaps, RqGeometry, RqSizeError};
-pub use ring::{SendQueueCaps, SqGeometry, SqSizeError};
+pub use sq_size::{SendQueueCaps, SqGeometry, SqSizeError};
 pub use ud::{AddressVector, Datagram, UdInitAttr, UdSendRequest};
 pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot, SendWork};
 

@@ -8,7 +8,8 @@ use mlx5_regs::CqeOpcode;
 
 use super::attr::QpState;
 use super::recv::{RecvRing, RqGeometry};
-use super::ring::{SendRing, SqGeometry};
+use super::ring::SendRing;
+use super::sq_size::SqGeometry;
 use super::wr::{BadSendCqe, SendError, SendOpcode, SendRequest, SendSlot, SendWork};
 use crate::cq::{Cq, Cqe, CqeError, CqeStatus};
 use crate::eq::{Event, QpEvent};

@@ -18,7 +18,7 @@ use super::attr::{AddressPath, QpState, Transition};
 use super::cmd;
 use super::queue::{Qp, QpLinks};
 use super::recv::RecvQueueCaps;
-use super::ring::{SendQueueCaps, SqGeometry};
+use super::sq_size::{SendQueueCaps, SqGeometry};
 use super::wr::{Payload, SendOpcode, SendSlot, SendWork};
 use crate::error::Error;
 use crate::hca::Hca;

@@ -19,7 +19,7 @@ use super::{
     WrOpcode,
 };
 use crate::loopback::LoopbackMode;
-use crate::qp::ring::{MAX_DS, SQ_OVERHEAD};
+use crate::qp::sq_size::{MAX_DS, SQ_OVERHEAD};
 use crate::qp::{
     Payload, Qp, QpLinks, RecvQueueCaps, SendError, SendOpcode, SendQueueCaps, SendSlot, SendWork,
 };
