@@ -38,6 +38,7 @@ tests=(
     verbs_random::random_verbs_sequences_with_the_device_on_its_own_thread
     qp_random::random_qp_sequences_match_the_reference
     qp_random::random_qp_sequences_with_the_device_on_its_own_thread
+    verbs_ud_random::ud_and_rc_mixed_random_sequences_match_the_reference
     fuzz_props::cqe_ring
     fuzz_props::srq_ring
     fuzz_props::eqe

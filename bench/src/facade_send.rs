@@ -230,6 +230,11 @@ impl SendWorkload {
     }
 }
 
+/// The verbs context of the send rigs: a send table of 512 blocks, since
+/// 64 requests of 64 inline bytes in libmlx5's RC WQEs (320 bytes each)
+/// round to a 32 KiB ring.
+pub type SendCtx = Verbs<QuietHal, (), 32, 32, 64, 16, 512>;
+
 const CAP: SendQueueCaps = SendQueueCaps {
     max_send_wr: SEND_WR,
     max_send_sge: 4,
@@ -242,7 +247,7 @@ pub struct SendRig {
     /// The model (kept alive).
     pub dev: Device,
     /// The verbs context.
-    pub ctx: Verbs<QuietHal>,
+    pub ctx: SendCtx,
     /// The send CQ.
     pub cq: CqHandle,
     /// The QP.
@@ -262,10 +267,10 @@ impl SendRig {
 
     /// The model brought up, its verbs context, the send CQ and the QP
     /// attributes both rigs use (the benchmark's capacities).
-    fn open(log_cq: u8) -> (Device, Verbs<QuietHal>, CqHandle, QpInitAttr) {
+    fn open(log_cq: u8) -> (Device, SendCtx, CqHandle, QpInitAttr) {
         let dev = Device::new(SimConfig::default());
         let hca = Hca::bring_up(QuietHal::new(dev.hal()), HcaConfig::default()).expect("up");
-        let mut ctx: Verbs<QuietHal> = Verbs::open(hca);
+        let mut ctx: SendCtx = Verbs::open(hca);
         let (cq, _) = ctx.create_cq((1u32 << log_cq) - 1).expect("create_cq");
         let attr = QpInitAttr {
             send_cq: cq,
@@ -282,7 +287,7 @@ impl SendRig {
         (dev, ctx, cq, attr)
     }
 
-    fn assemble(dev: Device, ctx: Verbs<QuietHal>, cq: CqHandle, qp: QpHandle) -> SendRig {
+    fn assemble(dev: Device, ctx: SendCtx, cq: CqHandle, qp: QpHandle) -> SendRig {
         SendRig {
             qpn: ctx.qp_num(qp).expect("qp"),
             dev,

@@ -23,6 +23,9 @@ pub(crate) struct Injections {
     pub page_req_on: Vec<(u16, i32)>,
     /// Armed hostile-device corruptions, in request order.
     pub hostile: Vec<crate::HostileKind>,
+    /// While `Some`: the device fetches no send WQE; the QPs whose send
+    /// queues it would have run, in order (`Injector::hold_send_queues`).
+    pub held_sqs: Option<Vec<u32>>,
 }
 
 impl Injections {
@@ -91,6 +94,30 @@ impl Injector<'_> {
     /// its doorbell; 0 turns the delay off.
     pub fn delay_completions_us(&self, us: u64) {
         self.dev.lock().inj.delay_ns = us * 1000;
+    }
+
+    /// Hold every send queue: doorbells are taken (and checked) as before,
+    /// but the device fetches and executes no send WQE until
+    /// [`Injector::release_send_queues`]. A card fetches WQEs by DMA some
+    /// time after their doorbell (PRM "Send Doorbell"; rdma-core and Linux
+    /// keep the WQE buffer until its completion for that reason); this
+    /// makes that time as long as a test needs, e.g. to change host
+    /// memory a posted WQE no longer depends on.
+    pub fn hold_send_queues(&self) {
+        let mut st = self.dev.lock();
+        st.inj.held_sqs.get_or_insert_with(Vec::new);
+    }
+
+    /// End [`Injector::hold_send_queues`]: the send queues that were rung
+    /// or due meanwhile run now, in the order they first were. Returns
+    /// how many.
+    pub fn release_send_queues(&self) -> usize {
+        let mut st = self.dev.lock();
+        let held = st.inj.held_sqs.take().unwrap_or_default();
+        for &qpn in &held {
+            st.qp_kick(qpn);
+        }
+        held.len()
     }
 
     /// Corrupt the next command delivery.

@@ -14,25 +14,27 @@ fn count(dev: &Device, op: Opcode) -> usize {
     dev.trace().iter().filter(|t| t.opcode == op.0).count()
 }
 
-/// rdma-core's `mlx5_calc_send_wqe` + `mlx5_calc_sq_size` for the four
-/// operations offered (SEND, WRITE, READ, atomics: overhead 48), with the 63-unit WQE limit, and the context's
-/// table of 256 blocks.
+/// rdma-core's `mlx5_calc_send_wqe` + `mlx5_calc_sq_size` for a plain RC
+/// `create_qp` (no send-ops flags: `sq_overhead` reserves the memory-window
+/// bind, 192 bytes), with the 63-unit WQE limit, and the context's table of
+/// 256 blocks.
 fn reference(c: QpCap, max_wqe_sz_sq: usize, log_max_qp_sz: u8) -> Result<QpCap, Errno> {
+    const OVERHEAD: usize = 192;
     let (wr, sge, inl) = (
         c.max_send_wr as u64,
         c.max_send_sge as usize,
         c.max_inline_data as usize,
     );
     let desc = max_wqe_sz_sq.min(63 * 16);
-    if sge > (desc - 48) / 16 {
+    if sge > (desc - OVERHEAD) / 16 {
         return Err(Errno::EINVAL);
     }
     let inline = if inl > 0 {
-        48 + (4 + inl).div_ceil(16) * 16
+        OVERHEAD + (4 + inl).div_ceil(16) * 16
     } else {
         0
     };
-    let tot = (48 + 16 * sge).max(inline);
+    let tot = (OVERHEAD + 16 * sge).max(inline);
     if tot > desc {
         return Err(Errno::EINVAL);
     }
@@ -48,10 +50,58 @@ fn reference(c: QpCap, max_wqe_sz_sq: usize, log_max_qp_sz: u8) -> Result<QpCap,
     Ok(QpCap {
         max_send_wr: (ring / wqe as u64) as u32,
         max_send_sge: sge as u32,
-        // What 63 units hold (rdma-core would say `wqe − 52`).
-        max_inline_data: (wqe.min(63 * 16) - 52) as u32,
+        // What 63 units hold; a 192-byte WQE (no gather entry, no inline)
+        // holds none (rdma-core computes -4 there).
+        max_inline_data: (wqe.min(63 * 16).saturating_sub(OVERHEAD + 4)) as u32,
         ..QpCap::default()
     })
+}
+
+/// Sizes worked by hand from rdma-core `providers/mlx5/verbs.c`
+/// (`sq_overhead` 192 for a plain RC `create_qp`, `mlx5_calc_send_wqe`,
+/// `mlx5_calc_sq_size`: `max_inline_data` = WQE − 192 − 4, `max_send_wr` =
+/// roundup_pow2(wr · WQE) / WQE, `max_send_sge` as asked), what libmlx5
+/// reports for the same `ibv_create_qp` on a device with `max_wqe_sz_sq`
+/// 1024 or more.
+#[test]
+fn create_qp_reads_back_what_libmlx5_reports() {
+    // (wr, sge, inline asked) -> (max_send_wr, max_send_sge, max_inline_data)
+    let cases: [((u32, u32, u32), (u32, u32, u32)); 7] = [
+        ((1, 1, 0), (1, 1, 60)),     // WQE 208 -> 256
+        ((64, 1, 0), (64, 1, 60)),   // ring 16 KiB
+        ((10, 2, 0), (16, 2, 60)),   // 2560 -> 4096 bytes
+        ((16, 1, 64), (25, 1, 124)), // inline 192 + 80 = 272 -> 320; 5120 -> 8192
+        ((3, 4, 100), (3, 4, 124)),  // inline 304 -> 320; 960 -> 1024
+        ((5, 3, 200), (9, 3, 252)),  // inline 192 + 208 = 400 -> 448; 2240 -> 4096
+        ((20, 0, 12), (32, 0, 60)),  // inline 208 -> 256; 5120 -> 8192
+    ];
+    for p in PROFILES {
+        let (dev, mut ctx) = open(p);
+        assert!(
+            dev.caps().max_wqe_sz_sq >= 1024,
+            "{p:?}: the worked examples assume max_wqe_sz_sq >= 1024"
+        );
+        let (cq, _) = ctx.create_cq(15).unwrap();
+        for ((wr, sge, inl), (e_wr, e_sge, e_inl)) in cases {
+            let (h, got) = ctx
+                .create_qp(&QpInitAttr {
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq: None,
+                    cap: cap(wr, sge, inl),
+                    sq_sig_all: false,
+                })
+                .unwrap();
+            assert_eq!(
+                (got.max_send_wr, got.max_send_sge, got.max_inline_data),
+                (e_wr, e_sge, e_inl),
+                "{p:?}: create_qp({wr}, {sge}, {inl})"
+            );
+            ctx.destroy_qp(h).unwrap();
+        }
+        ctx.destroy_cq(cq).unwrap();
+        close(&dev, ctx, "libmlx5 sizes");
+    }
 }
 
 #[test]
@@ -61,9 +111,9 @@ fn create_qp_rounds_sizes_like_rdma_core_on_every_profile() {
         let caps = dev.caps();
         let (cq, _) = ctx.create_cq(15).unwrap();
         let mut made = 0;
-        for wr in [1, 3, 100, 256, 40_000] {
-            for sge in [0, 1, 2, 7, 59, 60, 61] {
-                for inl in [0, 1, 29, 200, 956, 957] {
+        for wr in [1, 3, 20, 64, 100, 40_000] {
+            for sge in [0, 1, 2, 7, 50, 51, 52] {
+                for inl in [0, 1, 29, 200, 812, 813] {
                     let want = cap(wr, sge, inl);
                     let r = ctx.create_qp(&QpInitAttr {
                         send_cq: cq,
@@ -216,11 +266,12 @@ fn create_qp_beyond_the_tables_is_enomem() {
         sq_sig_all: false,
     };
     assert_eq!(
-        ctx.create_qp(&attr(cap(17, 1, 0))).unwrap_err(),
+        ctx.create_qp(&attr(cap(5, 1, 0))).unwrap_err(),
         Errno::ENOMEM
     );
-    let (a, got) = ctx.create_qp(&attr(cap(16, 1, 0))).unwrap();
-    assert_eq!(got.max_send_wr, 16, "exactly the table");
+    // Four 256-byte WQEs (libmlx5's RC overhead): the 16 blocks.
+    let (a, got) = ctx.create_qp(&attr(cap(4, 1, 0))).unwrap();
+    assert_eq!(got.max_send_wr, 4, "exactly the table");
     let (b, _) = ctx.create_qp(&attr(cap(1, 1, 0))).unwrap();
     assert_eq!(
         ctx.create_qp(&attr(cap(1, 1, 0))).unwrap_err(),

@@ -40,7 +40,7 @@ fn post_send_refusals_are_enomem_at_the_bad_wr_and_the_rest_stays_posted() {
     let p = Pair::new(&dev, &mut ctx, cap(4, 2, 0));
     assert_eq!(
         (p.cap.max_send_wr, p.cap.max_send_sge, p.cap.max_inline_data),
-        (4, 2, 76)
+        (4, 2, 60)
     );
     let one = [p.sge(0, 8)];
     let three = [p.sge(0, 8), p.sge(8, 8), p.sge(16, 8)];
@@ -59,8 +59,8 @@ fn post_send_refusals_are_enomem_at_the_bad_wr_and_the_rest_stays_posted() {
     assert_eq!(ids(&poll_n(&dev, &mut ctx, p.scq, 4)), [0, 1, 2, 3]);
     // Too many gather entries (more than asked for, though the WQE would
     // hold them), then inline data beyond max_inline_data.
-    let big = [0u8; 77];
-    let fits = [0u8; 76];
+    let big = [0u8; 61];
+    let fits = [0u8; 60];
     let wrs = [
         write(10, &one, &p),
         write(11, &three, &p),

@@ -18,7 +18,7 @@ use super::opt::{self, QpOptional};
 use super::queue::{Qp, QpLinks};
 use super::recv::{RecvQueueCaps, RecvRing, RqGeometry};
 use super::ring::SendRing;
-use super::sq_size::{SendQueueCaps, SqGeometry};
+use super::sq_size::{SendQueueCaps, SqGeometry, SQ_OVERHEAD};
 use super::wr::{SendError, SendRequest, SendSlot};
 use super::PostSendFailure;
 use crate::cmd::MAX_CMD_LEN;
@@ -48,6 +48,19 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
     pub fn send_queue_geometry(&self, req: &SendQueueCaps) -> Result<SqGeometry, Error> {
         let caps = self.caps();
         SqGeometry::for_request(req, caps.max_wqe_sz_sq, caps.log_max_qp_sz).map_err(Error::SqSize)
+    }
+
+    /// [`Hca::send_queue_geometry`] with `overhead` bytes before a WQE's
+    /// data ([`SqGeometry::with_overhead`]): what [`Hca::create_qp_reserving`]
+    /// builds.
+    pub fn send_queue_geometry_with(
+        &self,
+        req: &SendQueueCaps,
+        overhead: usize,
+    ) -> Result<SqGeometry, Error> {
+        let caps = self.caps();
+        SqGeometry::with_overhead(req, overhead, caps.max_wqe_sz_sq, caps.log_max_qp_sz)
+            .map_err(Error::SqSize)
     }
 
     /// The own receive ring a request would get on this device (rounded as
@@ -94,7 +107,37 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         links: QpLinks<'_, H>,
         table: T,
     ) -> Result<Qp<H, T>, Error> {
-        self.create_qp_of(mlx5_regs::consts::qp_st::RC, send, recv, links, table)
+        self.create_qp_of(
+            mlx5_regs::consts::qp_st::RC,
+            send,
+            SQ_OVERHEAD,
+            recv,
+            links,
+            table,
+        )
+    }
+
+    /// [`Hca::create_qp_with`] with a send ring that reserves `overhead`
+    /// bytes before each WQE's data ([`Hca::send_queue_geometry_with`]):
+    /// [`PLAIN_RC_OVERHEAD`](super::PLAIN_RC_OVERHEAD) sizes it as a plain
+    /// libmlx5 `create_qp` does. The table needs that geometry's
+    /// `wqebbs()` entries.
+    pub fn create_qp_reserving<T: AsMut<[SendSlot]>>(
+        &self,
+        send: Option<SendQueueCaps>,
+        overhead: usize,
+        recv: Option<RecvQueueCaps>,
+        links: QpLinks<'_, H>,
+        table: T,
+    ) -> Result<Qp<H, T>, Error> {
+        self.create_qp_of(
+            mlx5_regs::consts::qp_st::RC,
+            send,
+            overhead,
+            recv,
+            links,
+            table,
+        )
     }
 
     /// CREATE_QP of service type `st` (RC or UD).
@@ -102,6 +145,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         &self,
         st: u8,
         send: Option<SendQueueCaps>,
+        overhead: usize,
         recv: Option<RecvQueueCaps>,
         links: QpLinks<'_, H>,
         mut table: T,
@@ -146,8 +190,7 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
             }
         };
         let geo = match &send {
-            Some(req) if ud => Some(self.ud_send_queue_geometry(req)?),
-            Some(req) => Some(self.send_queue_geometry(req)?),
+            Some(req) => Some(self.send_queue_geometry_with(req, overhead)?),
             None => None,
         };
         let rq_geo = match &recv {

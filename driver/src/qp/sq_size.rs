@@ -19,6 +19,13 @@ pub const MAX_DS: usize = 63;
 /// RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP and
 /// ATOMIC_FETCH_AND_ADD: the atomics' 16 + 16 + 16).
 pub const SQ_OVERHEAD: usize = 48;
+/// Bytes a send WQE of an RC QP reserves before its data in a plain
+/// libmlx5 `ibv_create_qp` (no `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`): the
+/// largest operation rdma-core's `sq_overhead` then provides for is the
+/// memory-window bind, control (16) + UMR control (48) + mkey context (64)
+/// + 64. The facade sizes its RC rings with it so `max_send_wr` and
+/// `max_inline_data` read back what libmlx5 reports for the same request.
+pub const PLAIN_RC_OVERHEAD: usize = 192;
 /// The segments of a UD WQE before its data: control (16) and datagram
 /// (48) (rdma-core `sq_overhead` for `IBV_QPT_UD`).
 pub const UD_OVERHEAD: usize = 64;
@@ -112,6 +119,33 @@ impl SqGeometry {
         log_max_qp_sz: u8,
     ) -> Result<SqGeometry, SqSizeError> {
         let overhead = if datagram { UD_OVERHEAD } else { SQ_OVERHEAD };
+        Self::with_overhead(req, overhead, max_wqe_sz_sq, log_max_qp_sz)
+    }
+
+    /// [`SqGeometry::for_request`] with `overhead` bytes of segments
+    /// before the data (rdma-core `sq_overhead`: [`SQ_OVERHEAD`] for the
+    /// operations this driver posts, [`PLAIN_RC_OVERHEAD`] for what a plain
+    /// libmlx5 `create_qp` reserves on RC, [`UD_OVERHEAD`] on UD). An
+    /// overhead below [`SQ_OVERHEAD`] or not a multiple of 16 would not
+    /// hold every WQE this driver builds: [`SqSizeError::WqeTooLarge`].
+    ///
+    /// ```
+    /// use mlx5_driver::qp::{SendQueueCaps, SqGeometry, PLAIN_RC_OVERHEAD};
+    /// // libmlx5's answer to a plain create_qp of 10 WRs, 1 SGE.
+    /// let g = SqGeometry::with_overhead(
+    ///     &SendQueueCaps { max_send_wr: 10, max_send_sge: 1, max_inline_data: 0 },
+    ///     PLAIN_RC_OVERHEAD, 1024, 15).unwrap();
+    /// assert_eq!((g.wqe_size, g.wqebbs(), g.max_send_wr, g.max_inline_data), (256, 64, 16, 60));
+    /// ```
+    pub fn with_overhead(
+        req: &SendQueueCaps,
+        overhead: usize,
+        max_wqe_sz_sq: u16,
+        log_max_qp_sz: u8,
+    ) -> Result<SqGeometry, SqSizeError> {
+        if overhead < SQ_OVERHEAD || overhead % UNIT != 0 {
+            return Err(SqSizeError::WqeTooLarge);
+        }
         if req.max_send_wr == 0 {
             return Err(SqSizeError::NoWorkRequests);
         }
@@ -144,7 +178,9 @@ impl SqGeometry {
             wqe_size,
             max_send_wr: (ring / wqe_size as u64) as u32,
             max_send_sge: ((usable - overhead) / UNIT) as u32,
-            max_inline_data: (usable - overhead - 4) as u32,
+            // A WQE of only the overhead holds no inline data (rdma-core's
+            // `wqe_size - sq_overhead - 4` goes negative there).
+            max_inline_data: usable.saturating_sub(overhead + 4) as u32,
         })
     }
 

@@ -288,7 +288,14 @@ impl<H: Hal, O: CmdObserver, const CE: usize, const AE: usize> Hca<H, O, CE, AE>
         links: QpLinks<'_, H>,
         table: T,
     ) -> Result<Qp<H, T>, Error> {
-        self.create_qp_of(qp_st::UD, send, recv, links, table)
+        self.create_qp_of(
+            qp_st::UD,
+            send,
+            super::sq_size::UD_OVERHEAD,
+            recv,
+            links,
+            table,
+        )
     }
 
     /// RST2INIT of a UD QP: port, P_Key index, Q_Key.

@@ -19,7 +19,7 @@ use super::{
     WrOpcode,
 };
 use crate::loopback::LoopbackMode;
-use crate::qp::sq_size::{MAX_DS, SQ_OVERHEAD};
+use crate::qp::sq_size::{MAX_DS, PLAIN_RC_OVERHEAD};
 use crate::qp::{
     Payload, Qp, QpLinks, RecvQueueCaps, SendError, SendOpcode, SendQueueCaps, SendSlot, SendWork,
 };
@@ -58,11 +58,12 @@ pub(super) struct QpEntry<H: Hal, const W: usize> {
     pub(super) book: QpBook,
 }
 
-/// Gather entries a send WQE of a device with `max_wqe_sz_sq` holds after
-/// the 48-byte overhead (and within the 63 units of `ds`).
+/// Gather entries an RC send WQE of a device with `max_wqe_sz_sq` holds
+/// after libmlx5's 192-byte plain-`create_qp` overhead (and within the 63
+/// units of `ds`): the most `create_qp` accepts.
 pub(super) fn max_send_sge(max_wqe_sz_sq: u16) -> u32 {
     let desc = (max_wqe_sz_sq as usize).min(MAX_DS * 16);
-    (desc.saturating_sub(SQ_OVERHEAD) / 16) as u32
+    (desc.saturating_sub(PLAIN_RC_OVERHEAD) / 16) as u32
 }
 
 /// The links of a QP with these handles: the send CQ if it has a send
@@ -118,10 +119,12 @@ impl<
     /// `ibv_create_qp` (RC), in RESET. Returns the handle and the actual
     /// sizes, as rdma-core computes them:
     ///
-    /// * WQE = max(32 + 16·`max_send_sge`, 32 + align16(4 +
-    ///   `max_inline_data`)) rounded up to 64 bytes; ring =
+    /// * WQE = max(192 + 16·`max_send_sge`, 192 + align16(4 +
+    ///   `max_inline_data`)) rounded up to 64 bytes (192: the overhead a
+    ///   plain libmlx5 `create_qp` reserves on RC, rdma-core `sq_overhead`;
+    ///   [`PLAIN_RC_OVERHEAD`](crate::qp::PLAIN_RC_OVERHEAD)); ring =
     ///   roundup_pow2(`max_send_wr` · WQE);
-    /// * `max_send_wr` = ring / WQE, `max_inline_data` = WQE − 36,
+    /// * `max_send_wr` = ring / WQE, `max_inline_data` = WQE − 196,
     ///   `max_send_sge` as asked (the limit `post_send` enforces);
     /// * without an SRQ and with `max_recv_wr` > 0, the QP's own receive
     ///   queue (`mlx5_calc_rq_size`): WQE = roundup_pow2(16 ·
@@ -172,7 +175,14 @@ impl<
                     .ud_send_queue_geometry(s)
                     .map_err(|_| Errno::EINVAL)?,
             ),
-            Some(s) => Some(self.hca.send_queue_geometry(s).map_err(|_| Errno::EINVAL)?),
+            // A plain libmlx5 create_qp reserves room for a memory-window
+            // bind in every RC WQE; so do these rings, so the sizes read
+            // back are libmlx5's.
+            Some(s) => Some(
+                self.hca
+                    .send_queue_geometry_with(s, PLAIN_RC_OVERHEAD)
+                    .map_err(|_| Errno::EINVAL)?,
+            ),
             None => None,
         };
         let rq_geo = match &recv {
@@ -207,7 +217,8 @@ impl<
         let mut qp = if ud {
             self.hca.create_ud_qp(send, recv, l, table)?
         } else {
-            self.hca.create_qp_with(send, recv, l, table)?
+            self.hca
+                .create_qp_reserving(send, PLAIN_RC_OVERHEAD, recv, l, table)?
         };
         // `post_send` refuses more gather entries than asked for, not
         // only more than a WQE holds (rdma-core `sq.max_gs`).
