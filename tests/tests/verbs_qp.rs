@@ -66,7 +66,8 @@ fn reference(c: QpCap, max_wqe_sz_sq: usize, log_max_qp_sz: u8) -> Result<QpCap,
 #[test]
 fn create_qp_reads_back_what_libmlx5_reports() {
     // (wr, sge, inline asked) -> (max_send_wr, max_send_sge, max_inline_data)
-    let cases: [((u32, u32, u32), (u32, u32, u32)); 7] = [
+    type Sizes = (u32, u32, u32);
+    let cases: [(Sizes, Sizes); 7] = [
         ((1, 1, 0), (1, 1, 60)),     // WQE 208 -> 256
         ((64, 1, 0), (64, 1, 60)),   // ring 16 KiB
         ((10, 2, 0), (16, 2, 60)),   // 2560 -> 4096 bytes

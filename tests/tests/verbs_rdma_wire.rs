@@ -310,11 +310,11 @@ fn a_requester_never_has_more_reads_and_atomics_in_flight_than_max_rd_atomic() {
             for f in &frames {
                 let bth = bth_of(f);
                 match bth.opcode {
-                    op::READ_REQUEST | op::FETCH_ADD | op::COMPARE_SWAP if bth.dest_qp == qb => {
-                        if !open.contains(&bth.psn) {
-                            open.push_back(bth.psn);
-                            requests += 1;
-                        }
+                    op::READ_REQUEST | op::FETCH_ADD | op::COMPARE_SWAP
+                        if bth.dest_qp == qb && !open.contains(&bth.psn) =>
+                    {
+                        open.push_back(bth.psn);
+                        requests += 1;
                     }
                     op::READ_RESPONSE_LAST | op::READ_RESPONSE_ONLY | op::ATOMIC_ACKNOWLEDGE
                         if bth.dest_qp == qa =>

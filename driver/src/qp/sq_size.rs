@@ -22,8 +22,8 @@ pub const SQ_OVERHEAD: usize = 48;
 /// Bytes a send WQE of an RC QP reserves before its data in a plain
 /// libmlx5 `ibv_create_qp` (no `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`): the
 /// largest operation rdma-core's `sq_overhead` then provides for is the
-/// memory-window bind, control (16) + UMR control (48) + mkey context (64)
-/// + 64. The facade sizes its RC rings with it so `max_send_wr` and
+/// memory-window bind: control (16), UMR control (48), mkey context (64)
+/// and 64 more. The facade sizes its RC rings with it so `max_send_wr` and
 /// `max_inline_data` read back what libmlx5 reports for the same request.
 pub const PLAIN_RC_OVERHEAD: usize = 192;
 /// The segments of a UD WQE before its data: control (16) and datagram
@@ -143,7 +143,7 @@ impl SqGeometry {
         max_wqe_sz_sq: u16,
         log_max_qp_sz: u8,
     ) -> Result<SqGeometry, SqSizeError> {
-        if overhead < SQ_OVERHEAD || overhead % UNIT != 0 {
+        if overhead < SQ_OVERHEAD || !overhead.is_multiple_of(UNIT) {
             return Err(SqSizeError::WqeTooLarge);
         }
         if req.max_send_wr == 0 {
