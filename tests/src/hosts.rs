@@ -40,20 +40,71 @@ pub fn host_with(t: Transport, n: u8, wire: &Wire, psn: u32, cfg: HcaConfig) -> 
     host_on(t, n, wire, psn, cfg, false)
 }
 
+/// Every right a responder of READs and atomics needs, on the QP and the
+/// buffer.
+pub const RD_ACCESS: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0
+        | AccessFlags::REMOTE_WRITE.0
+        | AccessFlags::REMOTE_READ.0
+        | AccessFlags::REMOTE_ATOMIC.0,
+);
+
+/// [`pair`] whose QPs receive through `rq`, grant [`RD_ACCESS`] and have
+/// `depth` READ/atomic resources each way.
+pub fn rd_pair(t: Transport, rq: RecvQueue, depth: u8) -> (Wire, Host, Host) {
+    let wire = Wire::new(t.link_type());
+    let mut a = host_spec(t, 1, &wire, 0xff_fff0, rq);
+    let mut b = host_spec(t, 2, &wire, 0x1234, rq);
+    let (aa, ba) = (a.addr, b.addr);
+    let opts = ConnectOpts {
+        timeout: 10,
+        max_rd_atomic: depth,
+        max_dest_rd_atomic: depth,
+        ..ConnectOpts::new(aa.mtu.min(ba.mtu))
+    };
+    let (to_b, to_a) = (a.ah_to(&ba), b.ah_to(&aa));
+    a.connect(to_b, &ba, &opts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    b.connect(to_a, &aa, &opts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    (wire, a, b)
+}
+
+fn host_spec(t: Transport, n: u8, wire: &Wire, psn: u32, rq: RecvQueue) -> Host {
+    let dev = Device::new(SimConfig {
+        seed: 0x7a0_0000 + u64::from(n),
+        ..SimConfig::profile(profile_of(t, n))
+    });
+    let spec = HostSpec {
+        slot: BIG,
+        recvs: RECVS,
+        cq_entries: 255,
+        access: RD_ACCESS,
+        rq,
+        ..HostSpec::new(t, n, psn)
+    };
+    Host::new(dev, wire, HcaConfig::default(), spec)
+        .unwrap_or_else(|e| panic!("{t:?} host {n}: {e}"))
+}
+
+/// The card host `n` is on transport `t`.
+fn profile_of(t: Transport, n: u8) -> Profile {
+    if n == 2 && !t.ib() {
+        Profile::ConnectX4Lx
+    } else {
+        Profile::ConnectX5
+    }
+}
+
 /// [`host`] with its device threaded (on the wall clock).
 pub fn threaded_host(t: Transport, n: u8, wire: &Wire, psn: u32) -> Host {
     host_on(t, n, wire, psn, HcaConfig::default(), true)
 }
 
 fn host_on(t: Transport, n: u8, wire: &Wire, psn: u32, cfg: HcaConfig, threaded: bool) -> Host {
-    let profile = if n == 2 && !t.ib() {
-        Profile::ConnectX4Lx
-    } else {
-        Profile::ConnectX5
-    };
     let sim = SimConfig {
         seed: 0x7a0_0000 + u64::from(n),
-        ..SimConfig::profile(profile)
+        ..SimConfig::profile(profile_of(t, n))
     };
     let dev = Device::new(if threaded { sim.threaded() } else { sim });
     let spec = HostSpec {

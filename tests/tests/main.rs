@@ -79,6 +79,7 @@ mod verbs_rdma;
 mod verbs_rdma_wire;
 mod verbs_srq;
 mod verbs_ud;
+mod verbs_ud_held;
 mod verbs_ud_random;
 
 // A hostile device; the fuzz targets as properties.

@@ -335,12 +335,18 @@ fn compare_and_swap_and_fetch_and_add_return_the_original_value_on_every_profile
 }
 
 #[test]
-fn a_thousand_fetch_adds_from_four_qps_sum_exactly() {
-    let (dev, mut ctx) = open_threaded(Profile::ConnectX6Dx);
+fn a_thousand_fetch_adds_from_four_qps_sum_exactly_on_every_profile() {
+    for (i, p) in PROFILES.into_iter().enumerate() {
+        thousand_fetch_adds(p, i % 2 == 1);
+    }
+}
+
+fn thousand_fetch_adds(p: Profile, own_rq: bool) {
+    let (dev, mut ctx) = open_threaded(p);
     // Four requesters, each connected to its own responder QP; all add to
     // the counter of the first pair's buffer through its key.
     let pairs: Vec<RdPair> = (0..4)
-        .map(|_| RdPair::new(&dev, &mut ctx, false, ALL))
+        .map(|_| RdPair::new(&dev, &mut ctx, own_rq, ALL))
         .collect();
     let counter = pairs[0].at(DST);
     pairs[0].set_u64(DST, 0);
@@ -375,7 +381,7 @@ fn a_thousand_fetch_adds_from_four_qps_sum_exactly() {
         }
         dev.advance_us(10);
     }
-    assert_eq!(pairs[0].u64_at(DST), 1000, "every add counted once");
+    assert_eq!(pairs[0].u64_at(DST), 1000, "{p:?}: every add counted once");
     let mut originals: Vec<u64> = seen
         .iter()
         .map(|&id| pairs[(id >> 32) as usize].u64_at(8 * (id as u32 as usize)))
@@ -384,7 +390,7 @@ fn a_thousand_fetch_adds_from_four_qps_sum_exactly() {
     assert_eq!(
         originals,
         (0..1000).collect::<Vec<u64>>(),
-        "each add saw a distinct value"
+        "{p:?}: each add saw a distinct value"
     );
     assert_eq!(dev.traffic().stats().atomics_executed, 1000);
     for pr in pairs {
@@ -423,10 +429,10 @@ fn refused(
 }
 
 #[test]
-fn access_and_alignment_errors_leave_the_responders_memory_unchanged() {
+fn access_and_alignment_errors_leave_the_responders_memory_unchanged_on_every_profile() {
     let no_read = AccessFlags(ALL.0 & !AccessFlags::REMOTE_READ.0);
     let no_atomic = AccessFlags(ALL.0 & !AccessFlags::REMOTE_ATOMIC.0);
-    for own_rq in [false, true] {
+    for (prof, own_rq) in PROFILES.into_iter().flat_map(|p| [(p, false), (p, true)]) {
         // (key rights, QP rights, opcode, target offset, expected status):
         // a right the key lacks is a remote access error, one the QP lacks
         // makes the operation unsupported there, an invalid request (rxe
@@ -464,7 +470,7 @@ fn access_and_alignment_errors_leave_the_responders_memory_unchanged() {
             ),
         ];
         for (mr_access, qp_access, op, off, want) in cases {
-            let (dev, mut ctx) = open(Profile::ConnectX5);
+            let (dev, mut ctx) = open(prof);
             let p = RdPair::with(&dev, &mut ctx, own_rq, mr_access, qp_access, 4);
             p.buf.write_bytes(DST, &[0x5A; 64]);
             p.buf.write_bytes(64, &[0xC3; 64]);
@@ -482,7 +488,9 @@ fn access_and_alignment_errors_leave_the_responders_memory_unchanged() {
                     1,
                 )
             };
-            let tag = format!("own_rq {own_rq} {op:?} key {mr_access:?} qp {qp_access:?} +{off}");
+            let tag = format!(
+                "{prof:?} own_rq {own_rq} {op:?} key {mr_access:?} qp {qp_access:?} +{off}"
+            );
             let (status, unchanged, events) = refused(&dev, &mut ctx, &p, wr);
             assert_eq!(status, want, "{tag}");
             assert!(unchanged, "{tag}: responder memory unchanged");

@@ -3,14 +3,19 @@
 //! host, to the other host or the same card), with the right or a wrong
 //! Q_Key, to QPs with or without a receive posted, receives posted at
 //! random, address handles destroyed and made again, and RC SENDs on a
-//! connected pair in between. Checked against a reference: every datagram
-//! the reference says is delivered arrives once, in order per QP, with its
-//! bytes; every send completes once; the model's drop counters equal the
+//! connected pair in between, and on that pair RDMA READs (0 to 8 KiB) and
+//! atomics (FETCH_ADD, CAS that matches or not) on the peer's memory; the
+//! RC pair receives through its own receive queues or SRQs and has 1 to 4
+//! READ/atomic resources, per seed. Checked against a reference: every
+//! datagram the reference says is delivered arrives once, in order per QP,
+//! with its bytes; every send completes once, a READ with the peer's bytes
+//! and an atomic with the value the reference says was there; each host's
+//! counter ends at the reference's; the model's drop counters equal the
 //! reference's. Seeds replay with `MLX5_PROP_SEED=n` (`mlx5_tests::seeds`).
 
 use std::collections::VecDeque;
 
-use mlx5_driver::verbs::{SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode};
+use mlx5_driver::verbs::{SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode};
 use mlx5_tests::hosts::*;
 use mlx5_tests::seeds::Seeded;
 use mlx5_tests::ud::*;
@@ -21,6 +26,24 @@ const STEPS: usize = 300;
 const UD_SLOTS: usize = 6;
 /// RC receive slots (SRQ slots 0..RC_SLOTS of the host buffer).
 const RC_SLOTS: usize = 16;
+/// In each host's RDMA area (`WRITE_AT`, `BIG` bytes): the 8-byte counter
+/// the peer's atomics work on, the bytes the peer READs, the atomics'
+/// result words, and (upper half) four READ destinations.
+const COUNTER_AT: usize = WRITE_AT;
+const READ_SRC_AT: usize = WRITE_AT + 4096;
+const READ_MAX: usize = 8192;
+const RESULT_AT: usize = WRITE_AT + 16384;
+const READ_DST_AT: usize = WRITE_AT + BIG / 2;
+
+/// A send completion the reference expects: its `wr_id`, opcode, and the
+/// bytes it must have left in the local buffer (a READ's data, an
+/// atomic's original value) at that offset.
+#[derive(Debug, Clone, PartialEq)]
+struct Tx {
+    wr_id: u64,
+    opcode: WcOpcode,
+    lands: Option<(usize, Vec<u8>)>,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Rx {
@@ -44,8 +67,12 @@ struct Side {
     rc_next: usize,
     /// Expected receive completions per local QP number.
     rx: Vec<(u32, VecDeque<Rx>)>,
-    /// Expected send completions per local QP number (wr_ids).
-    tx: Vec<(u32, VecDeque<u64>)>,
+    /// Expected send completions per local QP number.
+    tx: Vec<(u32, VecDeque<Tx>)>,
+    /// The value of this host's counter (changed by the peer's atomics).
+    counter: u64,
+    /// The bytes this host's READ source holds.
+    read_src: Vec<u8>,
     qkey_drops: u64,
     no_recv_drops: u64,
 }
@@ -69,8 +96,23 @@ fn drain(s: &mut Side, seed: u64, step: usize) {
                 WcStatus::Success,
                 "seed {seed} step {step}: {w:?}"
             );
-            let want = queue(&mut s.tx, w.qp_num).pop_front();
-            assert_eq!(want, Some(w.wr_id), "seed {seed} step {step}: send {w:?}");
+            let want = queue(&mut s.tx, w.qp_num)
+                .pop_front()
+                .unwrap_or_else(|| panic!("seed {seed} step {step}: unexpected send {w:?}"));
+            assert_eq!(
+                (w.wr_id, w.opcode),
+                (want.wr_id, want.opcode),
+                "seed {seed} step {step}: send {w:?}"
+            );
+            if let Some((at, bytes)) = want.lands {
+                assert_eq!(
+                    read_bytes(&s.h, at, bytes.len()),
+                    bytes,
+                    "seed {seed} step {step}: what {:?} {} left",
+                    w.opcode,
+                    w.wr_id
+                );
+            }
         }
         let m = s.h.ctx.poll_cq(s.h.rcq, &mut wc).unwrap();
         for w in &wc[..m] {
@@ -122,7 +164,10 @@ fn settle(a: &mut Side, b: &mut Side, seed: u64, step: usize) {
     }
 }
 
-fn side(mut h: Host) -> Side {
+fn side(mut h: Host, fill: u8) -> Side {
+    let read_src = pattern(READ_MAX, fill);
+    h.buf.write_bytes(READ_SRC_AT, &read_src);
+    h.buf.write_bytes(COUNTER_AT, &0u64.to_ne_bytes());
     let ud = [
         ud_qp(&mut h, QKEY, RECV_AT + RC_SLOTS * BIG),
         ud_qp(&mut h, QKEY, RECV_AT + RC_SLOTS * BIG + UD_SLOTS * SLOT),
@@ -138,14 +183,97 @@ fn side(mut h: Host) -> Side {
         tx: Vec::new(),
         qkey_drops: 0,
         no_recv_drops: 0,
+        counter: 0,
+        read_src,
     }
 }
 
-fn one_seed(seed: u64) -> (u64, u64, u64) {
+/// One RDMA READ or atomic from `s` on `o`'s memory, posted, with what it
+/// must complete with queued.
+fn rd_atomic(s: &mut Side, o: &mut Side, rng: &mut Rng, wr: u64) {
+    let (raddr, rkey) = (o.h.addr.addr, o.h.addr.rkey);
+    let lkey = s.h.lkey();
+    let local = |at: usize, len: usize| Sge {
+        addr: s.h.buf.iova() + at as u64,
+        length: len as u32,
+        lkey,
+    };
+    let tx: (WcOpcode, Option<(usize, Vec<u8>)>) = match rng.below(3) {
+        0 => {
+            let off = rng.below(READ_MAX as u64 / 2) as usize;
+            let len = rng.below((READ_MAX - off) as u64 + 1) as usize;
+            let at = READ_DST_AT + (wr % 4) as usize * READ_MAX;
+            s.h.buf.write_bytes(at, &vec![0xee; len]);
+            let sg = [local(at, len)];
+            let w = SendWr {
+                wr_id: wr,
+                opcode: WrOpcode::RdmaRead,
+                send_flags: SendFlags::SIGNALED,
+                sg_list: &sg,
+                remote_addr: raddr + (READ_SRC_AT + off) as u64,
+                rkey,
+                ..SendWr::EMPTY
+            };
+            s.h.ctx.post_send(s.h.qp, &[w]).unwrap();
+            let bytes = o.read_src[off..off + len].to_vec();
+            (WcOpcode::RdmaRead, Some((at, bytes)))
+        }
+        k => {
+            let at = RESULT_AT + (wr % 8) as usize * 8;
+            s.h.buf.write_bytes(at, &[0xee; 8]);
+            let sg = [local(at, 8)];
+            let orig = o.counter;
+            let (opcode, compare_add, swap, wc) = if k == 1 {
+                let add = rng.next();
+                o.counter = orig.wrapping_add(add);
+                (WrOpcode::AtomicFetchAndAdd, add, 0, WcOpcode::FetchAdd)
+            } else {
+                let matches = rng.below(2) == 0;
+                let compare = if matches { orig } else { orig ^ 1 };
+                let swap = rng.next();
+                if matches {
+                    o.counter = swap;
+                }
+                (WrOpcode::AtomicCmpAndSwp, compare, swap, WcOpcode::CompSwap)
+            };
+            let w = SendWr {
+                wr_id: wr,
+                opcode,
+                send_flags: SendFlags::SIGNALED,
+                sg_list: &sg,
+                remote_addr: raddr + COUNTER_AT as u64,
+                rkey,
+                compare_add,
+                swap,
+                ..SendWr::EMPTY
+            };
+            s.h.ctx.post_send(s.h.qp, &[w]).unwrap();
+            (wc, Some((at, orig.to_ne_bytes().to_vec())))
+        }
+    };
+    let qpn = s.h.addr.qpn;
+    queue(&mut s.tx, qpn).push_back(Tx {
+        wr_id: wr,
+        opcode: tx.0,
+        lands: tx.1,
+    });
+}
+
+/// What a seed did: datagrams delivered, dropped, RC messages, READs and
+/// atomics served.
+type Figures = (u64, u64, u64, u64, u64);
+
+fn one_seed(seed: u64) -> Figures {
     let mut rng = Rng(seed | 1);
     let t = TRANSPORTS[rng.below(TRANSPORTS.len() as u64) as usize];
-    let (_wire, a, b) = pair(t);
-    let (mut a, mut b) = (side(a), side(b));
+    let rq = if rng.below(2) == 0 {
+        RecvQueue::Own
+    } else {
+        RecvQueue::Srq
+    };
+    let depth = 1 + rng.below(4) as u8;
+    let (_wire, a, b) = rd_pair(t, rq, depth);
+    let (mut a, mut b) = (side(a, 0x41), side(b, 0x42));
     let mtu = 128usize << (a.h.addr.mtu.min(b.h.addr.mtu) as usize);
     let mut ahs = [
         a.h.ctx.create_ah(&a.h.ah_to(&b.h.addr)).unwrap(),
@@ -187,7 +315,11 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
                 wr += 1;
                 let qkey = if wrong { QKEY ^ 0x10 } else { QKEY };
                 ud_send(&mut s.h, &src, (ah, dst.qpn, qkey), &data, None, wr);
-                queue(&mut s.tx, src.qpn).push_back(wr);
+                queue(&mut s.tx, src.qpn).push_back(Tx {
+                    wr_id: wr,
+                    opcode: WcOpcode::Send,
+                    lands: None,
+                });
                 let r = if same { &mut *s } else { &mut *o };
                 if wrong {
                     r.qkey_drops += 1;
@@ -202,7 +334,13 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
                     r.no_recv_drops += 1;
                 }
             }
-            // An RC SEND to the peer's SRQ (a receive posted first).
+            // An RDMA READ or an atomic on the peer.
+            7 if rng.below(2) == 0 => {
+                wr += 1;
+                rd_atomic(s, o, &mut rng, wr);
+            }
+            // An RC SEND to the peer's receive queue or SRQ (a receive
+            // posted first).
             7 | 8 => {
                 if o.rc_posted < RC_SLOTS / 2 {
                     o.h.post_recv(o.rc_next).unwrap();
@@ -226,7 +364,11 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
                 };
                 s.h.ctx.post_send(s.h.qp, &[w]).unwrap();
                 let qpn = s.h.addr.qpn;
-                queue(&mut s.tx, qpn).push_back(wr);
+                queue(&mut s.tx, qpn).push_back(Tx {
+                    wr_id: wr,
+                    opcode: WcOpcode::Send,
+                    lands: None,
+                });
                 let oq = o.h.addr.qpn;
                 queue(&mut o.rx, oq).push_back(Rx::Rc { len });
                 rc_msgs += 1;
@@ -259,7 +401,23 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
         assert_eq!(st.ud_qkey_drops, s.qkey_drops, "seed {seed} {t:?}");
         assert_eq!(st.ud_no_recv_drops, s.no_recv_drops, "seed {seed} {t:?}");
         assert_eq!(st.ud_dropped, 0, "seed {seed} {t:?}");
+        let mut v = [0u8; 8];
+        s.h.buf.read_bytes(COUNTER_AT, &mut v);
+        assert_eq!(
+            u64::from_ne_bytes(v),
+            s.counter,
+            "seed {seed} {t:?}: counter"
+        );
+        assert_eq!(
+            read_bytes(&s.h, READ_SRC_AT, READ_MAX),
+            s.read_src,
+            "seed {seed}: READ source"
+        );
     }
+    let served = |f: fn(&mlx5_sim::TrafficStats) -> u64| {
+        f(&a.h.dev.traffic().stats()) + f(&b.h.dev.traffic().stats())
+    };
+    let (reads, atomics) = (served(|s| s.reads_served), served(|s| s.atomics_executed));
     for ah in ahs[..2].iter() {
         a.h.ctx.destroy_ah(*ah).unwrap();
     }
@@ -273,7 +431,7 @@ fn one_seed(seed: u64) -> (u64, u64, u64) {
         }
         mlx5_tests::hosts::close(s.h, &format!("seed {seed} {t:?}"));
     }
-    (delivered, drops, rc_msgs)
+    (delivered, drops, rc_msgs, reads, atomics)
 }
 
 #[test]
@@ -289,15 +447,16 @@ fn ud_and_rc_mixed_random_sequences_match_the_reference() {
         rx.recv().unwrap()
     });
     if seeded.is_default_list() {
-        let (d, x, r) = all
-            .iter()
-            .fold((0, 0, 0), |t, (_, v)| (t.0 + v.0, t.1 + v.1, t.2 + v.2));
+        let (d, x, r, rd, at) = all.iter().fold((0, 0, 0, 0, 0), |t, (_, v)| {
+            (t.0 + v.0, t.1 + v.1, t.2 + v.2, t.3 + v.3, t.4 + v.4)
+        });
         mlx5_tests::seeds::say(&format!(
-            "ud random: {d} datagrams delivered, {x} dropped, {r} RC messages"
+            "ud random: {d} datagrams delivered, {x} dropped, {r} RC messages, \
+             {rd} READs, {at} atomics"
         ));
         assert!(
-            d > 0 && x > 0 && r > 0,
-            "the mix delivered, dropped and ran RC: {d} {x} {r}"
+            d > 0 && x > 0 && r > 0 && rd > 0 && at > 0,
+            "the mix delivered, dropped, ran RC, READs and atomics: {d} {x} {r} {rd} {at}"
         );
     }
 }

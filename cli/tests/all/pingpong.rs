@@ -113,6 +113,55 @@ fn every_op_on_either_receive_queue_exits_0() {
 }
 
 #[test]
+fn ud_datagrams_on_every_transport_and_either_receive_queue_exit_0() {
+    for t in TRANSPORTS {
+        for (rq, op) in [("own", "send"), ("srq", "send-imm")] {
+            let what = format!("{t} {rq} {op}");
+            let (c, p) = pingpong_json(&[
+                "--qp",
+                "ud",
+                "--transport",
+                t,
+                "--rq",
+                rq,
+                "--op",
+                op,
+                "--iters",
+                "25",
+            ]);
+            assert_eq!(c, 0, "{what}: {p}");
+            assert_eq!(
+                (&p["qp"], &p["rq"], &p["op"]),
+                (&json!("ud"), &json!(rq), &json!(op))
+            );
+            assert_eq!(p["size"], 1024, "{what}: the default UD size");
+            assert_eq!(p["messages"]["sent"], 50, "{what}");
+            assert_eq!(p["messages"]["received_intact"], 50, "{what}");
+            assert_eq!(p["bytes"], 1024 * 50, "{what}");
+            // One frame per datagram: no ACK, no retransmission.
+            assert_eq!(p["wire"]["frames"], 50, "{what}");
+            assert_eq!(sum_hosts(&p, "acks_sent"), 0, "{what}");
+            assert_eq!(sum_hosts(&p, "retransmissions"), 0, "{what}");
+            // The addresses carry the UD QPs' numbers, not the RC ones.
+            assert_ne!(p["local"]["qpn"], p["remote"]["qpn"], "{what}");
+        }
+    }
+    // The text: ud_pingpong's address and rate lines, then the counters.
+    let o = mlx5(&[
+        "pingpong", "-q", "--qp", "ud", "--size", "512", "--iters", "10",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("  local address:  LID 0x"), "{out}");
+    assert!(lines[1].starts_with("  remote address: LID 0x"), "{out}");
+    assert!(lines[2].starts_with("10240 bytes in "), "{out}");
+    assert!(lines[3].starts_with("10 iters in "), "{out}");
+    assert!(out.contains("512-byte UD SENDs"), "{out}");
+    assert!(out.contains("result            OK"), "{out}");
+}
+
+#[test]
 fn the_text_is_rc_pingpongs_then_the_counters() {
     let o = mlx5(&["pingpong", "-q", "--size", "64", "--iters", "10"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -238,6 +287,13 @@ fn hostile_options_are_refused_with_exit_2() {
             "--fail-opcode",
         ),
         (&["--threaded"], "threaded"),
+        (&["--qp", "ud", "--op", "read"], "needs a connected QP"),
+        (&["--qp", "ud", "--drop", "0.1"], "not retried"),
+        (
+            &["--qp", "ud", "--size", "1025"],
+            "larger than the ports' MTU",
+        ),
+        (&["--qp", "xrc"], "xrc"),
         // The Ethernet ports' active MTU is 1024.
         (&["--mtu", "4096"], "larger than the ports' active MTU"),
     ];

@@ -125,7 +125,7 @@ impl SqGeometry {
     /// [`SqGeometry::for_request`] with `overhead` bytes of segments
     /// before the data (rdma-core `sq_overhead`: [`SQ_OVERHEAD`] for the
     /// operations this driver posts, [`PLAIN_RC_OVERHEAD`] for what a plain
-    /// libmlx5 `create_qp` reserves on RC, [`UD_OVERHEAD`] on UD). An
+    /// libmlx5 `create_qp` reserves on RC, 64 bytes on UD). An
     /// overhead below [`SQ_OVERHEAD`] or not a multiple of 16 would not
     /// hold every WQE this driver builds: [`SqSizeError::WqeTooLarge`].
     ///

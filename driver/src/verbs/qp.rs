@@ -122,7 +122,7 @@ impl<
     /// * WQE = max(192 + 16·`max_send_sge`, 192 + align16(4 +
     ///   `max_inline_data`)) rounded up to 64 bytes (192: the overhead a
     ///   plain libmlx5 `create_qp` reserves on RC, rdma-core `sq_overhead`;
-    ///   [`PLAIN_RC_OVERHEAD`](crate::qp::PLAIN_RC_OVERHEAD)); ring =
+    ///   [`PLAIN_RC_OVERHEAD`]); ring =
     ///   roundup_pow2(`max_send_wr` · WQE);
     /// * `max_send_wr` = ring / WQE, `max_inline_data` = WQE − 196,
     ///   `max_send_sge` as asked (the limit `post_send` enforces);

@@ -3,6 +3,8 @@
 //! back and forth as rdma-core's `ibv_rc_pingpong` sends them (SENDs, or
 //! RDMA WRITEs, READs or atomics with `--op`), every byte checked; prints
 //! what `ibv_rc_pingpong` prints plus the wire's and the ports' counters.
+//! With `--qp ud`, a UD QP per host and SENDs as `ibv_ud_pingpong` sends
+//! them (`ud.rs`).
 //!
 //! Each host learns its own address (`query_port`, `query_gid_table`,
 //! `add_gid` for RoCE v2 over IPv4), hands QPN, PSN, GID, MAC and LID to
@@ -12,6 +14,7 @@ pub mod exchange;
 pub mod host;
 pub mod opts;
 pub mod report;
+pub mod ud;
 
 use mlx5_driver::verbs::AccessFlags;
 use mlx5_driver::HcaConfig;
@@ -22,8 +25,8 @@ use serde_json::Value;
 
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
-use host::{setup_error, Host, RECVS};
-use opts::{Args, Op};
+use host::{setup_error, Addr, Host, RECVS};
+use opts::{Args, Op, QpKind};
 
 /// The seed when `--seed` is not given.
 const DEFAULT_SEED: u64 = 1;
@@ -73,6 +76,25 @@ fn check_options(r: &Run<'_>) -> Result<(), CliError> {
                     r.args.op.name()
                 ),
                 "leave out --size (or give --size 8)",
+            ));
+        }
+    }
+    if r.args.qp == QpKind::Ud {
+        let a = r.args;
+        if !matches!(a.op, Op::Send | Op::SendImm) {
+            return Err(CliError::usage(
+                format!(
+                    "--qp ud sends datagrams; --op {} needs a connected QP",
+                    a.op.name()
+                ),
+                "use --op send or send-imm with --qp ud, or --qp rc",
+            ));
+        }
+        if a.drop + a.dup + a.reorder + a.corrupt > 0.0 {
+            return Err(CliError::usage(
+                "--qp ud with wire faults: a lost or duplicated datagram is not retried or \
+                 filtered (ibv_ud_pingpong would wait forever)",
+                "leave out --drop, --dup, --reorder and --corrupt with --qp ud",
             ));
         }
     }
@@ -148,8 +170,10 @@ fn session(r: &Run<'_>, rep: &mut report::Report) -> Result<(), CliError> {
             ..r.model
         };
         let dev = target::model(r.profile, &opts);
+        // A UD receive buffer holds the GRH before the message.
+        let grh = if a.qp == QpKind::Ud { ud::GRH } else { 0 };
         let spec = HostSpec {
-            slot: a.message_size().max(8),
+            slot: (a.message_size() + grh).max(8),
             recvs: RECVS,
             rq: a.rq.testbed(),
             access: access_for(a.op),
@@ -167,7 +191,10 @@ fn session(r: &Run<'_>, rep: &mut report::Report) -> Result<(), CliError> {
             return Err(e);
         }
     };
-    let res = connected(r, rep, &wire, &mut h1, &mut h2);
+    let res = match a.qp {
+        QpKind::Rc => connected(r, rep, &wire, &mut h1, &mut h2),
+        QpKind::Ud => datagrams(r, rep, &mut h1, &mut h2),
+    };
     // The counters before teardown; the capture ends with the traffic.
     rep.counters(&wire, &h1.dev, &h2.dev);
     if a.pcap.is_some() {
@@ -230,6 +257,47 @@ fn connected(
     rep.elapsed = start.elapsed();
     rep.tally = tally;
     res
+}
+
+/// `--qp ud`: each host's UD QP and address handle to the other, the
+/// datagrams, and the UD objects destroyed again.
+fn datagrams(
+    r: &Run<'_>,
+    rep: &mut report::Report,
+    h1: &mut Host,
+    h2: &mut Host,
+) -> Result<(), CliError> {
+    let a = r.args;
+    let (l, p) = (h1.addr, h2.addr);
+    let port_mtu = l.mtu.min(p.mtu).bytes() as usize;
+    if a.message_size() > port_mtu {
+        return Err(CliError::usage(
+            format!(
+                "--size {} is larger than the ports' MTU ({port_mtu}): a UD message is one packet",
+                a.message_size()
+            ),
+            format!("use --size {port_mtu} or less (ibv_ud_pingpong refuses it too)"),
+        ));
+    }
+    let s1 = ud::setup(h1, &p)?;
+    let s2 = match ud::setup(h2, &l) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ud::teardown(h1, &s1);
+            return Err(e);
+        }
+    };
+    // The out-of-band exchange carries the UD QPs' numbers.
+    rep.local = Some(Addr { qpn: s1.qpn, ..l });
+    rep.remote = Some(Addr { qpn: s2.qpn, ..p });
+    progress(r, "UD QPs in RTS; ping-pong");
+    let start = std::time::Instant::now();
+    let (tally, res) = ud::run((h1, h2), (&s1, &s2), a.op, a.message_size(), a.iters);
+    rep.elapsed = start.elapsed();
+    rep.tally = tally;
+    let t1 = ud::teardown(h1, &s1);
+    let t2 = ud::teardown(h2, &s2);
+    res.and(t1).and(t2)
 }
 
 #[cfg(test)]

@@ -133,6 +133,29 @@ impl Op {
     }
 }
 
+/// The QP type the two hosts talk through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QpKind {
+    /// A connected RC pair (rdma-core's `ibv_rc_pingpong`).
+    #[value(name = "rc")]
+    Rc,
+    /// One UD QP per host and an address handle to the other
+    /// (`ibv_ud_pingpong`): SENDs only, at most the ports' MTU, every
+    /// receive buffer 40 bytes longer for the GRH.
+    #[value(name = "ud")]
+    Ud,
+}
+
+impl QpKind {
+    /// The option value.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpKind::Rc => "rc",
+            QpKind::Ud => "ud",
+        }
+    }
+}
+
 /// Where each QP takes its receive WQEs from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Rq {
@@ -170,6 +193,9 @@ pub struct Args {
     /// How the hosts reach each other
     #[arg(long, value_enum, default_value = "roce-v2-ipv4")]
     pub transport: Transport,
+    /// The QP type: RC (ibv_rc_pingpong) or UD (ibv_ud_pingpong)
+    #[arg(long, value_enum, default_value = "rc")]
+    pub qp: QpKind,
     /// The operation of each message
     #[arg(long, value_enum, default_value = "send")]
     pub op: Op,
@@ -177,7 +203,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "srq")]
     pub rq: Rq,
     /// Bytes per message, 0 to 1048576 (K and M suffixes: 4K); the
-    /// atomics move 8 [default: 4096, rc_pingpong's]
+    /// atomics move 8; UD at most the ports' MTU [default: 4096,
+    /// rc_pingpong's; UD 1024, the model's Ethernet port MTU]
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     pub size: Option<usize>,
     /// Round trips, 1 to 1000000 [rc_pingpong's default]
@@ -207,16 +234,25 @@ pub struct Args {
 }
 
 impl Args {
-    /// Bytes per message: `--size`, else 8 for the atomics and 4096 for
-    /// the rest.
+    /// Bytes per message: `--size`, else 8 for the atomics, 1024 on UD
+    /// and 4096 for the rest.
     pub fn message_size(&self) -> usize {
-        self.size
-            .unwrap_or(if self.op.atomic() { 8 } else { DEFAULT_SIZE })
+        self.size.unwrap_or(if self.op.atomic() {
+            8
+        } else if self.qp == QpKind::Ud {
+            DEFAULT_UD_SIZE
+        } else {
+            DEFAULT_SIZE
+        })
     }
 }
 
 /// `--size`'s default (rc_pingpong's).
 pub const DEFAULT_SIZE: usize = 4096;
+/// `--size`'s default with `--qp ud`: ud_pingpong's 2048 is larger than
+/// the model's Ethernet ports' active MTU (1024), which a UD message may
+/// not exceed; 1024 fits every port.
+pub const DEFAULT_UD_SIZE: usize = 1024;
 
 /// A message size: decimal or 0x hex, optional K or M suffix, at most
 /// [`MAX_SIZE`]; zero is a valid (empty) message.

@@ -140,6 +140,7 @@ impl Report {
         let w = &self.wire;
         json!({ "pingpong": {
             "transport": a.transport.name(),
+            "qp": a.qp.name(),
             "op": a.op.name(),
             "rq": a.rq.name(),
             "size": a.message_size(),
@@ -200,10 +201,15 @@ impl Report {
             );
         }
         outln!();
+        let (mtu_label, mtu, kind) = match (a.qp, &self.local, &self.remote) {
+            (super::opts::QpKind::Ud, Some(l), Some(r)) => {
+                ("port MTU", l.mtu.min(r.mtu).bytes(), "UD ")
+            }
+            _ => ("path MTU", a.mtu.bytes(), ""),
+        };
         outln!(
-            "transport         {}, path MTU {}, {}-byte {}, {}, seed {}",
+            "transport         {}, {mtu_label} {mtu}, {}-byte {kind}{}, {}, seed {}",
             a.transport.describe(),
-            a.mtu.bytes(),
             a.message_size(),
             a.op.describe(),
             match a.rq {
