@@ -5,7 +5,9 @@
 //! CQs, an SRQ, a sender and an SRQ-attached receiver connected in
 //! loopback; a memory key; a SEND checked byte for byte; a QP with its own
 //! receive queue connected to itself, a SEND into that queue, a flush of
-//! its posted receives; a UD QP created and moved to RTS; QUERY_QP; 2ERR; 2RST; destroy everything; teardown with its vport/RoCE undo) runs once
+//! its posted receives, with read and atomic rights and one resource each
+//! way, an RDMA READ and a FETCH_ADD through a key made for them; a UD QP
+//! created and moved to RTS; QUERY_QP; 2ERR; 2RST; destroy everything; teardown with its vport/RoCE undo) runs once
 //! cleanly to record the commands it issues, then once per command with
 //! exactly that command failed by the model. Each faulted run must return
 //! the typed error naming that opcode, status and syndrome; the driver's
@@ -20,7 +22,10 @@ use std::cell::Cell;
 
 use mlx5_driver::cq::{Cq, CqOptions};
 use mlx5_driver::mkey::MkeyAccess;
-use mlx5_driver::qp::{Qp, QpLinks, QpState, RecvQueueCaps, SendQueueCaps, SendSlot};
+use mlx5_driver::qp::{
+    InitAttr, Payload, Qp, QpAccess, QpLinks, QpState, RecvQueueCaps, RtsAttr, SendOp,
+    SendQueueCaps, SendSlot,
+};
 use mlx5_driver::srq::{RecvRequest, Srq};
 use mlx5_driver::{Error, Hca};
 use mlx5_regs::{CmdStatus, Opcode};
@@ -256,7 +261,25 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
         links,
         vec![SendSlot::EMPTY; g.wqebbs()],
     )?);
-    hca.connect_loopback_self(own)?;
+    // Connected to itself with read and atomic rights and one resource
+    // each way (the RTR and RTS commands carry log_rra_max/log_sra_max).
+    let rts = RtsAttr {
+        max_rd_atomic: 1,
+        ..RtsAttr::default()
+    };
+    let mut rtr = hca.loopback_rtr(own.qpn(), own.qpn(), rts.sq_psn)?;
+    rtr.max_dest_rd_atomic = 1;
+    let init = InitAttr {
+        access: QpAccess {
+            remote_read: true,
+            remote_write: true,
+            remote_atomic: true,
+        },
+        ..InitAttr::default()
+    };
+    hca.qp_to_init(own, &init)?;
+    hca.qp_to_rtr(own, &rtr)?;
+    hca.qp_to_rts(own, &rts)?;
     let wrs: Vec<RecvRequest> = (20..23)
         .map(|wr_id| RecvRequest { wr_id, sges: &sge })
         .collect();
@@ -274,6 +297,7 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
     assert_eq!((r.wr_id, r.byte_len), (20, 100));
     let c = wait_cqes(hca, scq, 1);
     assert_eq!(own.complete_send(&c[0]).unwrap().wr_id, 4);
+    rd_atomic(dev, hca, own, scq)?;
     hca.qp_to_error(own)?;
     let c = wait_cqes(hca, rcq, 2);
     for (cqe, want) in c.iter().zip([21, 22]) {
@@ -292,6 +316,64 @@ fn body(dev: &Device, hca: &Hca<SimHal>, o: &mut Objs) -> Result<(), Error> {
     hca.qp_to_reset_and_clean(tx, links)?;
     hca.qp_to_reset(rx)?;
     o.cleanup(dev, hca)
+}
+
+/// An RDMA READ and a FETCH_ADD from `own` on its own memory through a key
+/// made (and destroyed) for them: the bytes and the original value land.
+fn rd_atomic(
+    dev: &Device,
+    hca: &Hca<SimHal>,
+    own: &mut Qp<SimHal, Vec<SendSlot>>,
+    scq: &mut Cq<SimHal>,
+) -> Result<(), Error> {
+    let b = Bufs::new(dev, 4, 64);
+    b.write(0, &payload(5, 64));
+    b.write(2, &41u64.to_ne_bytes());
+    let span = b.iova(3) + 64 - b.iova(0);
+    let key = hca.register(
+        b.iova(0),
+        span,
+        MkeyAccess::LOCAL_WRITE | MkeyAccess::REMOTE_READ | MkeyAccess::REMOTE_ATOMIC,
+    )?;
+    let (read_to, result) = ([hca.sge(b.iova(1), 64)], [hca.sge(b.iova(3), 8)]);
+    let reqs = [
+        mlx5_driver::qp::SendRequest {
+            wr_id: 5,
+            op: SendOp::RdmaRead {
+                raddr: b.iova(0),
+                rkey: key.key(),
+            },
+            payload: Payload::Sges(&read_to),
+            signaled: true,
+            solicited: false,
+        },
+        mlx5_driver::qp::SendRequest {
+            wr_id: 6,
+            op: SendOp::AtomicFetchAdd {
+                raddr: b.iova(2),
+                rkey: key.key(),
+                add: 1,
+            },
+            payload: Payload::Sges(&result),
+            signaled: true,
+            solicited: false,
+        },
+    ];
+    own.post_send(&reqs).unwrap();
+    let c = wait_cqes(hca, scq, 2);
+    for (cqe, want) in c.iter().zip([5, 6]) {
+        let s = own.complete_send(cqe).unwrap();
+        assert_eq!((s.wr_id, s.error()), (want, None));
+    }
+    assert_eq!(b.read(1, 64), payload(5, 64), "READ landed");
+    assert_eq!(b.read(3, 8), 41u64.to_ne_bytes(), "the original value");
+    assert_eq!(b.read(2, 8), 42u64.to_ne_bytes(), "added once");
+    if let Err(failed) = hca.destroy_mkey(key) {
+        let (key, e) = failed.into_parts();
+        hca.destroy_mkey(key)?;
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Bring up, run the body, clean up, tear down; `teardown_at` gets the
