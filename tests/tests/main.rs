@@ -50,6 +50,7 @@ mod qp_ring;
 
 // Two hosts on one wire (RoCE v2/v1, InfiniBand), through the verbs facade.
 mod two_hosts;
+mod two_hosts_faults;
 mod two_hosts_wrong;
 mod udp_link;
 
@@ -69,6 +70,7 @@ mod verbs_fidelity;
 mod verbs_own_rq;
 mod verbs_poll_ex;
 mod verbs_poll_route;
+mod verbs_poll_send_route;
 mod verbs_qp;
 mod verbs_qp_events;
 mod verbs_qp_modify;
