@@ -4,7 +4,7 @@
 #
 # What it does (background: docs/wire.md, "Interoperability"; the guest side:
 # tests/rxe-qemu/init):
-#   1. installs cpio, tshark and QEMU (Debian's qemu-system-x86) when missing;
+#   1. installs cpio, tshark, QEMU (Debian's qemu-system-x86) and python3 when missing;
 #   2. downloads and unpacks (never installs) the Debian guest kernel, busybox-static,
 #      rdma-core's libibverbs1, ibverbs-providers (rxe), ibverbs-utils and perftest;
 #   3. builds the host tool (`mlx5 peer`, `mlx5 pcap-check`);
@@ -15,8 +15,8 @@
 #      user network with restrict=on and one port forward from 127.0.0.1 for the programs'
 #      TCP address exchange. Guest addresses are 198.18.0.1 and 198.19.0.15, the model's
 #      198.18.0.2; nothing leaves 127.0.0.1;
-#   6. runs each program in the guest against `mlx5 peer` on the host (the driver through the
-#      verbs facade): first with the guest's program as the exchange's client (a guest forward
+#   6. runs each program in the guest against `mlx5 peer` (rdma-core's pingpongs) or
+#      `mlx5 perf` (perftest's) on the host (the driver through the verbs facade): first with the guest's program as the exchange's client (a guest forward
 #      from 198.19.0.4:18515 to the model listening on 127.0.0.1), then as its server (the port
 #      forward), some with 1 % of the model's frames dropped and one ICRC corrupted;
 #   7. prints one PASS/FAIL line per run with the guest program's own output, saves every
@@ -42,6 +42,7 @@ MODEL_UDP=$BASE         # the model's port receives here (QEMU sends to it)
 GUEST_UDP=$((BASE + 1)) # QEMU's dgram netdev receives here (the model sends to it)
 EXCHANGE=$((BASE + 2))  # 127.0.0.1:EXCHANGE -> the guest's 198.19.0.15:18515
 REVERSE=$((BASE + 3))   # the guest's 198.19.0.4:18515 -> 127.0.0.1:REVERSE (guestfwd)
+PERF_REVERSE=$((BASE + 4)) # the guest's 198.19.0.5:18515 -> relay.py -> 127.0.0.1:PERF_REVERSE
 T_START=$(now)
 
 # The run where the guest's program is the exchange's client and the model its server. QEMU's
@@ -58,9 +59,26 @@ RUNS=(
     "rc-4096-faults|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 4096 -n 10|--size 4096 --iters 10 --drop 0.01 --corrupt-frame 5"
 )
 
+# perftest's programs against `mlx5 perf` (section "perftest" below), after the runs above.
+# NAME | the guest's command | mlx5 perf's options. A NAME ending in -guest-client is a run
+# where the guest's program is the exchange's client: it connects to 198.19.0.5:18515, which
+# QEMU hands to tests/rxe-qemu/relay.py per connection, which connects to `mlx5 perf --listen`.
+# Small iteration counts keep the guest's part short under TCG.
+PERF_RUNS=(
+    "write-lat-guest-client|ib_write_lat -d rxe0 -x @GID@ -n 100 198.19.0.5|write-lat --iters 100"
+    "write-lat|ib_write_lat -d rxe0 -x @GID@ -n 100 -s 64|write-lat --iters 100 --size 64"
+    "write-lat-faults|ib_write_lat -d rxe0 -x @GID@ -n 300 -s 1500|write-lat --iters 300 --size 1500 --drop 0.01 --corrupt-frame 7"
+    "read-lat-guest-client|ib_read_lat -d rxe0 -x @GID@ -n 100 198.19.0.5|read-lat --iters 100"
+    "read-lat|ib_read_lat -d rxe0 -x @GID@ -n 100 -s 3000|read-lat --iters 100 --size 3000"
+    "atomic-lat-guest-client|ib_atomic_lat -d rxe0 -x @GID@ -n 100 198.19.0.5|atomic-lat --iters 100"
+    "atomic-lat-faults|ib_atomic_lat -d rxe0 -x @GID@ -n 300|atomic-lat --iters 300 --drop 0.01 --corrupt-frame 4"
+)
+
 # --- 1. Host packages ------------------------------------------------------------------------
 guest_apt_install cpio tshark qemu-system-x86
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is missing"
+guest_apt_install python3 # tests/rxe-qemu/relay.py, the perftest client runs' guest forward
+command -v python3 >/dev/null || die "python3 is missing"
 qemu-system-x86_64 -netdev help 2>/dev/null | grep -qw dgram ||
     die "this QEMU has no dgram netdev (QEMU 7.2 or later is needed)"
 say "$(qemu-system-x86_64 --version | head -n1)"
@@ -118,6 +136,10 @@ for r in "$CLIENT_RUN" "${RUNS[@]}"; do
     IFS='|' read -r name gcmd _ <<<"$r"
     echo "$name $gcmd" >>"$ROOT/tests"
 done
+for r in "${PERF_RUNS[@]}"; do
+    IFS='|' read -r name gcmd _ <<<"$r"
+    echo "$name $gcmd" >>"$ROOT/tests"
+done
 guest_pack
 say "initramfs $(du -h "$INITRD" | cut -f1) ($(elapsed "$T_START") s so far)"
 
@@ -144,7 +166,7 @@ timeout "$BOOT_TIMEOUT" qemu-system-x86_64 -accel tcg -m 512M -smp 1 -nodefaults
     -no-reboot -monitor none -serial "file:$CONSOLE" \
     -netdev "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$GUEST_UDP,remote.type=inet,remote.host=127.0.0.1,remote.port=$MODEL_UDP" \
     -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,romfile= \
-    -netdev "user,id=n1,net=198.19.0.0/24,host=198.19.0.2,dns=198.19.0.3,restrict=on,hostfwd=tcp:127.0.0.1:$EXCHANGE-198.19.0.15:18515,guestfwd=tcp:198.19.0.4:18515-tcp:127.0.0.1:$REVERSE" \
+    -netdev "user,id=n1,net=198.19.0.0/24,host=198.19.0.2,dns=198.19.0.3,restrict=on,hostfwd=tcp:127.0.0.1:$EXCHANGE-198.19.0.15:18515,guestfwd=tcp:198.19.0.4:18515-tcp:127.0.0.1:$REVERSE,guestfwd=tcp:198.19.0.5:18515-cmd:python3 $HERE/relay.py $PERF_REVERSE" \
     -device virtio-net-pci,netdev=n1,mac=52:54:00:00:01:01,romfile= \
     -kernel "$VMLINUZ" -initrd "$INITRD" -append "$GUEST_APPEND" \
     </dev/null >"$QEMU_ERR" 2>&1 &
@@ -179,6 +201,23 @@ for r in "${RUNS[@]}"; do
     wait_peer $! "$name"
     say "run $name: host side exit ${HOST_RC[$name]} ($(elapsed "$T_BOOT") s after boot start)"
 done
+# --- perftest: each program against `mlx5 perf`, in the guest's order ----------------------
+declare -A HOST_CMD
+for r in "${PERF_RUNS[@]}"; do
+    IFS='|' read -r name _ hopts <<<"$r"
+    left=$(awk -v a="$T_BOOT" -v b="$(now)" -v t="$BOOT_TIMEOUT" 'BEGIN { l = t - (b - a); print (l > 5 ? int(l) : 5) }')
+    case $name in
+    *-guest-client) role=(--listen "127.0.0.1:$PERF_REVERSE") ;;
+    *) role=(--connect "127.0.0.1:$EXCHANGE") ;;
+    esac
+    HOST_CMD[$name]="mlx5 perf ${role[0]} $hopts"
+    # shellcheck disable=SC2086
+    "$MLX5" --seed 7 perf $hopts "${role[@]}" --udp-local "127.0.0.1:$MODEL_UDP" \
+        --udp-remote "127.0.0.1:$GUEST_UDP" --timeout "$left" --pcap "$OUT/$name.pcap" \
+        >"$OUT/$name.host.txt" 2>&1 &
+    wait_peer $! "$name"
+    say "run $name: host side exit ${HOST_RC[$name]} ($(elapsed "$T_BOOT") s after boot start)"
+done
 set +e
 wait "$QEMU_PID"
 QEMU_RC=$?
@@ -191,6 +230,7 @@ say "guest ran ${BOOT_S} s (QEMU exit $QEMU_RC)"
 # --- 7. Verdicts -----------------------------------------------------------------------------
 fails=0
 RUNS=("$CLIENT_RUN" "${RUNS[@]}")
+RUNS+=("${PERF_RUNS[@]}")
 problems=$(guest_boot_problems "$END_MARKER")
 if [ -n "$problems" ]; then
     say "guest: $problems"
@@ -201,7 +241,7 @@ for r in "${RUNS[@]}"; do
     IFS='|' read -r name gcmd hopts <<<"$r"
     grc=$(sed -n "s/^WI-END $name rc=\([0-9]*\).*/\1/p" "$CONSOLE.txt" | head -n1)
     if [ "${HOST_RC[$name]}" = 0 ] && [ "$grc" = 0 ]; then
-        echo "rxe-qemu: PASS $name  (guest: $gcmd; host: mlx5 peer $hopts)"
+        echo "rxe-qemu: PASS $name  (guest: $gcmd; host: ${HOST_CMD[$name]:-mlx5 peer $hopts})"
     else
         echo "rxe-qemu: FAIL $name  (guest exit ${grc:-none}, host exit ${HOST_RC[$name]})"
         fails=$((fails + 1))
@@ -223,10 +263,17 @@ else
     fails=$((fails + 1))
 fi
 sed 's/^/  | /' "$OUT/pcap-check.txt"
+# The payload of a SEND or WRITE is the program's data, not a protocol: tshark's guesses at it
+# (its InfiniBand payload heuristics: an RDMA WRITE's 2 bytes "00 61" read as an EtherType,
+# then as a malformed CRTP packet) are turned off; every header is still decoded.
+TSHARK=(tshark)
+for h in $(tshark -G heuristic-decodes 2>/dev/null | awk '$1 == "infiniband.payload" { print $2 }'); do
+    TSHARK+=(--disable-heuristic "$h")
+done
 for c in "${caps[@]}"; do
-    total=$(tshark -r "$c" 2>/dev/null | wc -l)
-    roce=$(tshark -r "$c" -Y 'infiniband.bth' 2>/dev/null | wc -l)
-    bad=$(tshark -r "$c" -Y '_ws.malformed || _ws.expert.severity == error' 2>/dev/null | wc -l)
+    total=$("${TSHARK[@]}" -r "$c" 2>/dev/null | wc -l)
+    roce=$("${TSHARK[@]}" -r "$c" -Y 'infiniband.bth' 2>/dev/null | wc -l)
+    bad=$("${TSHARK[@]}" -r "$c" -Y '_ws.malformed || _ws.expert.severity == error' 2>/dev/null | wc -l)
     if [ "$total" -gt 0 ] && [ "$roce" = "$total" ] && [ "$bad" = 0 ]; then
         echo "rxe-qemu: PASS tshark $(basename "$c"): $roce of $total frames decoded as RoCE, none malformed"
     else

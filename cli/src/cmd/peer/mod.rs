@@ -48,7 +48,7 @@ fn progress(r: &Run<'_>, what: &str) {
 }
 
 /// A PSN from the clock, as rc_pingpong draws a random one.
-fn random_psn() -> u32 {
+pub(crate) fn random_psn() -> u32 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
