@@ -60,7 +60,7 @@ RUNS=(
 )
 
 # perftest's programs against `mlx5 perf` (section "perftest" below), after the runs above.
-# NAME | the guest's command | mlx5 perf's options. A NAME ending in -guest-client is a run
+# NAME | the guest's command | mlx5 perf's options. A NAME with -guest-client is a run
 # where the guest's program is the exchange's client: it connects to 198.19.0.5:18515, which
 # QEMU hands to tests/rxe-qemu/relay.py per connection, which connects to `mlx5 perf --listen`.
 # Small iteration counts keep the guest's part short under TCG.
@@ -72,6 +72,12 @@ PERF_RUNS=(
     "read-lat|ib_read_lat -d rxe0 -x @GID@ -n 100 -s 3000|read-lat --iters 100 --size 3000"
     "atomic-lat-guest-client|ib_atomic_lat -d rxe0 -x @GID@ -n 100 198.19.0.5|atomic-lat --iters 100"
     "atomic-lat-faults|ib_atomic_lat -d rxe0 -x @GID@ -n 300|atomic-lat --iters 300 --drop 0.01 --corrupt-frame 4"
+    "send-bw-guest-client|ib_send_bw -d rxe0 -x @GID@ -n 100 -s 4096 198.19.0.5|send-bw --iters 100 --size 4096"
+    "send-bw|ib_send_bw -d rxe0 -x @GID@ -n 100 -s 3000|send-bw --iters 100 --size 3000"
+    "write-bw-guest-client|ib_write_bw -d rxe0 -x @GID@ -n 50 198.19.0.5|write-bw --iters 50"
+    "write-bw-faults|ib_write_bw -d rxe0 -x @GID@ -n 200 -s 4096|write-bw --iters 200 --size 4096 --drop 0.01 --corrupt-frame 9"
+    "read-bw-guest-client-faults|ib_read_bw -d rxe0 -x @GID@ -n 200 -s 4096 198.19.0.5|read-bw --iters 200 --size 4096 --drop 0.01 --corrupt-frame 6"
+    "read-bw|ib_read_bw -d rxe0 -x @GID@ -n 100 -s 8192|read-bw --iters 100 --size 8192"
 )
 
 # --- 1. Host packages ------------------------------------------------------------------------
@@ -207,7 +213,7 @@ for r in "${PERF_RUNS[@]}"; do
     IFS='|' read -r name _ hopts <<<"$r"
     left=$(awk -v a="$T_BOOT" -v b="$(now)" -v t="$BOOT_TIMEOUT" 'BEGIN { l = t - (b - a); print (l > 5 ? int(l) : 5) }')
     case $name in
-    *-guest-client) role=(--listen "127.0.0.1:$PERF_REVERSE") ;;
+    *-guest-client*) role=(--listen "127.0.0.1:$PERF_REVERSE") ;;
     *) role=(--connect "127.0.0.1:$EXCHANGE") ;;
     esac
     HOST_CMD[$name]="mlx5 perf ${role[0]} $hopts"
@@ -263,13 +269,11 @@ else
     fails=$((fails + 1))
 fi
 sed 's/^/  | /' "$OUT/pcap-check.txt"
-# The payload of a SEND or WRITE is the program's data, not a protocol: tshark's guesses at it
-# (its InfiniBand payload heuristics: an RDMA WRITE's 2 bytes "00 61" read as an EtherType,
-# then as a malformed CRTP packet) are turned off; every header is still decoded.
-TSHARK=(tshark)
-for h in $(tshark -G heuristic-decodes 2>/dev/null | awk '$1 == "infiniband.payload" { print $2 }'); do
-    TSHARK+=(--disable-heuristic "$h")
-done
+# The payload of a SEND or WRITE is the program's data, not a protocol: tshark's guess that it
+# is an Ethernet frame over InfiniBand (its heuristic eth_over_ib: an RDMA WRITE's 2 bytes
+# "00 61" read as an EtherType, then as a malformed CRTP packet) is turned off; every
+# InfiniBand header is still decoded.
+TSHARK=(tshark --disable-heuristic eth_over_ib)
 for c in "${caps[@]}"; do
     total=$("${TSHARK[@]}" -r "$c" 2>/dev/null | wc -l)
     roce=$("${TSHARK[@]}" -r "$c" -Y 'infiniband.bth' 2>/dev/null | wc -l)

@@ -183,6 +183,49 @@ pub fn decode_mtu(msg: &[u8; 2]) -> Result<Mtu, String> {
     })
 }
 
+/// A bandwidth test's report (perftest's `struct bw_report_data`, the
+/// fields `xchg_bw_reports` sends to a peer of version 5.33 or later):
+/// each field its own lock-step step of 8 bytes, big-endian (the
+/// doubles' bits too).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BwReport {
+    /// Bytes per message.
+    pub size: u64,
+    /// Messages.
+    pub iters: u64,
+    /// Peak bandwidth, MB/s.
+    pub bw_peak: f64,
+    /// Average bandwidth, MB/s.
+    pub bw_avg: f64,
+    /// Average message rate, millions per second.
+    pub msg_rate: f64,
+}
+
+impl BwReport {
+    /// The five 8-byte messages, in order.
+    pub fn encode(&self) -> [[u8; 8]; 5] {
+        [
+            self.size.to_be_bytes(),
+            self.iters.to_be_bytes(),
+            self.bw_peak.to_bits().to_be_bytes(),
+            self.bw_avg.to_bits().to_be_bytes(),
+            self.msg_rate.to_bits().to_be_bytes(),
+        ]
+    }
+
+    /// From the five messages.
+    pub fn decode(m: &[[u8; 8]; 5]) -> BwReport {
+        let f = |b: [u8; 8]| f64::from_bits(u64::from_be_bytes(b));
+        BwReport {
+            size: u64::from_be_bytes(m[0]),
+            iters: u64::from_be_bytes(m[1]),
+            bw_peak: f(m[2]),
+            bw_avg: f(m[3]),
+            msg_rate: f(m[4]),
+        }
+    }
+}
+
 /// What the opening steps settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opening {
@@ -328,6 +371,16 @@ impl Conn {
         let mut rec = [0u8; KEY_LEN];
         self.xchg("key record", &me.encode(), &mut rec)?;
         KeyRecord::decode(&rec).map_err(|e| protocol_error("key record", e))
+    }
+
+    /// The report exchange of the bandwidth tests.
+    pub fn reports(&mut self, mine: &BwReport) -> Result<BwReport, CliError> {
+        let out = mine.encode();
+        let mut theirs = [[0u8; 8]; 5];
+        for (o, t) in out.iter().zip(theirs.iter_mut()) {
+            self.xchg("bandwidth report", o, t)?;
+        }
+        Ok(BwReport::decode(&theirs))
     }
 
     /// The close: one more key record, then `done` (written, not read).

@@ -91,6 +91,23 @@ fn versions_and_mtus() {
 }
 
 #[test]
+fn bandwidth_reports_are_big_endian_and_round_trip() {
+    let r = BwReport {
+        size: 65536,
+        iters: 100,
+        bw_peak: 12.5,
+        bw_avg: 11.25,
+        msg_rate: 0.000172,
+    };
+    let m = r.encode();
+    assert_eq!(m[0], [0, 0, 0, 0, 0, 1, 0, 0]);
+    assert_eq!(m[1], [0, 0, 0, 0, 0, 0, 0, 100]);
+    // 12.5 is 0x4029000000000000.
+    assert_eq!(m[2], [0x40, 0x29, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(BwReport::decode(&m), r);
+}
+
+#[test]
 fn client_and_server_step_in_lock_step_over_loopback() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let at = l.local_addr().unwrap();
@@ -103,16 +120,24 @@ fn client_and_server_step_in_lock_step_over_loopback() {
         let v = c.version().unwrap();
         let o = c.opening(v, Mtu::B4096).unwrap();
         let got = c.hand_shake(&theirs).unwrap();
+        let rep = c.reports(&BwReport::default()).unwrap();
         c.close(&theirs).unwrap();
-        (o, got)
+        (o, got, rep)
     });
     let (mut c, v) = Conn::connect(at, deadline).unwrap();
     let o = c.opening(v, Mtu::B1024).unwrap();
     assert_eq!(o.mtu, Mtu::B1024);
     assert_eq!(o.version, VERSION);
     assert_eq!(c.hand_shake(&sample()).unwrap(), theirs);
+    let mine = BwReport {
+        size: 2,
+        iters: 7,
+        ..BwReport::default()
+    };
+    assert_eq!(c.reports(&mine).unwrap(), BwReport::default());
     c.close(&sample()).unwrap();
-    let (so, sgot) = t.join().unwrap();
+    let (so, sgot, srep) = t.join().unwrap();
+    assert_eq!(srep, mine);
     assert_eq!(so.mtu, Mtu::B1024, "each side keeps the smaller MTU");
     assert_eq!(sgot, sample());
 }

@@ -196,7 +196,7 @@ fn requester(
 pub fn run(
     test: Test,
     host: &mut Host,
-    c: Connected,
+    mut c: Connected,
     size: usize,
     iters: u32,
     deadline: Instant,
@@ -207,6 +207,7 @@ pub fn run(
             "use a profile whose atomic caps serve 8-byte atomics",
         ));
     }
+    c.after_connect(test)?;
     let start = Instant::now();
     let client = c.conn.is_client();
     let mut t = match test {
@@ -214,7 +215,7 @@ pub fn run(
         Test::ReadLat | Test::AtomicLat if client => {
             requester(host, &c, test, size, iters, deadline)?
         }
-        Test::ReadLat | Test::AtomicLat => Traffic::default(),
+        _ => Traffic::default(),
     };
     t.seconds = start.elapsed().as_secs_f64();
     if test.reads() {

@@ -1,10 +1,12 @@
-//! `mlx5 perf`: the model as the other side of perftest's latency tests
-//! (`ib_write_lat`, `ib_read_lat`, `ib_atomic_lat`) running on another
-//! stack, through perftest's own TCP exchange (not rdma_cm). As in
+//! `mlx5 perf`: the model as the other side of perftest's `ib_write_lat`,
+//! `ib_read_lat`, `ib_atomic_lat`, `ib_send_bw`, `ib_write_bw` and
+//! `ib_read_bw` running on another stack, through perftest's own TCP
+//! exchange (not rdma_cm). As in
 //! `mlx5 peer`, the model's port is joined to a UDP socket
 //! (`mlx5_sim::UdpLink`), the device runs threaded on the wall clock and
 //! the driver goes through the verbs facade.
 
+pub mod bw;
 pub mod exchange;
 pub mod lat;
 pub mod opts;
@@ -42,12 +44,21 @@ pub struct Run<'a> {
 
 /// The host's shape: the target area at least 64 bytes and 64-byte
 /// aligned (atomics need 8), every remote right the tests use, the QP's
-/// own receive queue as perftest's.
+/// own receive queue as perftest's. The bandwidth tests' programs move
+/// their remote address through a cycle buffer (a page) in steps of the
+/// size rounded up to a cache line: twice the larger of the page and the
+/// size covers every message; 16 receives and 32 sends in flight.
 fn spec(a: &Args) -> HostSpec {
-    let slot = (a.size() as usize).max(64).next_multiple_of(64);
+    let size = a.size() as usize;
+    let (slot, recvs, send_wr) = if a.test.bw() {
+        (2 * size.max(4096), 16, 32)
+    } else {
+        (size.max(64), 4, 8)
+    };
     HostSpec {
-        slot,
-        recvs: 4,
+        slot: slot.next_multiple_of(64),
+        recvs,
+        send_wr,
         rq: RecvQueue::Own,
         access: AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
@@ -119,8 +130,13 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         let peer = c.peer;
         let mtu = c.opening.mtu;
         let version = c.opening.version.clone();
-        lat::run(a.test, &mut host, c, a.size() as usize, a.iters, deadline)
-            .map(|t| (t, me, peer, mtu, version))
+        let size = a.size() as usize;
+        if a.test.bw() {
+            bw::run(a.test, &mut host, c, size, a.iters, deadline)
+        } else {
+            lat::run(a.test, &mut host, c, size, a.iters, deadline).map(|t| (t, None))
+        }
+        .map(|(t, report)| (t, report, me, peer, mtu, version))
     });
     let stats = host.dev.traffic().stats();
     let wstats = wire.stats();
@@ -148,13 +164,20 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         },
     });
     let res = match res {
-        Ok((t, me, peer, mtu, version)) => {
+        Ok((t, report, me, peer, mtu, version)) => {
             if let Value::Object(m) = &mut v {
                 m.insert("peer_version".into(), json!(version));
                 m.insert("mtu".into(), json!(mtu.bytes()));
                 m.insert("posted".into(), json!(t.posted));
                 m.insert("observed".into(), json!(t.observed));
                 m.insert("seconds".into(), json!(t.seconds));
+                if let Some(p) = &report {
+                    m.insert(
+                        "program_report".into(),
+                        json!({"size": p.size, "iters": p.iters, "bw_peak_mb_s": p.bw_peak,
+                               "bw_avg_mb_s": p.bw_avg, "msg_rate_mpps": p.msg_rate}),
+                    );
+                }
             }
             if !r.json {
                 println!(
@@ -178,6 +201,12 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
                     t.observed,
                     t.seconds
                 );
+                if let Some(p) = &report {
+                    println!(
+                        "  the program's report: {} bytes x {} iterations, peak {:.2} MB/s, average {:.2} MB/s, {:.6} Mpps",
+                        p.size, p.iters, p.bw_peak, p.bw_avg, p.msg_rate
+                    );
+                }
             }
             Ok(())
         }

@@ -1,11 +1,12 @@
-//! The steps every perftest latency test's `main` takes around its traffic
-//! (linux-rdma/perftest `src/write_lat.c`, `read_lat.c`, `atomic_lat.c`,
-//! without rdma_cm and with one QP): the exchange's opening (version,
-//! system data, MTU), a key record, a key record per QP, the GID-type
-//! check and the connect (`ctx_connect`: timeout 14, retry 7, RNR retry 7,
-//! min RNR timer 12, the READ/atomic depths from the records), a key
-//! record per QP, one more "after moving to RTR". The close (READ and
-//! atomic tests only) is [`exchange::Conn::close`].
+//! The steps every perftest test's `main` takes before its traffic
+//! (linux-rdma/perftest `src/*_lat.c`, `src/*_bw.c`, without rdma_cm and
+//! with one QP): the exchange's opening (version, system data, MTU), the
+//! test's key records before the connect ([`Test::hand_shakes`]), the
+//! GID-type check and the connect (`ctx_connect`: timeout 14, retry 7, RNR
+//! retry 7, min RNR timer 12, the READ/atomic depths from the records),
+//! then the test's key records after it.
+//!
+//! [`Test::hand_shakes`]: super::opts::Test::hand_shakes
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use mlx5_sim::UdpLink;
 use mlx5_testbed::ConnectOpts;
 
 use super::exchange::{Conn, KeyRecord, Opening};
-use super::opts::Args;
+use super::opts::{Args, Test};
 use crate::cmd::pingpong::host::{setup_error, Addr, Host};
 use crate::common::error::CliError;
 
@@ -33,6 +34,22 @@ pub struct Connected {
     pub me: KeyRecord,
     /// The program's key record.
     pub peer: KeyRecord,
+}
+
+impl Connected {
+    /// The key records after the connect; the program's must not change.
+    pub fn after_connect(&mut self, test: Test) -> Result<(), CliError> {
+        for _ in 0..test.hand_shakes().1 {
+            let again = self.conn.hand_shake(&self.me)?;
+            if again.qpn != self.peer.qpn || again.gid != self.peer.gid {
+                return Err(CliError::check(format!(
+                    "the program's key record changed after the connect: {:?} then {again:?}",
+                    self.peer
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Open the exchange (`--connect` or `--listen`) and exchange versions.
@@ -112,7 +129,8 @@ fn connect_qp(
     host.connect(ah, &addr, &opts).map_err(setup_error)
 }
 
-/// Everything before the traffic.
+/// The exchange up to the connect; the caller posts its receives, if any,
+/// then calls [`Connected::after_connect`].
 pub fn establish(
     a: &Args,
     host: &mut Host,
@@ -137,18 +155,12 @@ pub fn establish(
         gid: host.addr.gid,
         srqn: 0,
     };
-    // The first record, then one per QP (one QP here).
-    conn.hand_shake(&me)?;
-    let peer = conn.hand_shake(&me)?;
-    connect_qp(host, link, &opening, &me, &peer)?;
-    // One per QP after the connect, then one "after moving to RTR".
-    let again = conn.hand_shake(&me)?;
-    if again != peer {
-        return Err(CliError::check(format!(
-            "the program's key record changed after the connect: {peer:?} then {again:?}"
-        )));
+    let (before, _) = a.test.hand_shakes();
+    let mut peer = conn.hand_shake(&me)?;
+    for _ in 1..before {
+        peer = conn.hand_shake(&me)?;
     }
-    conn.hand_shake(&me)?;
+    connect_qp(host, link, &opening, &me, &peer)?;
     Ok(Connected {
         conn,
         opening,
