@@ -1,59 +1,72 @@
 #!/usr/bin/env python3
-"""One guest connection to the host: QEMU's user network runs this for every connection the
-guest makes to a `guestfwd=...-cmd:` address, with the connection as stdin and stdout.
+"""One guest connection to 127.0.0.1:PORT, for QEMU's `guestfwd=...-cmd:`.
 
-Usage: relay.py PORT. It connects to 127.0.0.1:PORT (retrying for up to 120 s while the host
-tool there is not listening yet: the guest's program may start first) and copies bytes both
-ways until either side closes. Nothing else may be written to stdout or stderr: both are the
-guest's connection.
+QEMU's user network spawns this once per connection the guest opens to the
+forwarded address, with that connection on stdin/stdout (libslirp
+`fork_exec`). It connects to the host tool listening on 127.0.0.1:PORT
+(retrying while no one listens yet: the guest's program may start before
+the host's side of its run) and copies bytes both ways until both sides
+have closed, passing each half-close on. Diagnostics go to LOG, never to
+stdout or stderr (which are the guest's connection).
+
+Usage: relay.py PORT LOG
 """
+
 import os
 import selectors
 import socket
 import sys
 import time
 
+CONNECT_FOR_S = 60
+IDLE_S = 120
 
-def main() -> int:
-    port = int(sys.argv[1])
-    deadline = time.monotonic() + 120
-    while True:
+
+def log(path, text):
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{time.strftime('%H:%M:%S')} relay: {text}\n")
+
+
+def main():
+    port, logfile = int(sys.argv[1]), sys.argv[2]
+    guest = socket.socket(fileno=os.dup(0))
+    host = None
+    deadline = time.monotonic() + CONNECT_FOR_S
+    while host is None:
         try:
-            peer = socket.create_connection(("127.0.0.1", port), timeout=5)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
+            host = socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                log(logfile, f"no listener on 127.0.0.1:{port}: {e}")
                 return 1
-            time.sleep(0.1)
-    peer.setblocking(True)
-    peer.settimeout(None)
-    guest_in, guest_out = sys.stdin.fileno(), sys.stdout.fileno()
+            time.sleep(0.2)
+    host.settimeout(None)
+    log(logfile, f"guest connection joined to 127.0.0.1:{port}")
     sel = selectors.DefaultSelector()
-    sel.register(guest_in, selectors.EVENT_READ)
-    sel.register(peer, selectors.EVENT_READ)
-    while True:
-        for key, _ in sel.select():
-            if key.fileobj == guest_in:
-                data = os.read(guest_in, 65536)
-                if not data:
-                    peer.shutdown(socket.SHUT_WR)
-                    sel.unregister(guest_in)
-                    continue
-                peer.sendall(data)
+    peer = {guest: host, host: guest}
+    for s in peer:
+        sel.register(s, selectors.EVENT_READ)
+    moved = {guest: 0, host: 0}
+    while sel.get_map():
+        events = sel.select(timeout=IDLE_S)
+        if not events:
+            log(logfile, f"nothing moved for {IDLE_S} s; giving up")
+            return 1
+        for key, _ in events:
+            src = key.fileobj
+            data = src.recv(65536)
+            if data:
+                peer[src].sendall(data)
+                moved[src] += len(data)
             else:
-                data = peer.recv(65536)
-                if not data:
-                    return 0
-                # One write per message received, as the programs read each
-                # message with a single read().
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(guest_out, view):]
+                sel.unregister(src)
+                try:
+                    peer[src].shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+    log(logfile, f"done: {moved[guest]} bytes from the guest, {moved[host]} to it")
+    return 0
 
 
 if __name__ == "__main__":
-    sys.stderr = open(os.devnull, "w")
-    try:
-        sys.exit(main())
-    except OSError:
-        sys.exit(1)
+    sys.exit(main())
