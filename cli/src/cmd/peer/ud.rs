@@ -229,7 +229,13 @@ fn received(
     Ok(data)
 }
 
-fn send(host: &mut Host, ud: &Ud, peer: &Dest, data: &[u8], n: u64) -> Result<(), CliError> {
+fn send(
+    host: &mut Host,
+    ud: &Ud,
+    peer: &Dest,
+    data: &[u8],
+    (n, deadline): (u64, Instant),
+) -> Result<(), CliError> {
     host.buf.write_bytes(host.spec.send_at(), data);
     let sg = [Sge {
         addr: host.buf.iova() + host.spec.send_at() as u64,
@@ -250,7 +256,6 @@ fn send(host: &mut Host, ud: &Ud, peer: &Dest, data: &[u8], n: u64) -> Result<()
         .post_send(ud.qp, &[wr])
         .map_err(|e| verbs_error(&host.ctx, &format!("message {}: post_send", n + 1), e.errno))?;
     let what = format!("message {} sent", n + 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
     let s = wait(host, true, deadline, &what)?;
     if s.status != WcStatus::Success || s.wr_id != n {
         return Err(CliError::check(format!(
@@ -325,13 +330,13 @@ fn run(
     for n in 0..u64::from(a.iters) {
         let what = format!("message {} received", n + 1);
         if client {
-            send(host, ud, &peer, &want, n)?;
+            send(host, ud, &peer, &want, (n, deadline))?;
             let r = wait(host, false, deadline, &what)?;
             want = received(host, ud, &peer, r, &want, &what)?;
         } else {
             let r = wait(host, false, deadline, &what)?;
             want = received(host, ud, &peer, r, &want, &what)?;
-            send(host, ud, &peer, &want, n)?;
+            send(host, ud, &peer, &want, (n, deadline))?;
         }
         got += 1;
     }
