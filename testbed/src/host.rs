@@ -15,8 +15,9 @@ use mlx5_sim::{Device, SimHal};
 use crate::{Cause, RecvQueue, SetupError, Transport};
 
 /// A host's verbs context: 4 CQs, 2 SRQs, 16 events, 16 QPs (the RC QP
-/// and the UD QPs a test or `ud_pingpong` adds), 64 send WQEBBs per QP.
-pub type Ctx = Verbs<SimHal, (), 4, 2, 16, 16, 64>;
+/// and the UD QPs a test or `ud_pingpong` adds), 128 send WQEBBs per QP
+/// (32 single-entry requests in libmlx5's 256-byte RC WQEs).
+pub type Ctx = Verbs<SimHal, (), 4, 2, 16, 16, 128>;
 
 /// What one host is made of.
 #[derive(Debug, Clone, Copy)]
