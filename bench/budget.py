@@ -58,6 +58,21 @@ PROBES = [
     ("post_recv 1 SGE, 16 per call", "profile_facade_post_recv", ["1", "16"], "facade_post_recv", 82, 82, None),
     ("post_recv 4 SGEs, 1 per call", "profile_facade_post_recv", ["4", "1"], "facade_post_recv", 180, 180, 192),
     ("post_recv 4 SGEs, 16 per call", "profile_facade_post_recv", ["4", "16"], "facade_post_recv", 125, 125, 146),
+    # The other operations of post_send, one 1 KiB gather entry (8 bytes for
+    # the atomics): a UD SEND through an address handle (issue target:
+    # within 1.15x of the RC SEND above), RDMA WRITE, and READ and the
+    # atomics (target: within 1.1x of the WRITE). No libmlx5 figure was
+    # measured for them: the column holds post_send 1 SGE's as a stand-in.
+    ("post_send UD 1 SGE, 1 per call", "profile_facade_ops", ["ud", "1"], "facade_post", 267, 267, 310),
+    ("post_send UD 1 SGE, 16 per call", "profile_facade_ops", ["ud", "16"], "facade_post", 167, 167, 194),
+    ("RDMA WRITE, 1 per call", "profile_facade_ops", ["write", "1"], "facade_post", 267, 230, None),
+    ("RDMA WRITE, 16 per call", "profile_facade_ops", ["write", "16"], "facade_post", 167, 161, None),
+    ("RDMA READ, 1 per call", "profile_facade_ops", ["read", "1"], "facade_post", 267, 263, None),
+    ("RDMA READ, 16 per call", "profile_facade_ops", ["read", "16"], "facade_post", 167, 167, 182),
+    ("FETCH_ADD, 1 per call", "profile_facade_ops", ["fetch_add", "1"], "facade_post", 267, 260, None),
+    ("FETCH_ADD, 16 per call", "profile_facade_ops", ["fetch_add", "16"], "facade_post", 167, 167, 179),
+    ("CMP_SWAP, 1 per call", "profile_facade_ops", ["cmp_swap", "1"], "facade_post", 267, 263, None),
+    ("CMP_SWAP, 16 per call", "profile_facade_ops", ["cmp_swap", "16"], "facade_post", 167, 167, 182),
 ]
 
 
