@@ -151,7 +151,7 @@ opcodes! {
     QUERY_HCA_VPORT_CONTEXT = 0x762 => (query_hca_vport_context_in, query_hca_vport_context_out),
     MODIFY_HCA_VPORT_CONTEXT = 0x763,
     QUERY_HCA_VPORT_GID = 0x764,
-    QUERY_HCA_VPORT_PKEY = 0x765,
+    QUERY_HCA_VPORT_PKEY = 0x765 => (query_hca_vport_pkey_in, query_hca_vport_pkey_out),
     ALLOC_PD = 0x800 => (alloc_pd_in, alloc_pd_out),
     DEALLOC_PD = 0x801 => (dealloc_pd_in, dealloc_pd_out),
     ALLOC_UAR = 0x802 => (alloc_uar_in, alloc_uar_out),
@@ -538,6 +538,10 @@ pub mod reg_id {
     pub const HOST_ENDIANNESS: u16 = 0x7004;
     /// Default timeouts register.
     pub const DTOR: u16 = 0xc00e;
+    /// Port MTU register (`MLX5_REG_PMTU`).
+    pub const PMTU: u16 = 0x5003;
+    /// Port type and speed register (`MLX5_REG_PTYS`).
+    pub const PTYS: u16 = 0x5004;
 }
 
 bitflags::bitflags! {

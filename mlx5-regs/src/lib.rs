@@ -222,6 +222,10 @@ all!(
     hca_vport_context,
     query_hca_vport_context_in,
     query_hca_vport_context_out,
+    query_hca_vport_pkey_in,
+    query_hca_vport_pkey_out,
+    ptys_reg,
+    pmtu_reg,
     query_vport_state_in,
     query_vport_state_out,
     // DevX user memory (layouts/devx.rs).

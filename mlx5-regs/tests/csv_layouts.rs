@@ -6,7 +6,9 @@
 //! `*_umem_id` fields, `create_umem_in`'s translation entries flattened to
 //! `mtt[]` — and from Linux `include/linux/mlx5/device.h` — the page
 //! request's `ec_function` and the init segment's `cmd_exec_to` /
-//! `cmd_q_init_to`): same bit offset, same width; and every CSV
+//! `cmd_q_init_to`) and the port CSV (`tests/data/mlx5-port-layouts.csv`:
+//! PTYS and the P_Key query, hand-copied from `mlx5_ifc.h`): same bit
+//! offset, same width; and every CSV
 //! row of the layouts we define is defined here, or on the commented
 //! allow-list below. Every structure of the first CSV is defined; the second
 //! also describes Ethernet and flow-steering structures this crate does not
@@ -25,6 +27,10 @@ const BASE_CSV: &str = include_str!("data/mlx5-layouts.csv");
 const QP_CSV: &str = include_str!("data/mlx5-qp-layouts.csv");
 /// Fields outside the kernel's `mlx5_ifc.h` (see the module docs).
 const DEVX_CSV: &str = include_str!("data/mlx5-devx-layouts.csv");
+/// Port structures neither of the first two CSVs holds, copied by hand from
+/// `mlx5_ifc.h` (`ptys_reg`, `query_hca_vport_pkey_in/out`); their byte
+/// places are also checked in `tests/qp_layouts.rs`.
+const PORT_CSV: &str = include_str!("data/mlx5-port-layouts.csv");
 
 fn parse_csv(text: &str, rows: &mut Csv) -> BTreeSet<String> {
     let mut structs = BTreeSet::new();
@@ -48,6 +54,7 @@ fn load_csvs() -> (Csv, BTreeSet<String>) {
     let base = parse_csv(BASE_CSV, &mut rows);
     let qp = parse_csv(QP_CSV, &mut rows);
     parse_csv(DEVX_CSV, &mut rows);
+    parse_csv(PORT_CSV, &mut rows);
     assert!(base.len() > 50 && qp.len() > 100, "CSVs not loaded");
     assert!(
         base.is_disjoint(&qp),

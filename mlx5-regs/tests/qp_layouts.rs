@@ -263,3 +263,48 @@ fn qp_constants_follow_the_headers() {
     );
     assert!(EventMask::LINUX_ASYNC.contains(EventMask::QP_EVENTS));
 }
+
+/// PTYS and PMTU at the byte places Linux reads them (`mlx5_ifc.h`
+/// `ptys_reg` / `pmtu_reg`; `drivers/net/ethernet/mellanox/mlx5/core/port.c`)
+/// and the P_Key query's index and first entry.
+#[test]
+fn port_registers_and_the_pkey_query_sit_where_linux_reads_them() {
+    let mut r = [0u8; ptys_reg::SIZE];
+    assert_eq!(ptys_reg::SIZE, 64);
+    ptys_reg::local_port.set(&mut r, 1).unwrap();
+    ptys_reg::proto_mask.set(&mut r, 4).unwrap();
+    ptys_reg::eth_proto_capability
+        .set(&mut r, 0x1122_3344)
+        .unwrap();
+    ptys_reg::eth_proto_oper.set(&mut r, 1 << 20).unwrap();
+    ptys_reg::ib_link_width_oper.set(&mut r, 0x0004).unwrap();
+    ptys_reg::ib_proto_oper.set(&mut r, 0x0020).unwrap();
+    assert_eq!(r[1], 1, "local_port: byte 1");
+    assert_eq!(r[3], 4, "proto_mask: low 3 bits of byte 3");
+    assert_eq!(r[0x0c..0x10], [0x11, 0x22, 0x33, 0x44]);
+    assert_eq!(r[0x24..0x28], (1u32 << 20).to_be_bytes());
+    assert_eq!(r[0x28..0x2c], [0, 4, 0, 0x20]);
+    assert!(ptys_reg::proto_mask.set(&mut r, 8).is_err(), "3-bit field");
+
+    let mut m = [0u8; pmtu_reg::SIZE];
+    pmtu_reg::max_mtu.set(&mut m, 4096).unwrap();
+    pmtu_reg::oper_mtu.set(&mut m, 2048).unwrap();
+    assert_eq!(m[4..6], 4096u16.to_be_bytes());
+    assert_eq!(m[12..14], 2048u16.to_be_bytes());
+
+    let mut q = [0u8; query_hca_vport_pkey_in::SIZE];
+    query_hca_vport_pkey_in::pkey_index
+        .set(&mut q, 0xffff)
+        .unwrap();
+    assert_eq!(q[14..16], [0xff, 0xff]);
+    let mut out = vec![0u8; query_hca_vport_pkey_out::pkey.len_with(2)];
+    assert_eq!(out.len(), 16 + 8);
+    query_hca_vport_pkey_out::pkey
+        .set(&mut out, 1, 0x8001)
+        .unwrap();
+    assert_eq!(out[20..24], [0, 0, 0x80, 0x01]);
+    assert_eq!(
+        Opcode::QUERY_HCA_VPORT_PKEY.layouts().unwrap().0.name,
+        "query_hca_vport_pkey_in"
+    );
+}

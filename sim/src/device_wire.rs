@@ -45,6 +45,24 @@ impl Device {
     pub fn set_pkey(&self, index: u16, pkey: u16) {
         self.lock().port.pkeys.insert(index, pkey);
     }
+
+    /// Set the operational MTU of an InfiniBand port (what the subnet
+    /// manager negotiated; PMTU `oper_mtu`): 256, 512, 1024, 2048 or 4096
+    /// bytes. QPs asking for a larger path MTU are refused from then on
+    /// (INIT2RTR `BAD_PARAM_ERR`, syndrome QP_MTU).
+    pub fn set_ib_port_mtu(&self, bytes: u16) -> Result<(), SimError> {
+        let mut st = self.lock();
+        if st.caps.port_type != mlx5_regs::consts::port::TYPE_IB {
+            return Err(SimError::BadState("not an InfiniBand port"));
+        }
+        if !matches!(bytes, 256 | 512 | 1024 | 2048 | 4096) {
+            return Err(SimError::BadState(
+                "not an IB MTU (256..=4096, a power of two)",
+            ));
+        }
+        st.port.ib_mtu = bytes;
+        Ok(())
+    }
 }
 
 impl wire::Endpoint for Shared {

@@ -220,6 +220,10 @@ syndromes! {
     ROCE_ADDR_VERSION = 0x0a00_0008, BAD_PARAM_ERR, false, "roce_version not 0 (v1) or 2 (v2), or not in the roce_version capability";
     ROCE_ADDR_L3_TYPE = 0x0a00_0009, BAD_PARAM_ERR, false, "roce_l3_type not 0 (IPv4) or 1 (IPv6)";
     ROCE_ADDR_VHCA_PORT = 0x0a00_000a, BAD_PARAM_ERR, false, "vhca_port_num not 0 (num_vhca_ports is 0)";
+    PKEY_INDEX = 0x0a00_000b, BAD_PARAM_ERR, false, "QUERY_HCA_VPORT_PKEY pkey_index neither below the P_Key table size nor 0xffff (the whole table)";
+    PORT_REG_LOCAL_PORT = 0x0a00_000c, BAD_PARAM_ERR, false, "PTYS/PMTU local_port not a port of the device (1..=num_ports)";
+    PTYS_PROTO_MASK = 0x0a00_000d, BAD_PARAM_ERR, false, "PTYS proto_mask not the port's protocol (1 InfiniBand, 4 Ethernet)";
+    PORT_REG_WRITE = 0x0a00_000e, BAD_PARAM_ERR, false, "PTYS/PMTU written (speed and MTU administration is not modelled; the registers are read-only here)";
     // ---- UMEM objects (DevX) ----
     UMEM_UID_0_CAP = 0x0b00_0001, BAD_PARAM_ERR, false, "CREATE_UMEM with uid 0 while the umem_uid_0 capability is absent";
     UMEM_PAGE_SIZE = 0x0b00_0002, BAD_PARAM_ERR, false, "umem.log_page_size above 19 (pages larger than 2 GiB)";

@@ -380,6 +380,19 @@ impl Host {
         peer: &Addr,
         opts: &ConnectOpts,
     ) -> Result<(), SetupError> {
+        self.connect_qp(self.qp, self.addr.psn, ah, peer, opts)
+    }
+
+    /// [`Host::connect`] for another RC QP of this host's context (one of
+    /// several on the SRQ), whose first PSN is `sq_psn`.
+    pub fn connect_qp(
+        &mut self,
+        qp: QpHandle,
+        sq_psn: u32,
+        ah: AhAttr,
+        peer: &Addr,
+        opts: &ConnectOpts,
+    ) -> Result<(), SetupError> {
         let base = QpAttr {
             port_num: 1,
             pkey_index: opts.pkey_index,
@@ -388,7 +401,7 @@ impl Host {
             path_mtu: opts.mtu,
             dest_qp_num: peer.qpn,
             rq_psn: peer.psn,
-            sq_psn: self.addr.psn,
+            sq_psn,
             min_rnr_timer: opts.min_rnr_timer,
             timeout: opts.timeout,
             retry_cnt: opts.retry_cnt,
@@ -402,7 +415,7 @@ impl Host {
                 qp_state: state,
                 ..base
             };
-            self.ctx.modify_qp(self.qp, &a, mask).map_err(|e| {
+            self.ctx.modify_qp(qp, &a, mask).map_err(|e| {
                 let step = format!("host {}: modify_qp to {state:?}", self.spec.n);
                 verbs(&self.ctx, step, e)
             })?;

@@ -12,13 +12,15 @@
 #      their libraries, tests/rxe-qemu/init and the list of runs;
 #   5. boots one TCG guest with two NICs: virtio-net #1 on `-netdev dgram` (one Ethernet frame
 #      per UDP datagram on 127.0.0.1), shared with the model's port; virtio-net #2 on QEMU's
-#      user network with restrict=on and one port forward from 127.0.0.1 for the programs'
-#      TCP address exchange. Guest addresses are 198.18.0.1 and 198.19.0.15, the model's
-#      198.18.0.2; nothing leaves 127.0.0.1;
+#      user network with restrict=on, one port forward from 127.0.0.1 and one guest forward
+#      (each connection to 198.19.0.4:18515 starts tests/rxe-qemu/relay.py, joined to
+#      127.0.0.1) for the programs' TCP address exchange. Guest addresses are 198.18.0.1 and
+#      198.19.0.15, the model's 198.18.0.2; nothing leaves 127.0.0.1;
 #   6. runs each program in the guest against `mlx5 peer` on the host (the driver through the
-#      verbs facade): first with the guest's program as the exchange's client (a guest forward
-#      from 198.19.0.4:18515 to the model listening on 127.0.0.1), then as its server (the port
-#      forward), some with 1 % of the model's frames dropped and one ICRC corrupted;
+#      verbs facade), in the order of the runs list below (one section per program): as the
+#      exchange's client (guest-client: the guest forward to `mlx5 peer --listen`) or its
+#      server (guest-server: the port forward from `mlx5 peer --connect`), some with 1 % of
+#      the model's frames dropped and one ICRC corrupted;
 #   7. prints one PASS/FAIL line per run with the guest program's own output, saves every
 #      capture, re-parses every frame with the project's codec (`mlx5 pcap-check`, every ICRC
 #      recomputed) and has tshark decode them as InfiniBand/RoCE without a malformed frame.
@@ -26,7 +28,8 @@
 # Every failure exits non-zero with a message starting `rxe-qemu: FAIL:`.
 # Environment: BOOT_TIMEOUT seconds for the whole guest (default 240), CARGO_TARGET_DIR,
 # RXE_QEMU_CACHE (default <repo>/target/rxe-qemu: downloads, initramfs, logs, captures),
-# RXE_PORT_BASE (default 47341: UDP ports BASE and BASE+1, TCP port BASE+2 on 127.0.0.1).
+# RXE_PORT_BASE (default 47341: UDP ports BASE and BASE+1, TCP ports BASE+2 and BASE+3 on
+# 127.0.0.1). Needs python3 (the relay).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -44,19 +47,54 @@ EXCHANGE=$((BASE + 2))  # 127.0.0.1:EXCHANGE -> the guest's 198.19.0.15:18515
 REVERSE=$((BASE + 3))   # the guest's 198.19.0.4:18515 -> 127.0.0.1:REVERSE (guestfwd)
 T_START=$(now)
 
-# The run where the guest's program is the exchange's client and the model its server. QEMU's
-# guestfwd connects to the model's listener once, when QEMU starts, so this run comes first and
-# is the only one of its kind.
-CLIENT_RUN="rc-4096-guest-client|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 4096 -n 3 198.19.0.4|--size 4096 --iters 3"
-# The runs where the guest's program is the exchange's server:
-# NAME | the guest's command (@GID@: its RoCE v2 IPv4 GID index) | mlx5 peer's options.
-RUNS=(
-    "rc-64|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 64 -n 4|--size 64 --iters 4"
-    "rc-4096|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 4096 -n 3|--size 4096 --iters 3"
-    "rc-3001|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 3001 -n 2|--size 3001 --iters 2"
-    "rc-64-faults|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 64 -n 100|--size 64 --iters 100 --drop 0.01 --corrupt-frame 2"
-    "rc-4096-faults|ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024 -s 4096 -n 10|--size 4096 --iters 10 --drop 0.01 --corrupt-frame 5"
-)
+RELAY_LOG=$GUEST_DIR/relay.log
+
+# The runs, one section per program. add_run NAME ROLE GUEST-COMMAND HOST-OPTIONS: ROLE is
+# guest-server (the guest's program listens; `mlx5 peer --connect` reaches it through the port
+# forward) or guest-client (the program connects to 198.19.0.4:18515, which QEMU hands to
+# tests/rxe-qemu/relay.py, a new one per connection, joined to `mlx5 peer --listen`).
+# @GID@ in the guest's command is its RoCE v2 IPv4 GID index; @HOST@ the model's exchange address.
+RUNS=()
+add_run() { RUNS+=("$1|$2|$3|$4"); }
+
+# ibv_rc_pingpong: RC SENDs of 0x7b bytes; both roles, three sizes, and faults.
+runs_rc_pingpong() {
+    local p="ibv_rc_pingpong -d rxe0 -g @GID@ -m 1024"
+    add_run rc-64 guest-server "$p -s 64 -n 4" "--size 64 --iters 4"
+    add_run rc-64-guest-client guest-client "$p -s 64 -n 4 @HOST@" "--size 64 --iters 4"
+    add_run rc-4096 guest-server "$p -s 4096 -n 3" "--size 4096 --iters 3"
+    add_run rc-4096-guest-client guest-client "$p -s 4096 -n 3 @HOST@" "--size 4096 --iters 3"
+    add_run rc-3001 guest-server "$p -s 3001 -n 2" "--size 3001 --iters 2"
+    add_run rc-64-faults guest-server "$p -s 64 -n 100" \
+        "--size 64 --iters 100 --drop 0.01 --corrupt-frame 2"
+    add_run rc-4096-faults guest-server "$p -s 4096 -n 10" \
+        "--size 4096 --iters 10 --drop 0.01 --corrupt-frame 5"
+}
+
+# ibv_ud_pingpong: UD SENDs with Q_Key 0x11111111 into buffers with 40 bytes of GRH space; the
+# largest size rxe's 1024-byte active MTU allows, and an odd size with the program's -c check.
+# No fault runs: UD has no retransmission, so a lost datagram stalls the program for good.
+runs_ud_pingpong() {
+    local p="ibv_ud_pingpong -d rxe0 -g @GID@"
+    add_run ud-1024 guest-server "$p -s 1024 -n 20" "--program ud-pingpong --size 1024 --iters 20"
+    add_run ud-1001-guest-client guest-client "$p -s 1001 -n 20 -c @HOST@" \
+        "--program ud-pingpong --size 1001 --iters 20 --chk"
+}
+
+# ibv_srq_pingpong: 16 RC QPs (its default) receiving through one SRQ each side; both roles,
+# and faults.
+runs_srq_pingpong() {
+    local p="ibv_srq_pingpong -d rxe0 -g @GID@ -m 1024"
+    add_run srq-4096 guest-server "$p -s 4096 -n 64" "--program srq-pingpong --size 4096 --iters 64"
+    add_run srq-64-guest-client guest-client "$p -s 64 -n 32 @HOST@" \
+        "--program srq-pingpong --size 64 --iters 32"
+    add_run srq-4096-faults guest-server "$p -s 4096 -n 64" \
+        "--program srq-pingpong --size 4096 --iters 64 --drop 0.01 --corrupt-frame 5"
+}
+
+runs_rc_pingpong
+runs_ud_pingpong
+runs_srq_pingpong
 
 # --- 1. Host packages ------------------------------------------------------------------------
 guest_apt_install cpio tshark qemu-system-x86
@@ -114,9 +152,9 @@ for prog in "${programs[@]}"; do
         done
 done
 : >"$ROOT/tests"
-for r in "$CLIENT_RUN" "${RUNS[@]}"; do
-    IFS='|' read -r name gcmd _ <<<"$r"
-    echo "$name $gcmd" >>"$ROOT/tests"
+for r in "${RUNS[@]}"; do
+    IFS='|' read -r name _ gcmd _ <<<"$r"
+    echo "$name ${gcmd//@HOST@/198.19.0.4}" >>"$ROOT/tests"
 done
 guest_pack
 say "initramfs $(du -h "$INITRD" | cut -f1) ($(elapsed "$T_START") s so far)"
@@ -129,27 +167,19 @@ CONSOLE=$GUEST_DIR/console.log
 QEMU_ERR=$GUEST_DIR/qemu-stderr.log
 T_BOOT=$(now)
 declare -A HOST_RC
-# The model listens before QEMU starts (guestfwd connects to it then).
-IFS='|' read -r cname _ copts <<<"$CLIENT_RUN"
-# shellcheck disable=SC2086
-"$MLX5" --seed 7 peer --listen "127.0.0.1:$REVERSE" --udp-local "127.0.0.1:$MODEL_UDP" \
-    --udp-remote "127.0.0.1:$GUEST_UDP" --timeout "$BOOT_TIMEOUT" --pcap "$OUT/$cname.pcap" $copts \
-    >"$OUT/$cname.host.txt" 2>&1 &
-CLIENT_PID=$!
-for _ in $(seq 100); do
-    grep -q 'listening on' "$OUT/$cname.host.txt" 2>/dev/null && break
-    sleep 0.1
-done
+: >"$RELAY_LOG"
+PYTHON=$(command -v python3) || die "python3 is missing (tests/rxe-qemu/relay.py)"
 timeout "$BOOT_TIMEOUT" qemu-system-x86_64 -accel tcg -m 512M -smp 1 -nodefaults -display none \
     -no-reboot -monitor none -serial "file:$CONSOLE" \
     -netdev "dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=$GUEST_UDP,remote.type=inet,remote.host=127.0.0.1,remote.port=$MODEL_UDP" \
     -device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,romfile= \
-    -netdev "user,id=n1,net=198.19.0.0/24,host=198.19.0.2,dns=198.19.0.3,restrict=on,hostfwd=tcp:127.0.0.1:$EXCHANGE-198.19.0.15:18515,guestfwd=tcp:198.19.0.4:18515-tcp:127.0.0.1:$REVERSE" \
+    -netdev "user,id=n1,net=198.19.0.0/24,host=198.19.0.2,dns=198.19.0.3,restrict=on,hostfwd=tcp:127.0.0.1:$EXCHANGE-198.19.0.15:18515,guestfwd=tcp:198.19.0.4:18515-cmd:$PYTHON $HERE/relay.py $REVERSE $RELAY_LOG" \
     -device virtio-net-pci,netdev=n1,mac=52:54:00:00:01:01,romfile= \
     -kernel "$VMLINUZ" -initrd "$INITRD" -append "$GUEST_APPEND" \
     </dev/null >"$QEMU_ERR" 2>&1 &
 QEMU_PID=$!
-trap 'kill "$QEMU_PID" "$CLIENT_PID" 2>/dev/null || true' EXIT
+PEER_PID=
+trap 'kill "$QEMU_PID" $PEER_PID 2>/dev/null || true' EXIT
 
 # --- 6. The runs, in the guest's order ------------------------------------------------------
 # wait_peer PID NAME: wait for the host side of run NAME; a guest that is gone cannot answer, so
@@ -167,16 +197,21 @@ wait_peer() {
     HOST_RC[$2]=$?
     set -e
 }
-wait_peer "$CLIENT_PID" "$cname"
-say "run $cname: host side exit ${HOST_RC[$cname]} ($(elapsed "$T_BOOT") s after boot start)"
 for r in "${RUNS[@]}"; do
-    IFS='|' read -r name _ hopts <<<"$r"
+    IFS='|' read -r name role _ hopts <<<"$r"
     left=$(awk -v a="$T_BOOT" -v b="$(now)" -v t="$BOOT_TIMEOUT" 'BEGIN { l = t - (b - a); print (l > 5 ? int(l) : 5) }')
+    case $role in
+    guest-server) side=(--connect "127.0.0.1:$EXCHANGE") ;;
+    guest-client) side=(--listen "127.0.0.1:$REVERSE") ;;
+    *) die "run $name: unknown role $role" ;;
+    esac
     # shellcheck disable=SC2086
-    "$MLX5" --seed 7 peer --connect "127.0.0.1:$EXCHANGE" --udp-local "127.0.0.1:$MODEL_UDP" \
+    "$MLX5" --seed 7 peer "${side[@]}" --udp-local "127.0.0.1:$MODEL_UDP" \
         --udp-remote "127.0.0.1:$GUEST_UDP" --timeout "$left" --pcap "$OUT/$name.pcap" $hopts \
         >"$OUT/$name.host.txt" 2>&1 &
-    wait_peer $! "$name"
+    PEER_PID=$!
+    wait_peer "$PEER_PID" "$name"
+    PEER_PID=
     say "run $name: host side exit ${HOST_RC[$name]} ($(elapsed "$T_BOOT") s after boot start)"
 done
 set +e
@@ -190,7 +225,6 @@ say "guest ran ${BOOT_S} s (QEMU exit $QEMU_RC)"
 
 # --- 7. Verdicts -----------------------------------------------------------------------------
 fails=0
-RUNS=("$CLIENT_RUN" "${RUNS[@]}")
 problems=$(guest_boot_problems "$END_MARKER")
 if [ -n "$problems" ]; then
     say "guest: $problems"
@@ -198,12 +232,15 @@ if [ -n "$problems" ]; then
     fails=$((fails + 1))
 fi
 for r in "${RUNS[@]}"; do
-    IFS='|' read -r name gcmd hopts <<<"$r"
+    IFS='|' read -r name role gcmd hopts <<<"$r"
+    gcmd=${gcmd//@HOST@/198.19.0.4}
     grc=$(sed -n "s/^WI-END $name rc=\([0-9]*\).*/\1/p" "$CONSOLE.txt" | head -n1)
-    if [ "${HOST_RC[$name]}" = 0 ] && [ "$grc" = 0 ]; then
-        echo "rxe-qemu: PASS $name  (guest: $gcmd; host: mlx5 peer $hopts)"
+    # The programs' -c check prints this and still exits 0.
+    invalid=$(sed -n "/^WI-BEGIN $name:/,/^WI-END $name /p" "$CONSOLE.txt" | grep -c 'invalid data' || true)
+    if [ "${HOST_RC[$name]}" = 0 ] && [ "$grc" = 0 ] && [ "$invalid" = 0 ]; then
+        echo "rxe-qemu: PASS $name  ($role; guest: $gcmd; host: mlx5 peer $hopts)"
     else
-        echo "rxe-qemu: FAIL $name  (guest exit ${grc:-none}, host exit ${HOST_RC[$name]})"
+        echo "rxe-qemu: FAIL $name  ($role; guest exit ${grc:-none}, host exit ${HOST_RC[$name]}, $invalid 'invalid data' lines)"
         fails=$((fails + 1))
     fi
     echo "  --- guest output ---"

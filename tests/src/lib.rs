@@ -8,6 +8,7 @@ use mlx5_driver::{Hca, HcaConfig};
 
 pub mod fuzz;
 mod fuzz_send;
+pub mod guarded;
 pub mod hostile_mr;
 pub mod hostile_send;
 pub mod hosts;

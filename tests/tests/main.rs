@@ -69,6 +69,7 @@ mod verbs_fidelity;
 mod verbs_own_rq;
 mod verbs_poll_ex;
 mod verbs_poll_route;
+mod verbs_poll_send_route;
 mod verbs_qp;
 mod verbs_qp_events;
 mod verbs_qp_modify;

@@ -11,16 +11,9 @@ use mlx5_driver::verbs::{
     WrOpcode,
 };
 use mlx5_driver::Error;
-use mlx5_hal::{DmaRegion, Hal};
-use mlx5_sim::{Device, Profile, SimHal};
+use mlx5_sim::{Device, Profile};
+use mlx5_tests::guarded::{GuardedTarget, GUARD, MR_AT, MR_LEN};
 use mlx5_tests::PROFILES;
-
-/// The target buffer: three pages of guard pattern, the region in the
-/// middle page, starting off its page boundary.
-const TARGET: usize = 3 * 4096;
-const MR_AT: usize = 4096 + 40;
-const MR_LEN: usize = 1000;
-const GUARD: u8 = 0xa5;
 
 fn rights() -> AccessFlags {
     AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
@@ -29,33 +22,16 @@ fn rights() -> AccessFlags {
 /// A pair, a guarded target buffer and an MR over part of it.
 struct Setup {
     p: Pair,
-    target: DmaRegion<SimHal>,
+    target: GuardedTarget,
     mr: Mr,
 }
 
 impl Setup {
     fn new(dev: &Device, ctx: &mut Ctx) -> Setup {
         let p = Pair::new(dev, ctx, cap(8, 1, 0));
-        let target = dev.hal().alloc_dma(TARGET).unwrap();
-        target.fill(0, TARGET, GUARD);
-        let mr = ctx
-            .reg_mr(target.iova() + MR_AT as u64, MR_LEN as u64, rights())
-            .unwrap();
+        let target = GuardedTarget::new(dev, |_| GUARD);
+        let mr = ctx.reg_mr(target.start(), MR_LEN as u64, rights()).unwrap();
         Setup { p, target, mr }
-    }
-
-    fn start(&self) -> u64 {
-        self.target.iova() + MR_AT as u64
-    }
-
-    fn end(&self) -> u64 {
-        self.start() + MR_LEN as u64
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let mut v = vec![0u8; TARGET];
-        self.target.read_bytes(0, &mut v);
-        v
     }
 
     /// RDMA WRITE of `len` bytes of the send area to `raddr` through
@@ -107,7 +83,7 @@ fn state(ctx: &mut Ctx, q: mlx5_driver::verbs::QpHandle) -> QpState {
 /// A refused RDMA WRITE: remote access error, the requester in error,
 /// the target buffer byte for byte as before; then recover.
 fn refused(dev: &Device, ctx: &mut Ctx, s: &Setup, raddr: u64, len: u32, rkey: u32, what: &str) {
-    let before = s.bytes();
+    let before = s.target.bytes();
     assert_eq!(
         s.write(dev, ctx, raddr, len, rkey),
         WcStatus::RemAccessErr,
@@ -118,7 +94,7 @@ fn refused(dev: &Device, ctx: &mut Ctx, s: &Setup, raddr: u64, len: u32, rkey: u
         QpState::Err,
         "{what}: requester in error"
     );
-    assert!(s.bytes() == before, "{what}: target buffer changed");
+    assert!(s.target.bytes() == before, "{what}: target buffer changed");
     recover(ctx, &s.p);
 }
 
@@ -139,7 +115,7 @@ fn on_every_profile(mut body: impl FnMut(&Device, &mut Ctx, &Setup, &str)) {
 fn rdma_writes_reach_exactly_the_registered_bytes() {
     on_every_profile(|dev, ctx, s, what| {
         let rkey = s.mr.rkey();
-        let (start, end) = (s.start(), s.end());
+        let (start, end) = (s.target.start(), s.target.end());
         let len = MR_LEN as u32;
         let outside = [
             (end, 1, "a byte past the end"),
@@ -152,7 +128,7 @@ fn rdma_writes_reach_exactly_the_registered_bytes() {
             refused(dev, ctx, s, raddr, n, rkey, &format!("{what}: {case}"));
         }
         assert!(
-            s.bytes().iter().all(|&b| b == GUARD),
+            s.target.bytes().iter().all(|&b| b == GUARD),
             "{what}: nothing written"
         );
         // Exactly the region: written, the guard bytes around it unchanged.
@@ -162,7 +138,7 @@ fn rdma_writes_reach_exactly_the_registered_bytes() {
             "{what}"
         );
         let data = s.p.fill(0, MR_LEN, 7);
-        let got = s.bytes();
+        let got = s.target.bytes();
         assert_eq!(&got[MR_AT..MR_AT + MR_LEN], &data[..], "{what}: written");
         assert!(
             got[..MR_AT]
@@ -183,7 +159,7 @@ fn an_mr_without_remote_write_refuses_writes() {
     on_every_profile(|dev, ctx, s, what| {
         let ro = ctx
             .reg_mr(
-                s.start(),
+                s.target.start(),
                 MR_LEN as u64,
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
             )
@@ -192,7 +168,7 @@ fn an_mr_without_remote_write_refuses_writes() {
             dev,
             ctx,
             s,
-            s.start(),
+            s.target.start(),
             8,
             ro.rkey(),
             &format!("{what}: no remote write"),
@@ -204,31 +180,35 @@ fn an_mr_without_remote_write_refuses_writes() {
 #[test]
 fn a_deregistered_rkey_opens_nothing_even_over_the_same_buffer() {
     on_every_profile(|dev, ctx, s, what| {
-        let old = ctx.reg_mr(s.start(), MR_LEN as u64, rights()).unwrap();
+        let old = ctx
+            .reg_mr(s.target.start(), MR_LEN as u64, rights())
+            .unwrap();
         let stale = old.rkey();
         ctx.dereg_mr(old).map_err(|(_, e)| e).unwrap();
         refused(
             dev,
             ctx,
             s,
-            s.start(),
+            s.target.start(),
             8,
             stale,
             &format!("{what}: after dereg_mr"),
         );
-        let again = ctx.reg_mr(s.start(), MR_LEN as u64, rights()).unwrap();
+        let again = ctx
+            .reg_mr(s.target.start(), MR_LEN as u64, rights())
+            .unwrap();
         assert_ne!(again.rkey(), stale, "{what}: a new key");
         refused(
             dev,
             ctx,
             s,
-            s.start(),
+            s.target.start(),
             8,
             stale,
             &format!("{what}: after re-registering"),
         );
         assert_eq!(
-            s.write(dev, ctx, s.start(), 8, again.rkey()),
+            s.write(dev, ctx, s.target.start(), 8, again.rkey()),
             WcStatus::Success,
             "{what}: the new key works"
         );
@@ -239,16 +219,16 @@ fn a_deregistered_rkey_opens_nothing_even_over_the_same_buffer() {
 #[test]
 fn an_lkey_used_outside_its_mr_fails_the_send_locally() {
     on_every_profile(|dev, ctx, s, what| {
-        let before = s.bytes();
+        let before = s.target.bytes();
         // The target MR's lkey, gathering 16 bytes that straddle its end.
         let sg = [Sge {
-            addr: s.end() - 8,
+            addr: s.target.end() - 8,
             length: 16,
             lkey: s.mr.lkey(),
         }];
         let wr = SendWr {
             opcode: WrOpcode::RdmaWrite,
-            remote_addr: s.start(),
+            remote_addr: s.target.start(),
             rkey: s.mr.rkey(),
             ..send(5, &sg)
         };
@@ -260,7 +240,7 @@ fn an_lkey_used_outside_its_mr_fails_the_send_locally() {
             "{what}"
         );
         assert_eq!(state(ctx, s.p.a), QpState::Err, "{what}");
-        assert!(s.bytes() == before, "{what}: nothing written");
+        assert!(s.target.bytes() == before, "{what}: nothing written");
         recover(ctx, &s.p);
     });
 }
@@ -299,7 +279,7 @@ fn a_zero_length_write_with_immediate_needs_no_rkey() {
             ),
             "{what}"
         );
-        assert!(s.bytes().iter().all(|&b| b == GUARD), "{what}");
+        assert!(s.target.bytes().iter().all(|&b| b == GUARD), "{what}");
     });
 }
 

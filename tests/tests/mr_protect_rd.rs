@@ -12,18 +12,12 @@
 use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::verbs::{AccessFlags, QpAttr, QpAttrMask, QpState, Sge, WcStatus, WrOpcode};
-use mlx5_hal::{DmaRegion, Hal};
-use mlx5_sim::{Device, SimHal};
+use mlx5_sim::Device;
+use mlx5_tests::guarded::{GuardedTarget, GUARD, MR_AT, MR_LEN};
 use mlx5_tests::PROFILES;
 
 use crate::verbs_rdma::{atomic_wr, connect_rd, RdPair};
 
-/// The target buffer: three pages of guard pattern, the region in the
-/// middle page, starting off its page boundary (8-byte aligned).
-const TARGET: usize = 3 * 4096;
-const MR_AT: usize = 4096 + 40;
-const MR_LEN: usize = 1000;
-const GUARD: u8 = 0xa5;
 /// Where READs and atomic results land in the pair's buffer.
 const LAND: usize = 8192;
 const LAND_FILL: u8 = 0x3c;
@@ -37,31 +31,14 @@ const ALL: AccessFlags = AccessFlags(
 
 struct Setup {
     p: RdPair,
-    target: DmaRegion<SimHal>,
+    target: GuardedTarget,
 }
 
 impl Setup {
     fn new(dev: &Device, ctx: &mut Ctx) -> Setup {
         let p = RdPair::with(dev, ctx, false, ALL, ALL, 4);
-        let target = dev.hal().alloc_dma(TARGET).unwrap();
-        for i in 0..TARGET {
-            target.write_bytes(i, &[GUARD ^ (i as u8)]);
-        }
+        let target = GuardedTarget::new(dev, |i| GUARD ^ (i as u8));
         Setup { p, target }
-    }
-
-    fn start(&self) -> u64 {
-        self.target.iova() + MR_AT as u64
-    }
-
-    fn end(&self) -> u64 {
-        self.start() + MR_LEN as u64
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let mut v = vec![0u8; TARGET];
-        self.target.read_bytes(0, &mut v);
-        v
     }
 
     fn landed(&self, len: usize) -> Vec<u8> {
@@ -120,7 +97,7 @@ impl Setup {
     /// A refused access: remote access error, the requester in error, the
     /// target and the landing area unchanged; then recover.
     fn refused(&self, dev: &Device, ctx: &mut Ctx, op: Op, raddr: u64, rkey: u32, what: &str) {
-        let before = self.bytes();
+        let before = self.target.bytes();
         assert_eq!(
             self.run(dev, ctx, op, raddr, rkey),
             WcStatus::RemAccessErr,
@@ -128,7 +105,7 @@ impl Setup {
         );
         let a = ctx.query_qp(self.p.a).unwrap().0.qp_state;
         assert_eq!(a, QpState::Err, "{what}: requester in error");
-        assert!(self.bytes() == before, "{what}: target changed");
+        assert!(self.target.bytes() == before, "{what}: target changed");
         assert!(
             self.landed(2048).iter().all(|&b| b == LAND_FILL),
             "{what}: something landed"
@@ -170,7 +147,7 @@ fn on_every_profile(mut body: impl FnMut(&Device, &mut Ctx, &Setup, &str)) {
 }
 
 fn reg(ctx: &mut Ctx, s: &Setup, access: AccessFlags) -> mlx5_driver::verbs::Mr {
-    ctx.reg_mr(s.start(), MR_LEN as u64, access).unwrap()
+    ctx.reg_mr(s.target.start(), MR_LEN as u64, access).unwrap()
 }
 
 #[test]
@@ -178,7 +155,7 @@ fn reads_and_atomics_reach_exactly_the_registered_bytes() {
     on_every_profile(|dev, ctx, s, what| {
         let mr = reg(ctx, s, ALL);
         let rkey = mr.rkey();
-        let (start, end) = (s.start(), s.end());
+        let (start, end) = (s.target.start(), s.target.end());
         let len = MR_LEN as u32;
         let outside = [
             (Op::Read(1), end, "READ a byte past the end"),
@@ -194,21 +171,20 @@ fn reads_and_atomics_reach_exactly_the_registered_bytes() {
         }
         // Exactly the region: read whole, and atomics on its first and last
         // 8 bytes.
-        let before = s.bytes();
+        let before = s.target.bytes();
         let st = s.run(dev, ctx, Op::Read(len), start, rkey);
         assert_eq!(st, WcStatus::Success, "{what}");
         assert_eq!(s.landed(MR_LEN), before[MR_AT..MR_AT + MR_LEN], "{what}");
         for (op, at) in [(Op::FetchAdd, start), (Op::CmpSwap, end - 8)] {
-            let old = s.bytes();
+            let old = s.target.bytes();
             let st = s.run(dev, ctx, op, at, rkey);
             assert_eq!(st, WcStatus::Success, "{what}: {op:?}");
-            let off = (at - s.target.iova()) as usize;
+            let off = s.target.offset_of(at);
             assert_eq!(s.landed(8), old[off..off + 8], "{what}: {op:?} original");
         }
-        let after = s.bytes();
+        let after = s.target.bytes();
         assert!(
-            after[..MR_AT] == before[..MR_AT]
-                && after[MR_AT + MR_LEN..] == before[MR_AT + MR_LEN..],
+            GuardedTarget::guards_equal(&after, &before),
             "{what}: guard bytes changed"
         );
         assert!(dev.iommu_faults().is_empty(), "{what}");
@@ -224,7 +200,7 @@ fn a_region_without_the_right_refuses_reads_and_atomics() {
             dev,
             ctx,
             Op::Read(8),
-            s.start(),
+            s.target.start(),
             no_read.rkey(),
             &format!("{what}: no read"),
         );
@@ -234,7 +210,7 @@ fn a_region_without_the_right_refuses_reads_and_atomics() {
             dev,
             ctx,
             Op::FetchAdd,
-            s.start(),
+            s.target.start(),
             k,
             &format!("{what}: no atomic"),
         );
@@ -255,7 +231,7 @@ fn a_deregistered_rkey_reads_nothing_even_over_the_same_buffer() {
                 dev,
                 ctx,
                 op,
-                s.start(),
+                s.target.start(),
                 stale,
                 &format!("{what}: {op:?} after dereg_mr"),
             );
@@ -264,9 +240,9 @@ fn a_deregistered_rkey_reads_nothing_even_over_the_same_buffer() {
         assert_ne!(again.rkey(), stale, "{what}: a new key");
         for op in [Op::Read(8), Op::FetchAdd] {
             let case = format!("{what}: {op:?} after re-registering");
-            s.refused(dev, ctx, op, s.start(), stale, &case);
+            s.refused(dev, ctx, op, s.target.start(), stale, &case);
         }
-        let st = s.run(dev, ctx, Op::Read(8), s.start(), again.rkey());
+        let st = s.run(dev, ctx, Op::Read(8), s.target.start(), again.rkey());
         assert_eq!(st, WcStatus::Success, "{what}: the new key works");
         ctx.dereg_mr(again).map_err(|(_, e)| e).unwrap();
     });
@@ -283,7 +259,7 @@ fn a_local_key_used_outside_its_region_fails_reads_and_atomics_locally() {
             .unwrap();
         for (op, n) in [(Op::Read(16), 16), (Op::FetchAdd, 8)] {
             s.p.buf.fill(LAND, 2048, LAND_FILL);
-            let before = s.bytes();
+            let before = s.target.bytes();
             let sg = [Sge {
                 addr: s.p.at(LAND) + 64 - 4,
                 length: n,
@@ -295,7 +271,7 @@ fn a_local_key_used_outside_its_region_fails_reads_and_atomics_locally() {
                     opcode: WrOpcode::RdmaRead,
                     send_flags: mlx5_driver::verbs::SendFlags::SIGNALED,
                     sg_list: &sg,
-                    remote_addr: s.start(),
+                    remote_addr: s.target.start(),
                     rkey: remote.rkey(),
                     ..mlx5_driver::verbs::SendWr::EMPTY
                 },
@@ -303,7 +279,7 @@ fn a_local_key_used_outside_its_region_fails_reads_and_atomics_locally() {
                     5,
                     WrOpcode::AtomicFetchAndAdd,
                     &sg,
-                    s.start(),
+                    s.target.start(),
                     remote.rkey(),
                     1,
                     0,
@@ -321,7 +297,10 @@ fn a_local_key_used_outside_its_region_fails_reads_and_atomics_locally() {
                 "{what}: {op:?}: nothing landed"
             );
             if matches!(op, Op::Read(_)) {
-                assert!(s.bytes() == before, "{what}: a READ changes nothing remote");
+                assert!(
+                    s.target.bytes() == before,
+                    "{what}: a READ changes nothing remote"
+                );
             }
             s.recover(ctx);
         }

@@ -8,6 +8,7 @@ use mlx5_tests::verbs_common::*;
 
 use mlx5_driver::gid::ipv4_gid;
 use mlx5_driver::loopback::LoopbackMode;
+use mlx5_driver::port::{speed, width};
 use mlx5_driver::verbs::{
     AhAttr, Errno, GidEntry, GidTableEntry, GidType, GlobalRoute, LinkLayer, Mtu, PortState,
     QpAttr, QpAttrMask, QpState,
@@ -59,6 +60,12 @@ fn ethernet_ports_report_their_gid_table_and_take_new_entries() {
             "{what}"
         );
         assert_eq!(port.active_mtu, Mtu::B1024, "{what}: a 1500-byte port");
+        // PTYS: 100GBASE-CR4, which Linux reports as EDR 4x.
+        assert_eq!(
+            (port.active_speed, port.active_width),
+            (speed::EDR, width::W4X),
+            "{what}"
+        );
         let table_len = dev.caps().roce_caps.roce_address_table_size;
         assert_eq!(port.gid_tbl_len, table_len, "{what}");
         assert_eq!(ctx.query_pkey(1, 0).unwrap(), 0xffff);
@@ -193,6 +200,10 @@ fn infiniband_ports_report_lid_gid_and_pkeys() {
     assert_ne!(port.lid, 0);
     assert_eq!(port.sm_lid, port.lid, "the model's port is its own SM");
     assert_eq!((port.max_mtu, port.active_mtu), (Mtu::B4096, Mtu::B4096));
+    assert_eq!(
+        (port.active_speed, port.active_width),
+        (speed::EDR, width::W4X)
+    );
     assert_eq!(port.gid_tbl_len, 8, "8 << gid_table_size (0)");
     assert_eq!(port.pkey_tbl_len, 128, "128 << pkey_table_size (0)");
     let gid = ctx.query_gid(1, 0).unwrap();
@@ -215,9 +226,49 @@ fn infiniband_ports_report_lid_gid_and_pkeys() {
     };
     assert_eq!(ctx.add_gid(1, 1, &e).unwrap_err(), Errno::EOPNOTSUPP);
     assert_eq!(ctx.query_pkey(1, 0).unwrap(), 0xffff);
-    assert_eq!(ctx.query_pkey(1, 1).unwrap_err(), Errno::EOPNOTSUPP);
+    assert_eq!(ctx.query_pkey(1, 1).unwrap(), 0, "never programmed");
+    dev.set_pkey(1, 0x8123);
+    dev.set_pkey(127, 0x0042);
+    assert_eq!(ctx.query_pkey(1, 1).unwrap(), 0x8123);
+    assert_eq!(ctx.query_pkey(1, 127).unwrap(), 0x0042);
     assert_eq!(ctx.query_pkey(1, 128).unwrap_err(), Errno::EINVAL);
     close(&dev, ctx, "ib");
+}
+
+/// The subnet runs the IB port at 2048 bytes: query_port reports the PMTU
+/// register's operational MTU, and a QP asking for 4096 is refused at
+/// INIT→RTR (firmware BAD_PARAM → `EINVAL`) while 2048 is taken.
+#[test]
+fn an_infiniband_port_reports_its_pmtu_and_refuses_a_larger_path_mtu() {
+    let (dev, mut ctx) = open_ib();
+    dev.set_ib_port_mtu(2048).unwrap();
+    let port = ctx.query_port(1).unwrap();
+    assert_eq!((port.max_mtu, port.active_mtu), (Mtu::B4096, Mtu::B2048));
+    let p = Pair::unconnected(&dev, &mut ctx, cap(8, 1, 0));
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    ctx.modify_qp(p.a, &init, QpAttrMask::RC_INIT).unwrap();
+    let mut rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ah_attr: ctx.loopback_ah().unwrap(),
+        path_mtu: Mtu::B4096,
+        dest_qp_num: ctx.qp_num(p.b).unwrap(),
+        min_rnr_timer: 12,
+        ..QpAttr::default()
+    };
+    assert_eq!(
+        ctx.modify_qp(p.a, &rtr, RTR).unwrap_err(),
+        Errno::EINVAL,
+        "path MTU above the port's active MTU"
+    );
+    rtr.path_mtu = Mtu::B2048;
+    ctx.modify_qp(p.a, &rtr, RTR).unwrap();
+    assert_eq!(ctx.query_qp(p.a).unwrap().0.path_mtu, Mtu::B2048);
+    p.destroy(&mut ctx);
+    close(&dev, ctx, "ib pmtu");
 }
 
 /// A pair on the ConnectX-4 Lx (RoCE), both QPs in INIT.

@@ -6,7 +6,7 @@ use mlx5_regs::doorbell::uar_page_offset;
 
 use super::cmd::{self, CqParams, CqState};
 use super::moderation::{self, CqModeration, CqPeriodMode};
-use super::ring::{CqReader, CqRing, Cqe, CqeSize, DoorbellRecord, WaitingCqe};
+use super::ring::{CqReader, CqRing, Cqe, CqeSize, CqeView, DoorbellRecord, WaitingCqe};
 use crate::cmd::MAX_CMD_LEN;
 use crate::error::{DestroyError, Error};
 use crate::hca::Hca;
@@ -159,6 +159,28 @@ impl<H: Hal> Cq<H> {
     #[inline(always)]
     pub fn update_doorbell(&self) {
         self.ring.update_doorbell(&self.dbr);
+    }
+
+    /// [`CqRing::peek_at`]: the CQE at running index `ci` if software
+    /// owns it, for a pass that keeps its own consumer index.
+    #[inline(always)]
+    pub(crate) fn peek_at(&self, ci: u32) -> Option<CqeView<'_>> {
+        self.ring.peek_at(ci)
+    }
+
+    /// [`CqRing::taken_at`]: the CQE at running index `ci`, taken by the
+    /// pass, read in place.
+    #[inline(always)]
+    pub(crate) fn taken_at(&self, ci: u32) -> CqeView<'_> {
+        self.ring.taken_at(ci)
+    }
+
+    /// [`CqRing::end_pass`]: the consumer index moves to `ci`, where the
+    /// pass reached, and is published (nothing when the pass took
+    /// nothing).
+    #[inline(always)]
+    pub(crate) fn end_pass(&mut self, ci: u32) {
+        self.ring.end_pass(&self.dbr, ci);
     }
 
     /// Take one completion (the consumer index is published at once).

@@ -35,6 +35,7 @@ pub use cmd::{PathQuery, QpQuery};
 pub use opt::QpOptional;
 pub use queue::{PostSendFailure, Qp, QpLinks, SendCompletion};
 pub use recv::{RecvQueueCaps, RqGeometry, RqSizeError};
+pub(crate) use ring::SendCompleter;
 pub use sq_size::{SendQueueCaps, SqGeometry, SqSizeError};
 pub use ud::{AddressVector, Datagram, UdInitAttr, UdSendRequest};
 pub use wr::{BadSendCqe, Payload, SendError, SendOp, SendOpcode, SendRequest, SendSlot, SendWork};

@@ -41,6 +41,9 @@ use crate::srq::Sge;
 
 use super::sq_size::{SqGeometry, BB_UNITS, UNIT, WQEBB};
 
+mod completer;
+pub(crate) use completer::SendCompleter;
+
 /// The send ring: WQE buffer, geometry, counters and the doorbell target.
 pub struct SendRing<H: Hal> {
     /// The WQE buffer with its 16-byte units laid out in it, checked

@@ -19,7 +19,10 @@ use crate::srq::{BadRecvCqe, Srq};
 use crate::stats::CmdObserver;
 
 mod general;
+mod recv;
+mod send;
 use general::unmatched;
+use recv::{recv_busy, recv_on, recv_taken, recv_waiting_one};
 
 impl<
         H: Hal,
@@ -66,15 +69,16 @@ impl<
         // the empty path a frame). One completion per call (a
         // latency-bound loop) has its own paths, with no loop to set up;
         // its short way starts from the CQE found waiting here (`w`),
-        // without testing the owner byte again. The short way is tried
-        // first on a CQ that has matched a receive; the general way
-        // directly on the others (a send CQ).
+        // without testing the owner byte again. The receive route's short
+        // way is tried first on a CQ that has matched a receive; the send
+        // route's on the others (a send CQ), each falling back to the
+        // general way.
         let routed = e.last_recv.is_some();
         Ok(match wc {
             [one] if routed => self.poll_recv_one(cq, one, w),
-            [one] => self.poll_busy_one(cq, one),
+            [one] => self.poll_send_one(cq, one, w),
             _ if routed => self.poll_busy(cq, wc, w),
-            _ => self.poll_general(cq, wc, false),
+            _ => self.poll_send_busy(cq, wc, w),
         })
     }
 
@@ -102,7 +106,7 @@ impl<
         };
         let (n, _) = ring.read(|rd| {
             let Some(v) = rd.take() else { return 0 };
-            m.step::<true>(&v, route, wc);
+            m.step(&v, route, wc);
             1
         });
         if n == 1 {
@@ -192,7 +196,7 @@ impl<
             let mut n = 0;
             for slot in wc.iter_mut() {
                 let Some(v) = rd.take() else { break };
-                m.step::<true>(&v, route, slot);
+                m.step(&v, route, slot);
                 n += 1;
             }
             n
@@ -320,13 +324,8 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// paths ([`recv_busy`], [`recv_waiting_one`]) are this step's receive
     /// route with the SRQ's ring held in registers.
     #[inline(always)]
-    pub(super) fn step<const FILL: bool>(
-        &mut self,
-        v: &CqeView<'_>,
-        route: &mut RecvRun,
-        out: &mut WorkCompletion,
-    ) {
-        if let Some(r) = self.translate::<FILL>(v, *route, out) {
+    pub(super) fn step(&mut self, v: &CqeView<'_>, route: &mut RecvRun, out: &mut WorkCompletion) {
+        if let Some(r) = self.translate(v, *route, out) {
             *route = r;
         }
     }
@@ -335,11 +334,11 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     /// cases are straight-line: a successful send completion, and a
     /// successful receive that its QP's route matches (a dataplane's
     /// stream), which reads only the five fields it needs; that receive's
-    /// route is returned, for [`recv_run`] to try on the next
+    /// route is returned, for `poll_cq`'s short way ([`recv_busy`]) to try on the next
     /// CQEs. Everything else (errors, flushes, CQEs that do not match) is
     /// finished out of line.
     #[inline(always)]
-    fn translate<const FILL: bool>(
+    fn translate(
         &mut self,
         v: &CqeView<'_>,
         route: RecvRun,
@@ -396,10 +395,7 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         ));
         let imm = v.imm();
         *out = recv_completion(op, wr_id, byte_len, imm, qpn, srqn);
-        if FILL {
-            // `poll_cq`; the lazy API reads these through `CqPoll`.
-            receive_fields(out, v.flags_rqpn(), v.slid(), op, imm);
-        }
+        receive_fields(out, v.flags_rqpn(), v.slid(), op, imm);
         if !matched {
             unmatched(self.stats, out);
             return None;
@@ -407,24 +403,58 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         Some(RecvRun::new(qpn, srqn, srq))
     }
 
+    /// The lazy extended-CQ API's short way ([`super::CqPoll`]): CQE `v`
+    /// as a completion if it is a successful receive on `route` whose SRQ
+    /// takes its WQE ([`recv_taken`], without the fields the lazy API
+    /// reads from the CQE itself) or a successful requester CQE on the
+    /// CQ's send route ([`Matcher::send_route`]); `None`, with nothing
+    /// changed, otherwise (then [`Matcher::step`] takes it the general
+    /// way).
+    #[inline(always)]
+    pub(super) fn lazy_route(&mut self, v: &CqeView<'_>, route: RecvRun) -> Option<WorkCompletion> {
+        if v.opcode() == CqeOpcode::REQ {
+            return self.send_route(v);
+        }
+        let s = self.srqs.get_mut(route.srq)?;
+        recv_taken(v, route, |wqe, len, check| {
+            s.srq.try_complete(wqe, len, check)
+        })
+    }
+
+    /// [`Matcher::lazy_route`] into `out` (the lazy API's next
+    /// completion): true when taken, false with nothing changed.
+    #[inline(always)]
+    pub(super) fn lazy_route_into(
+        &mut self,
+        v: &CqeView<'_>,
+        route: RecvRun,
+        out: &mut WorkCompletion,
+    ) -> bool {
+        if v.opcode() == CqeOpcode::REQ {
+            return self.send_route_into(v, out);
+        }
+        match self.srqs.get_mut(route.srq) {
+            Some(s) => recv_on::<false>(v, route, out, |wqe, len, check| {
+                s.srq.try_complete(wqe, len, check)
+            })
+            .is_some(),
+            None => false,
+        }
+    }
+
     /// A requester CQE: its QP (on this CQ as the send CQ) retires the
     /// request. False when it does not match; `wc.wr_id` is then the
     /// request's when the device did consume it, else 0.
     #[inline(always)]
     fn send(&mut self, c: &Cqe, wc: &mut WorkCompletion) -> bool {
-        // The send route first, then the QPN map (which the route then
-        // remembers).
-        let key = if self.last_send.qpn == c.qpn {
-            self.last_send.key
+        // The send route first, then the QPN map. The route remembers a
+        // QP only once it is known to complete its sends on this CQ, so
+        // the send route's short way (`send_on`) need not check that.
+        let (key, fresh) = if self.last_send.qpn == c.qpn {
+            (self.last_send.key, false)
         } else {
             match self.qpns.get(c.qpn) {
-                Some(r) => {
-                    *self.last_send = SendRun {
-                        qpn: c.qpn,
-                        key: r.key,
-                    };
-                    r.key
-                }
+                Some(r) => (r.key, true),
                 None => return false,
             }
         };
@@ -432,16 +462,13 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
         let Some(e) = qp.filter(|e| e.book.send_cq == self.cq) else {
             return false;
         };
+        if fresh {
+            *self.last_send = SendRun { qpn: c.qpn, key };
+        }
         match e.qp.complete_send(c) {
             Ok(s) => {
                 wc.wr_id = s.wr_id;
-                wc.opcode = match s.opcode {
-                    SendOpcode::Send | SendOpcode::SendImm => WcOpcode::Send,
-                    SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
-                    SendOpcode::RdmaRead => WcOpcode::RdmaRead,
-                    SendOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
-                    SendOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
-                };
+                wc.opcode = wc_opcode(s.opcode);
                 true
             }
             Err(BadSendCqe::OpcodeMismatch { wr_id, .. }) => {
@@ -453,109 +480,16 @@ impl<H: Hal, const QPS: usize, const W: usize, const SRQS: usize> Matcher<'_, H,
     }
 }
 
-/// `poll_cq`'s short way for one completion, on a CQ with CQE `w`
-/// waiting: 1, with the consumer index published, if `w` is a successful
-/// receive on the route the CQ last matched ([`recv_on`]); else 0 with
-/// nothing taken.
+/// The work completion opcode of a send posted with `op`.
 #[inline(always)]
-fn recv_waiting_one<H: Hal, const SRQS: usize>(
-    e: &mut CqEntry<H>,
-    srqs: &mut Table<SrqEntry<H>, SRQS>,
-    wc: &mut WorkCompletion,
-    w: WaitingCqe,
-) -> usize {
-    let r = e.last_recv;
-    let Some(s) = srqs.get_mut(r.srq) else {
-        return 0;
-    };
-    let srq = &mut s.srq;
-    let (n, _) = e.cq.read(|rd| {
-        rd.take_waiting_if(w, |v| {
-            recv_on(&v, r, wc, |wqe, len, check| {
-                srq.try_complete(wqe, len, check)
-            })
-        })
-        .is_some() as usize
-    });
-    if n == 1 {
-        e.cq.update_doorbell();
+fn wc_opcode(op: SendOpcode) -> WcOpcode {
+    match op {
+        SendOpcode::Send | SendOpcode::SendImm => WcOpcode::Send,
+        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
+        SendOpcode::RdmaRead => WcOpcode::RdmaRead,
+        SendOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
+        SendOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
     }
-    n
-}
-
-/// `poll_cq`'s short way on a CQ with a CQE waiting: the CQEs that are
-/// successful receives on the route the CQ last matched ([`recv_run`]).
-/// Returns how many it took and whether the call is done: every slot
-/// filled or the CQ empty, the consumer index then published. When not
-/// done, what it took is not published yet.
-#[inline(never)]
-fn recv_busy<H: Hal, const SRQS: usize>(
-    e: &mut CqEntry<H>,
-    srqs: &mut Table<SrqEntry<H>, SRQS>,
-    wc: &mut [WorkCompletion],
-) -> (usize, bool) {
-    let r = e.last_recv;
-    let n = match srqs.get_mut(r.srq) {
-        Some(s) => e.cq.read(|rd| recv_run(rd, &mut s.srq, r, wc)).0,
-        None => 0,
-    };
-    let done = n == wc.len() || (n > 0 && !e.cq.has_next());
-    if done {
-        e.cq.update_doorbell();
-    }
-    (n, done)
-}
-
-/// Take, into the front of `wc`, the CQEs from the reader's consumer
-/// index on that are successful receives on route `r` whose WQE (in `srq`,
-/// the route's SRQ) is posted and holds the bytes: the common stream of a
-/// receive CQ, with the SRQ's ring in registers ([`Srq::completer`]).
-/// Stops, leaving it in place, at the first CQE that is anything else, for
-/// the general path to match, refuse and count; returns how many it took.
-/// The checks are those of [`Matcher::translate`]'s route path, where `r`
-/// was made for this CQ.
-#[inline(always)]
-fn recv_run<H: Hal>(
-    rd: &mut CqReader<'_>,
-    srq: &mut Srq<H>,
-    r: RecvRun,
-    wc: &mut [WorkCompletion],
-) -> usize {
-    let mut c = srq.completer();
-    let mut n = 0;
-    for slot in wc.iter_mut() {
-        if rd
-            .take_if(|v| recv_on(&v, r, slot, |w, len, check| c.try_complete(w, len, check)))
-            .is_none()
-        {
-            break;
-        }
-        n += 1;
-    }
-    n
-}
-
-/// One CQE of [`recv_run`]: `Some` when it is a successful receive on `r`
-/// and `complete` (an SRQ's `try_complete`) takes its WQE, with the
-/// completion written into `out`; `None`, with nothing changed, otherwise.
-#[inline(always)]
-fn recv_on(
-    v: &CqeView<'_>,
-    r: RecvRun,
-    out: &mut WorkCompletion,
-    complete: impl FnOnce(u16, u32, bool) -> Option<u64>,
-) -> Option<()> {
-    let op = v.opcode();
-    if !is_receive(op) || !v.names(r.qpn, r.srqn) {
-        return None;
-    }
-    let byte_len = v.byte_len();
-    // RDMA WRITE with immediate scatters nothing into the WQE.
-    let wr_id = complete(v.wqe_counter(), byte_len, op != CqeOpcode::RESP_WR_IMM)?;
-    let imm = v.imm();
-    *out = recv_completion(op, wr_id, byte_len, imm, r.qpn, r.srqn);
-    receive_fields(out, v.flags_rqpn(), v.slid(), op, imm);
-    Some(())
 }
 
 /// A successful responder opcode the facade completes: RESP_WR_IMM (1),

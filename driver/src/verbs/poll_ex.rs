@@ -2,9 +2,14 @@
 //! `ibv_end_poll` and the `ibv_wc_read_*` accessors of `ibv_cq_ex`. Each
 //! CQE is consumed by the same step as [`Verbs::poll_cq`]'s
 //! ([`super::poll`]'s `Matcher::step`, as rdma-core's `mlx5_poll_one`
-//! serves both APIs), so a completion reads the same through either; the
-//! CQE fields the work completion has no place for (source QP, SL, SLID,
-//! path bits, timestamp) are read as the CQ's `wc_flags` asked for them.
+//! serves both APIs), so a completion reads the same through either. A
+//! step keeps what the device is not trusted with, checked (`wr_id`,
+//! status, opcode, byte count, QP and SRQ); the fields nothing checks
+//! (source QP, SL, GRH, SLID, path bits, timestamp) are read from the CQE
+//! only when a `read_*` asks, as libmlx5's `ibv_cq_ex` readers do, the
+//! SLID, path bits and timestamp only when the CQ's `wc_flags` has them.
+//! The pass keeps its own consumer index: the CQEs it took stay software's
+//! until [`CqPoll::end_poll`] publishes it.
 
 use mlx5_hal::Hal;
 
@@ -20,40 +25,6 @@ pub const WC_GRH: u32 = 1 << 0;
 pub const WC_WITH_IMM: u32 = 1 << 1;
 /// `IBV_WC_WITH_INV`: the completion carries an invalidated rkey.
 pub const WC_WITH_INV: u32 = 1 << 3;
-
-/// The CQE fields a [`WorkCompletion`] has no place for, read only when
-/// the CQ's `wc_flags` ask for them (else 0).
-#[derive(Debug, Clone, Copy, Default)]
-struct CqeExtra {
-    flags_rqpn: u32,
-    slid: u16,
-    ml_path: u8,
-    timestamp: u64,
-}
-
-impl CqeExtra {
-    /// The fields of `v` that `wc_flags` (`IBV_WC_EX_WITH_*`) ask for.
-    #[inline(always)]
-    fn read(v: &CqeView<'_>, wc_flags: u64) -> Self {
-        type A = CqInitAttrEx;
-        let mut x = CqeExtra {
-            // GRH and the source QP / SL: one word, always read (the GRH
-            // flag is part of every completion's `wc_flags`).
-            flags_rqpn: v.flags_rqpn(),
-            ..CqeExtra::default()
-        };
-        if wc_flags & A::WC_WITH_SLID != 0 {
-            x.slid = v.slid();
-        }
-        if wc_flags & A::WC_WITH_DLID_PATH_BITS != 0 {
-            x.ml_path = v.ml_path();
-        }
-        if wc_flags & A::WC_WITH_COMPLETION_TIMESTAMP != 0 {
-            x.timestamp = v.timestamp();
-        }
-        x
-    }
-}
 
 /// One pass over a CQ with the lazy extended-CQ API, borrowing the
 /// context for the loop: made by [`Verbs::start_poll`] holding the first
@@ -80,11 +51,12 @@ impl CqeExtra {
 /// ```
 pub struct CqPoll<'a, H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize> {
     cq: &'a mut Cq<H>,
+    /// The pass's consumer index: past the current completion's CQE.
+    ci: u32,
     route: &'a mut RecvRun,
     m: Matcher<'a, H, QPS, SQ_WQEBBS, SRQS>,
     wc_flags: u64,
     wc: WorkCompletion,
-    extra: CqeExtra,
 }
 
 impl<
@@ -108,46 +80,74 @@ impl<
         &mut self,
         cq: CqHandle,
     ) -> Result<CqPoll<'_, H, QPS, SQ_WQEBBS, SRQS>, Errno> {
-        let (ring, route, m, wc_flags) = self.split_for_poll(cq).ok_or(Errno::EINVAL)?;
-        // An empty CQ: one owner-byte test, nothing borrowed past it.
-        if !ring.has_next() {
+        let (ring, route, mut m, wc_flags) = self.split_for_poll(cq).ok_or(Errno::EINVAL)?;
+        let mut ci = ring.consumer_index();
+        // An empty CQ: one owner-byte test. The pass is built only around
+        // a completion (moving it after a step copied it whole).
+        let Some(wc) = take(ring, &mut ci, route, &mut m) else {
             return Err(Errno::ENOENT);
-        }
-        let mut p = CqPoll {
+        };
+        Ok(CqPoll {
             cq: ring,
+            ci,
             route,
             m,
             wc_flags,
-            wc: WorkCompletion::EMPTY,
-            extra: CqeExtra::default(),
-        };
-        p.step();
-        Ok(p)
+            wc,
+        })
     }
+}
+
+/// Consume the CQE at running index `ci` of `cq`, if software owns it,
+/// moving `ci` past it: its completion, the CQ's routes' short way
+/// ([`Matcher::lazy_route`]), else `poll_cq`'s step ([`take_general`]).
+/// `None` when there is none.
+#[inline(always)]
+fn take<H: Hal, const QPS: usize, const W: usize, const SRQS: usize>(
+    cq: &Cq<H>,
+    ci: &mut u32,
+    route: &mut RecvRun,
+    m: &mut Matcher<'_, H, QPS, W, SRQS>,
+) -> Option<WorkCompletion> {
+    let v = cq.peek_at(*ci)?;
+    *ci = ci.wrapping_add(1);
+    Some(match m.lazy_route(&v, *route) {
+        Some(wc) => wc,
+        None => take_general(cq, *ci, route, m),
+    })
+}
+
+/// The CQE just taken (before running index `ci`), `poll_cq`'s way
+/// ([`Matcher::step`]), out of line: the short way stays small. It reads
+/// the owner byte again for the opcode: software owns the CQE, and
+/// whatever opcode is read goes through every check.
+#[inline(never)]
+fn take_general<H: Hal, const QPS: usize, const W: usize, const SRQS: usize>(
+    cq: &Cq<H>,
+    ci: u32,
+    route: &mut RecvRun,
+    m: &mut Matcher<'_, H, QPS, W, SRQS>,
+) -> WorkCompletion {
+    let v = cq.taken_at(ci.wrapping_sub(1));
+    let mut wc = WorkCompletion::EMPTY;
+    m.step(&v, route, &mut wc);
+    wc
 }
 
 impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
     CqPoll<'_, H, QPS, SQ_WQEBBS, SRQS>
 {
-    /// Consume the CQE at the consumer index (found owned by software)
-    /// into the current completion: `poll_cq`'s step ([`Matcher::step`]).
+    /// The current completion's CQE, in place (software's until the pass
+    /// ends).
     #[inline(always)]
-    fn step(&mut self) {
-        let CqPoll {
-            cq,
-            route,
-            m,
-            wc_flags,
-            wc,
-            extra,
-        } = self;
-        let flags = *wc_flags;
-        cq.read(|rd| {
-            if let Some(v) = rd.take() {
-                *extra = CqeExtra::read(&v, flags);
-                m.step::<false>(&v, route, wc);
-            }
-        });
+    fn cqe(&self) -> CqeView<'_> {
+        self.cq.taken_at(self.ci.wrapping_sub(1))
+    }
+
+    /// Whether the CQ's `wc_flags` has `flag`.
+    #[inline(always)]
+    fn asked(&self, flag: u64) -> bool {
+        self.wc_flags & flag != 0
     }
 
     /// `ibv_next_poll`: move to the next completion; `ENOENT` when there
@@ -155,10 +155,21 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
     /// ended).
     #[inline(always)]
     pub fn next_poll(&mut self) -> Result<(), Errno> {
-        if !self.cq.has_next() {
+        let CqPoll {
+            cq,
+            ci,
+            route,
+            m,
+            wc,
+            ..
+        } = self;
+        let Some(v) = cq.peek_at(*ci) else {
             return Err(Errno::ENOENT);
+        };
+        *ci = ci.wrapping_add(1);
+        if !m.lazy_route_into(&v, **route, wc) {
+            *wc = take_general(cq, *ci, route, m);
         }
-        self.step();
         Ok(())
     }
 
@@ -245,7 +256,7 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
     /// (`flags_rqpn` bits 23:0).
     #[inline(always)]
     pub fn read_src_qp(&self) -> u32 {
-        self.extra.flags_rqpn & 0x00ff_ffff
+        self.cqe().flags_rqpn() & 0x00ff_ffff
     }
 
     /// `ibv_wc_read_wc_flags`: [`WC_GRH`], [`WC_WITH_IMM`],
@@ -261,7 +272,7 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
         }
         // A receive's GRH type (`flags_rqpn` bits 29:28), as libmlx5 reads it.
         let receive = matches!(self.wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
-        if receive && (self.extra.flags_rqpn >> 28) & 3 != 0 {
+        if receive && (self.cqe().flags_rqpn() >> 28) & 3 != 0 {
             f |= WC_GRH;
         }
         f
@@ -271,20 +282,28 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
     /// [`CqInitAttrEx::WC_WITH_SLID`]).
     #[inline(always)]
     pub fn read_slid(&self) -> u16 {
-        self.extra.slid
+        if self.asked(CqInitAttrEx::WC_WITH_SLID) {
+            self.cqe().slid()
+        } else {
+            0
+        }
     }
 
     /// `ibv_wc_read_sl`: the service level (`flags_rqpn` bits 27:24).
     #[inline(always)]
     pub fn read_sl(&self) -> u8 {
-        ((self.extra.flags_rqpn >> 24) & 0xf) as u8
+        ((self.cqe().flags_rqpn() >> 24) & 0xf) as u8
     }
 
     /// `ibv_wc_read_dlid_path_bits` (0 unless the CQ's `wc_flags` has
     /// [`CqInitAttrEx::WC_WITH_DLID_PATH_BITS`]).
     #[inline(always)]
     pub fn read_dlid_path_bits(&self) -> u8 {
-        self.extra.ml_path & 0x7f
+        if self.asked(CqInitAttrEx::WC_WITH_DLID_PATH_BITS) {
+            self.cqe().ml_path() & 0x7f
+        } else {
+            0
+        }
     }
 
     /// `ibv_wc_read_completion_ts`: the device clock when the completion
@@ -294,7 +313,11 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize>
     /// error completion).
     #[inline(always)]
     pub fn read_completion_ts(&self) -> u64 {
-        self.extra.timestamp
+        if self.asked(CqInitAttrEx::WC_WITH_COMPLETION_TIMESTAMP) {
+            self.cqe().timestamp()
+        } else {
+            0
+        }
     }
 }
 
@@ -304,6 +327,6 @@ impl<H: Hal, const QPS: usize, const SQ_WQEBBS: usize, const SRQS: usize> Drop
 {
     #[inline(always)]
     fn drop(&mut self) {
-        self.cq.update_doorbell();
+        self.cq.end_pass(self.ci);
     }
 }

@@ -426,6 +426,72 @@ pub mod port {
     pub const PHYS_STATE_LINK_UP: u8 = 5;
 }
 
+/// PTYS register values (`mlx5_ifc.h` `ptys_reg`; Linux
+/// `include/linux/mlx5/port.h`).
+pub mod ptys {
+    /// `proto_mask`: InfiniBand (`MLX5_PTYS_IB`).
+    pub const PROTO_IB: u8 = 1 << 0;
+    /// `proto_mask`: Ethernet (`MLX5_PTYS_EN`).
+    pub const PROTO_EN: u8 = 1 << 2;
+
+    /// Bit numbers of the legacy `eth_proto_*` fields (`enum mlx5e_link_mode`).
+    pub mod eth {
+        #![allow(missing_docs)]
+        pub const B1000BASE_CX_SGMII: u32 = 0;
+        pub const B1000BASE_KX: u32 = 1;
+        pub const B10GBASE_CX4: u32 = 2;
+        pub const B10GBASE_KX4: u32 = 3;
+        pub const B10GBASE_KR: u32 = 4;
+        pub const B20GBASE_KR2: u32 = 5;
+        pub const B40GBASE_CR4: u32 = 6;
+        pub const B40GBASE_KR4: u32 = 7;
+        pub const B56GBASE_R4: u32 = 8;
+        pub const B10GBASE_CR: u32 = 12;
+        pub const B10GBASE_SR: u32 = 13;
+        pub const B10GBASE_ER: u32 = 14;
+        pub const B40GBASE_SR4: u32 = 15;
+        pub const B40GBASE_LR4: u32 = 16;
+        pub const B50GBASE_SR2: u32 = 18;
+        pub const B100GBASE_CR4: u32 = 20;
+        pub const B100GBASE_SR4: u32 = 21;
+        pub const B100GBASE_KR4: u32 = 22;
+        pub const B100GBASE_LR4: u32 = 23;
+        pub const B100BASE_TX: u32 = 24;
+        pub const B1000BASE_T: u32 = 25;
+        pub const B10GBASE_T: u32 = 26;
+        pub const B25GBASE_CR: u32 = 27;
+        pub const B25GBASE_KR: u32 = 28;
+        pub const B25GBASE_SR: u32 = 29;
+        pub const B50GBASE_CR2: u32 = 30;
+        pub const B50GBASE_KR2: u32 = 31;
+    }
+
+    /// `ib_proto_*` bits: the lane speed, the same values as the verbs
+    /// `IB_SPEED_*` (Linux passes `ib_proto_oper` through as `active_speed`).
+    pub mod ib_speed {
+        #![allow(missing_docs)]
+        pub const SDR: u16 = 1 << 0;
+        pub const DDR: u16 = 1 << 1;
+        pub const QDR: u16 = 1 << 2;
+        pub const FDR10: u16 = 1 << 3;
+        pub const FDR: u16 = 1 << 4;
+        pub const EDR: u16 = 1 << 5;
+        pub const HDR: u16 = 1 << 6;
+        pub const NDR: u16 = 1 << 7;
+    }
+
+    /// `ib_link_width_*` bits (`enum mlx5_ib_width`,
+    /// `drivers/infiniband/hw/mlx5/main.c`).
+    pub mod ib_width {
+        #![allow(missing_docs)]
+        pub const W1X: u16 = 1 << 0;
+        pub const W2X: u16 = 1 << 1;
+        pub const W4X: u16 = 1 << 2;
+        pub const W8X: u16 = 1 << 3;
+        pub const W12X: u16 = 1 << 4;
+    }
+}
+
 /// Other QP context values.
 pub mod qp_ctx {
     /// `qpc.user_index` that keeps version-0 CQEs when cap `cqe_version` = 1

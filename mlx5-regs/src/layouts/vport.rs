@@ -1,10 +1,12 @@
 //! Ports and vports: the RoCE capability page and GID table entries, the NIC
 //! and HCA vport contexts and the commands that read and change them
 //! (`SET/QUERY_ROCE_ADDRESS`, `QUERY/MODIFY_NIC_VPORT_CONTEXT`,
-//! `QUERY_HCA_VPORT_CONTEXT`, `QUERY_VPORT_STATE`).
+//! `QUERY_HCA_VPORT_CONTEXT`, `QUERY_HCA_VPORT_PKEY`, `QUERY_VPORT_STATE`)
+//! and the port registers read with `ACCESS_REG` (PTYS, PMTU).
 //!
 //! Names, bit offsets and widths follow `mlx5_ifc.h` (checked against
-//! `tests/data/mlx5-qp-layouts.csv` by `tests/csv_layouts.rs`); sizes are the
+//! `tests/data/mlx5-qp-layouts.csv` and, for PTYS and the P_Key query,
+//! `tests/data/mlx5-port-layouts.csv`, by `tests/csv_layouts.rs`); sizes are the
 //! full `mlx5_ifc` sizes.
 #![allow(missing_docs)] // every field carries a generated doc line
 
@@ -209,6 +211,59 @@ layouts! {
         status: u8 @ 0 : 8,
         syndrome: u32 @ 32 : 32,
         hca_vport_context: {hca_vport_context} @ 128 : 4096,
+    }
+    /// Input of the `QUERY_HCA_VPORT_PKEY` command: one entry, or the whole
+    /// table when `pkey_index` is 0xffff (Linux `mlx5_query_hca_vport_pkey`).
+    query_hca_vport_pkey_in (16) {
+        opcode: u16 @ 0 : 16,
+        op_mod: u16 @ 48 : 16,
+        other_vport: bool @ 64 : 1,
+        port_num: u8 @ 76 : 4,
+        vport_number: u16 @ 80 : 16,
+        pkey_index: u16 @ 112 : 16,
+    }
+    /// Output of the `QUERY_HCA_VPORT_PKEY` command: the header, then one
+    /// 32-bit `pkey` entry per key asked for (the key in its low 16 bits,
+    /// `struct mlx5_ifc_pkey_bits`).
+    query_hca_vport_pkey_out (16) {
+        status: u8 @ 0 : 8,
+        syndrome: u32 @ 32 : 32,
+        pkey: [u32] @ 128 : 32,
+    }
+    /// Port Type and Speed register (PTYS, id 0x5004): what the port can
+    /// run and runs, per protocol (`proto_mask`: 1 InfiniBand, 4 Ethernet).
+    /// Linux `mlx5_query_port_ptys`.
+    ptys_reg (64) {
+        an_disable_admin: bool @ 1 : 1,
+        an_disable_cap: bool @ 2 : 1,
+        local_port: u8 @ 8 : 8,
+        plane_ind: u8 @ 24 : 4,
+        proto_mask: u8 @ 29 : 3,
+        an_status: u8 @ 32 : 4,
+        data_rate_oper: u16 @ 48 : 16,
+        ext_eth_proto_capability: u32 @ 64 : 32,
+        eth_proto_capability: u32 @ 96 : 32,
+        ib_link_width_capability: u16 @ 128 : 16,
+        ib_proto_capability: u16 @ 144 : 16,
+        ext_eth_proto_admin: u32 @ 160 : 32,
+        eth_proto_admin: u32 @ 192 : 32,
+        ib_link_width_admin: u16 @ 224 : 16,
+        ib_proto_admin: u16 @ 240 : 16,
+        ext_eth_proto_oper: u32 @ 256 : 32,
+        eth_proto_oper: u32 @ 288 : 32,
+        ib_link_width_oper: u16 @ 320 : 16,
+        ib_proto_oper: u16 @ 336 : 16,
+        connector_type: u8 @ 380 : 4,
+        eth_proto_lp_advertise: u32 @ 384 : 32,
+    }
+    /// Port MTU register (PMTU, id 0x5003), in bytes: the largest MTU the
+    /// port supports, the one administered and the one in use (Linux
+    /// `mlx5_query_port_max_mtu` / `mlx5_query_port_oper_mtu`).
+    pmtu_reg (16) {
+        local_port: u8 @ 8 : 8,
+        max_mtu: u16 @ 32 : 16,
+        admin_mtu: u16 @ 64 : 16,
+        oper_mtu: u16 @ 96 : 16,
     }
     /// Input of the `QUERY_VPORT_STATE` command (op_mod 0: own vNIC vport).
     query_vport_state_in (16) {

@@ -420,10 +420,11 @@ impl State {
 
     pub(super) fn access_reg(&mut self, inp: &[u8], op_mod: u16, out: &mut [u8]) -> R {
         let opc = Opcode::ACCESS_REG.0;
-        ensure(
-            access_register_in::register_id.get(inp) == reg_id::HOST_ENDIANNESS,
-            bad_param(sy::ACCESS_REG_ID),
-        )?;
+        let id = access_register_in::register_id.get(inp);
+        if id == reg_id::PTYS || id == reg_id::PMTU {
+            return self.port_register(id, inp, op_mod, out);
+        }
+        ensure(id == reg_id::HOST_ENDIANNESS, bad_param(sy::ACCESS_REG_ID))?;
         // The host-endianness register belongs to the PF; Linux writes it
         // only there (`mlx5_function_setup`: `if (mlx5_core_is_pf(dev))`).
         ensure(

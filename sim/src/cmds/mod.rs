@@ -21,6 +21,7 @@ mod cq;
 mod devx;
 mod eq;
 mod mkey;
+mod port_regs;
 mod qp;
 mod qp_modify;
 mod srq;
@@ -134,7 +135,8 @@ fn spec(op: Opcode) -> Option<Spec> {
         | Opcode::MODIFY_NIC_VPORT_CONTEXT
         | Opcode::QUERY_ROCE_ADDRESS
         | Opcode::SET_ROCE_ADDRESS
-        | Opcode::QUERY_HCA_VPORT_CONTEXT => (I, &[0], Any),
+        | Opcode::QUERY_HCA_VPORT_CONTEXT
+        | Opcode::QUERY_HCA_VPORT_PKEY => (I, &[0], Any),
         Opcode::CREATE_UMEM | Opcode::DESTROY_UMEM => (I, &[0], Any),
         Opcode::CREATE_SRQ | Opcode::DESTROY_SRQ | Opcode::QUERY_SRQ => (I, &[0], Issi0),
         Opcode::ARM_RQ => (I, &[1], Issi0),
@@ -436,6 +438,7 @@ impl State {
             Opcode::QUERY_ROCE_ADDRESS => self.query_roce_address(inp, out),
             Opcode::SET_ROCE_ADDRESS => self.set_roce_address(inp),
             Opcode::QUERY_HCA_VPORT_CONTEXT => self.query_hca_vport_context(inp, out),
+            Opcode::QUERY_HCA_VPORT_PKEY => self.query_hca_vport_pkey(inp, out),
             Opcode::CREATE_UMEM => self.create_umem(inp, out),
             Opcode::DESTROY_UMEM => self.destroy_umem(inp),
             _ => Err(bad_op(per_opcode(sy::UNKNOWN_OPCODE, op.0))),

@@ -11,6 +11,8 @@ pub mod capcheck;
 pub mod oob;
 pub mod opts;
 pub mod rc;
+pub mod srq;
+pub mod ud;
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +25,7 @@ use super::pingpong::host::{setup_error, Host, RECVS};
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
 use mlx5_testbed::{HostSpec, Transport};
-use opts::Args;
+use opts::{Args, Program};
 
 /// How `mlx5 peer` runs.
 pub struct Run<'a> {
@@ -48,7 +50,7 @@ fn progress(r: &Run<'_>, what: &str) {
 }
 
 /// A PSN from the clock, as rc_pingpong draws a random one.
-fn random_psn() -> u32 {
+pub(crate) fn random_psn() -> u32 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
@@ -56,6 +58,41 @@ fn random_psn() -> u32 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     ((z ^ (z >> 31)) & 0xff_ffff) as u32
+}
+
+/// The program's address exchange, as its client (`--connect`: then
+/// `connect` runs once the records are in) or its server (`--listen`:
+/// `connect` runs before the answer, as the programs' servers do).
+/// `count` records each way; the program's records and whether the model
+/// was the client.
+pub(crate) fn exchange(
+    a: &Args,
+    mine: &[oob::Dest],
+    count: usize,
+    deadline: Instant,
+    progress: bool,
+    connect: impl FnOnce(&[oob::Dest]) -> Result<(), CliError>,
+) -> Result<(Vec<oob::Dest>, bool), CliError> {
+    match (a.connect, a.listen) {
+        (Some(server), _) => {
+            let peers = oob::client(server, mine, count, deadline)?;
+            connect(&peers)?;
+            Ok((peers, true))
+        }
+        (None, Some(at)) => {
+            let l = std::net::TcpListener::bind(at).map_err(|e| {
+                CliError::failed(format!("cannot listen on {at}: {e}"), "choose a free port")
+            })?;
+            if progress {
+                eprintln!("mlx5: listening on {at}");
+            }
+            Ok((oob::server(&l, deadline, mine, count, connect)?, false))
+        }
+        (None, None) => Err(CliError::usage(
+            "give --connect or --listen",
+            "see mlx5 peer --help",
+        )),
+    }
 }
 
 /// Run it: the JSON value and the result.
@@ -81,11 +118,36 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         }
     }
     progress(r, "bringing up the model's host");
-    let slot = a.size as usize;
-    let spec = HostSpec {
-        slot,
-        recvs: RECVS,
-        ..HostSpec::new(Transport::RoceV2Ipv4, a.host, random_psn())
+    if a.chk && a.program != Program::Ud {
+        return (
+            Value::Null,
+            Err(CliError::usage(
+                "--chk is ud-pingpong's",
+                "drop --chk, or use --program ud-pingpong",
+            )),
+        );
+    }
+    let size = a.size() as usize;
+    let base = HostSpec::new(Transport::RoceV2Ipv4, a.host, random_psn());
+    let spec = match a.program {
+        Program::Rc => HostSpec {
+            slot: size,
+            recvs: RECVS,
+            ..base
+        },
+        // Each receive slot holds the 40 bytes of GRH space too.
+        Program::Ud => HostSpec {
+            slot: size + ud::GRH,
+            recvs: RECVS,
+            ..base
+        },
+        // At most one message in flight toward the model per QP.
+        Program::Srq => HostSpec {
+            slot: size,
+            recvs: 2 * a.qps as usize + 2,
+            cq_entries: 63.max(4 * a.qps),
+            ..base
+        },
     };
     let host = Host::new(dev, &wire, r.cfg, spec).map_err(setup_error);
     let mut host = match host {
@@ -121,7 +183,11 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         "the model answers ARP for 198.18.0.2; exchanging addresses",
     );
     let started = Instant::now();
-    let res = rc::session(a, &mut host, &link, deadline, r.progress);
+    let res = match a.program {
+        Program::Rc => rc::session(a, &mut host, &link, deadline, r.progress),
+        Program::Ud => ud::session(a, &mut host, &link, deadline, r.progress),
+        Program::Srq => srq::session(a, &mut host, &link, deadline, r.progress),
+    };
     let elapsed = started.elapsed();
     let stats = host.dev.traffic().stats();
     let wstats = wire.stats();
@@ -144,9 +210,9 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         )
     }));
     let mut v = json!({
-        "program": "rc-pingpong",
+        "program": a.program.name(),
         "role": if a.connect.is_some() { "client" } else { "server" },
-        "size": a.size,
+        "size": a.size(),
         "iters": a.iters,
         "mtu": a.mtu.bytes(),
         "seconds": elapsed.as_secs_f64(),
@@ -167,16 +233,24 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         },
     });
     if let (Some(o), Value::Object(m)) = (&outcome, &mut v) {
-        m.insert("local".into(), json!(o.local_text));
-        m.insert("remote".into(), json!(o.remote_text));
+        m.insert("local".into(), json!(o.local_text[0]));
+        m.insert("remote".into(), json!(o.remote_text[0]));
         m.insert("messages_checked".into(), json!(o.received));
+        if !o.per_qp.is_empty() {
+            m.insert("qps".into(), json!(o.per_qp.len()));
+            m.insert("received_per_qp".into(), json!(o.per_qp));
+        }
     }
     let v = json!({ "peer": v });
     if !r.json {
         if let Some(o) = &outcome {
-            println!("  local address:  {}", o.local_text);
-            println!("  remote address: {}", o.remote_text);
-            let bytes = 2 * u64::from(a.size) * u64::from(a.iters);
+            for l in &o.local_text {
+                println!("  local address:  {l}");
+            }
+            for l in &o.remote_text {
+                println!("  remote address: {l}");
+            }
+            let bytes = 2 * u64::from(a.size()) * u64::from(a.iters);
             let us = o.pingpong.as_secs_f64() * 1e6;
             println!(
                 "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
@@ -193,6 +267,10 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
                 "checked: {} messages received, every byte as sent",
                 o.received
             );
+            if !o.per_qp.is_empty() {
+                let per: Vec<String> = o.per_qp.iter().map(u64::to_string).collect();
+                println!("received per QP: {}", per.join(" "));
+            }
         }
         println!(
             "link: {} frames out, {} in ({} to the device, {} not ours), {} ARP replies, {} ARP requests",

@@ -6,13 +6,12 @@
 //! the model sends 0x7b bytes and checks that every byte it receives is
 //! one, and that each message has the program's size.
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use mlx5_driver::verbs::{SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode};
 use mlx5_sim::UdpLink;
 
-use super::oob::{self, Dest};
+use super::oob::Dest;
 use super::opts::Args;
 use crate::cmd::pingpong::host::{setup_error, verbs_error, Addr, Host, RECVS};
 use crate::common::error::CliError;
@@ -24,17 +23,19 @@ pub const FILL: u8 = 0x7b;
 /// What a finished session reports.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// The model's address, as rc_pingpong prints it.
-    pub local_text: String,
-    /// The program's address.
-    pub remote_text: String,
+    /// The model's addresses (one per QP), as the programs print them.
+    pub local_text: Vec<String>,
+    /// The program's addresses.
+    pub remote_text: Vec<String>,
     /// Messages received and checked.
     pub received: u64,
+    /// Messages received on each QP (srq_pingpong; empty otherwise).
+    pub per_qp: Vec<u64>,
     /// Time from the first send (or receive) to the last completion.
     pub pingpong: Duration,
 }
 
-fn text(d: &Dest) -> String {
+pub(super) fn text(d: &Dest) -> String {
     format!(
         "LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
         d.lid,
@@ -45,7 +46,7 @@ fn text(d: &Dest) -> String {
 }
 
 /// Poll `host`'s send (or receive) CQ for one completion until `deadline`.
-fn wait(
+pub(super) fn wait(
     host: &mut Host,
     send: bool,
     deadline: Instant,
@@ -69,9 +70,9 @@ fn wait(
     )))
 }
 
-/// Connect the QP toward the program's record: its GID must be
-/// IPv4-mapped (RoCE v2 over IPv4), its MAC is resolved on the link.
-fn connect(a: &Args, host: &mut Host, link: &UdpLink, peer: &Dest) -> Result<(), CliError> {
+/// The program's IPv4 address from its GID (which must be IPv4-mapped:
+/// RoCE v2 over IPv4) and its MAC, resolved on the link.
+pub(super) fn resolve(link: &UdpLink, peer: &Dest) -> Result<[u8; 6], CliError> {
     let g = peer.gid;
     if g[..10] != [0; 10] || g[10..12] != [0xff, 0xff] {
         return Err(CliError::failed(
@@ -83,14 +84,17 @@ fn connect(a: &Args, host: &mut Host, link: &UdpLink, peer: &Dest) -> Result<(),
         ));
     }
     let ip = [g[12], g[13], g[14], g[15]];
-    let mac = link
-        .resolve_ipv4(ip, Duration::from_secs(10))
+    link.resolve_ipv4(ip, Duration::from_secs(10))
         .ok_or_else(|| {
             CliError::failed(
                 format!("no ARP answer for {}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]),
                 "is the peer's NIC on the same UDP-carried segment (--udp-local/--udp-remote)?",
             )
-        })?;
+        })
+}
+
+/// `--mtu`, checked against the port's active MTU.
+pub(super) fn path_mtu(a: &Args, host: &Host) -> Result<(), CliError> {
     if a.mtu > host.addr.mtu {
         return Err(CliError::usage(
             format!(
@@ -101,16 +105,28 @@ fn connect(a: &Args, host: &mut Host, link: &UdpLink, peer: &Dest) -> Result<(),
             format!("use --mtu {} or less", host.addr.mtu.bytes()),
         ));
     }
-    let addr = Addr {
+    Ok(())
+}
+
+/// What `Host::connect` needs of the program's record.
+pub(super) fn peer_addr(a: &Args, peer: &Dest, mac: [u8; 6]) -> Addr {
+    Addr {
         qpn: peer.qpn,
         psn: peer.psn,
-        gid: g,
+        gid: peer.gid,
         mac,
         lid: 0,
         mtu: a.mtu,
         addr: 0,
         rkey: 0,
-    };
+    }
+}
+
+/// Connect the QP toward the program's record.
+fn connect(a: &Args, host: &mut Host, link: &UdpLink, peer: &Dest) -> Result<(), CliError> {
+    let mac = resolve(link, peer)?;
+    path_mtu(a, host)?;
+    let addr = peer_addr(a, peer, mac);
     let ah = host.ah_to(&addr);
     host.connect(ah, &addr, &ConnectOpts::new(a.mtu))
         .map_err(setup_error)
@@ -186,7 +202,7 @@ pub fn session(
     deadline: Instant,
     progress: bool,
 ) -> Result<Outcome, CliError> {
-    let size = a.size as usize;
+    let size = a.size() as usize;
     host.buf.write_bytes(host.spec.send_at(), &vec![FILL; size]);
     for i in 0..RECVS {
         host.post_recv(i).map_err(setup_error)?;
@@ -197,29 +213,10 @@ pub fn session(
         psn: host.addr.psn,
         gid: host.addr.gid,
     };
-    let (peer, client) = match (a.connect, a.listen) {
-        (Some(server), _) => {
-            let peer = oob::client(server, &me, deadline)?;
-            connect(a, host, link, &peer)?;
-            (peer, true)
-        }
-        (None, Some(at)) => {
-            let l = TcpListener::bind(at).map_err(|e| {
-                CliError::failed(format!("cannot listen on {at}: {e}"), "choose a free port")
-            })?;
-            if progress {
-                eprintln!("mlx5: listening on {at}");
-            }
-            let peer = oob::server(&l, deadline, &me, |p| connect(a, host, link, p))?;
-            (peer, false)
-        }
-        (None, None) => {
-            return Err(CliError::usage(
-                "give --connect or --listen",
-                "see mlx5 peer --help",
-            ));
-        }
-    };
+    let (peers, client) = super::exchange(a, &[me], 1, deadline, progress, |p| {
+        connect(a, host, link, &p[0])
+    })?;
+    let peer = peers[0];
     let start = Instant::now();
     let mut got = 0u64;
     for n in 0..u64::from(a.iters) {
@@ -249,9 +246,10 @@ pub fn session(
         return Err(CliError::check("a message arrived more than once (an extra receive completion after the last round trip)"));
     }
     Ok(Outcome {
-        local_text: text(&me),
-        remote_text: text(&peer),
+        local_text: vec![text(&me)],
+        remote_text: vec![text(&peer)],
         received: got,
+        per_qp: Vec::new(),
         pingpong,
     })
 }

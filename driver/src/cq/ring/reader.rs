@@ -149,3 +149,44 @@ impl<H: Hal> CqRing<H> {
         }
     }
 }
+
+/// A pass that keeps its own consumer index (the lazy extended-CQ API,
+/// `verbs::CqPoll`): the CQEs it takes are read where they lie until the
+/// pass ends, and the index is stored and published once
+/// (`end_pass`), as `ibv_end_poll` publishes it.
+impl<H: Hal> CqRing<H> {
+    /// The CQE at running index `ci` if software owns it, after the read
+    /// barrier that orders its body after the owner byte (the same test
+    /// as [`CqReader::peek`]).
+    #[inline(always)]
+    pub(crate) fn peek_at(&self, ci: u32) -> Option<CqeView<'_>> {
+        CqReader {
+            ring: self.buf.view(),
+            log: self.log_nent as u32,
+            ci,
+        }
+        .peek()
+    }
+
+    /// The CQE at running index `ci`, which this pass took
+    /// ([`CqRing::peek_at`]): software owns it until the pass publishes
+    /// an index past it, so its fields are read in place, without another
+    /// ownership test.
+    #[inline(always)]
+    pub(crate) fn taken_at(&self, ci: u32) -> CqeView<'_> {
+        let w = self.buf.view().entry(ci);
+        let op_own = w.read_u8::<{ off::OP_OWN }>();
+        CqeView::new(w, op_own)
+    }
+
+    /// End a pass that reached running index `ci`: the consumer index
+    /// moves there and is published, after the reads of the CQEs taken;
+    /// nothing happens when the pass took nothing.
+    #[inline(always)]
+    pub(crate) fn end_pass(&mut self, dbr: &super::DoorbellRecord<H>, ci: u32) {
+        if ci != self.consumer_index {
+            self.set_ci(ci);
+            self.update_doorbell(dbr);
+        }
+    }
+}
