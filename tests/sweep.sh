@@ -46,6 +46,7 @@ tests=(
     fuzz_props::sim_cmd
     stale_events::a_destroyed_cqs_pending_event_never_reaches_its_successor
     stale_events::a_destroyed_cqs_pending_event_never_reaches_its_successor_threaded
+    two_hosts_faults::seeded_wire_faults_below_the_retry_budget_deliver_every_message_once_in_order
 )
 
 selected=()

@@ -74,15 +74,17 @@ impl Mkey {
         }
     }
 
-    /// Check an access of `len` bytes at virtual address `va` and return the
-    /// device addresses (IOVA, length) it covers, in order.
-    pub fn translate(
+    /// Check an access of `len` bytes at virtual address `va` and append the
+    /// device addresses (IOVA, length) it covers to `out`, in order (nothing
+    /// appended when refused).
+    pub fn translate_into(
         &self,
         pd: u32,
         va: u64,
         len: u64,
         access: Access,
-    ) -> Result<Vec<(u64, u64)>, KeyError> {
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), KeyError> {
         if self.pd != pd {
             return Err(KeyError::WrongPd);
         }
@@ -90,7 +92,7 @@ impl Mkey {
             return Err(KeyError::NoRight);
         }
         if len == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let end = va.checked_add(len).ok_or(KeyError::Bounds)?;
         if !self.length64 {
@@ -100,17 +102,21 @@ impl Mkey {
             }
         }
         if self.access_mode == mk::ACCESS_MODE_PA {
-            return Ok(vec![(va, len)]);
+            out.push((va, len));
+            return Ok(());
         }
         // MTT: page i of the window covers [base + i*ps, base + (i+1)*ps),
         // base = start rounded down to the page size.
         let ps = 1u64 << self.log_page_size;
         let base = self.start & !(ps - 1);
-        let mut out = Vec::new();
+        let first = out.len();
         let mut at = va;
         while at < end {
             let page = ((at - base) >> self.log_page_size) as usize;
-            let entry = *self.mtt.get(page).ok_or(KeyError::Bounds)?;
+            let Some(&entry) = self.mtt.get(page) else {
+                out.truncate(first);
+                return Err(KeyError::Bounds);
+            };
             if self.pg_access {
                 let need = match access {
                     Access::LocalRead | Access::RemoteRead => 1,
@@ -118,6 +124,7 @@ impl Mkey {
                     Access::RemoteAtomic => 3,
                 };
                 if entry & need != need {
+                    out.truncate(first);
                     return Err(KeyError::Bounds);
                 }
             }
@@ -126,6 +133,6 @@ impl Mkey {
             out.push(((entry & !(ps - 1)) + within, n));
             at += n;
         }
-        Ok(out)
+        Ok(())
     }
 }

@@ -133,6 +133,8 @@ pub(crate) struct State {
     /// Hosted device: UAR doorbells are posted, applied this long after
     /// the write (None: at once, inside the write, in synchronous mode).
     pub posted_doorbell_ns: Option<u64>,
+    /// Buffers the traffic engine reuses (`engine/pool.rs`).
+    pub pool: crate::engine::pool::BufPool,
 }
 
 impl State {
@@ -171,6 +173,7 @@ impl State {
             irq: Default::default(),
             irq_hook: None,
             posted_doorbell_ns: None,
+            pool: Default::default(),
             cfg,
         };
         st.clock.created_ns = st.now_ns();

@@ -50,6 +50,7 @@ mod qp_ring;
 
 // Two hosts on one wire (RoCE v2/v1, InfiniBand), through the verbs facade.
 mod two_hosts;
+mod two_hosts_faults;
 mod two_hosts_wrong;
 mod udp_link;
 

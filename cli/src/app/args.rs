@@ -60,6 +60,17 @@ Examples:
   (host)  mlx5 peer --connect 127.0.0.1:18515 --udp-local 127.0.0.1:47341 \\
             --udp-remote 127.0.0.1:47342 --size 64 --iters 4 --pcap rc.pcap";
 
+const PERF_HELP: &str =
+    "As mlx5 peer: the model's port on a UDP socket (QEMU -netdev dgram), ARP for
+198.18.0.2, the wall clock. The exchange is perftest's own over TCP (not
+rdma_cm): --connect when the program is the server, --listen when it is the
+client. Give the program its RoCE v2 IPv4 GID with -x.
+
+Examples:
+  (guest) ib_write_lat -d rxe0 -x 1 -n 100
+  (host)  mlx5 perf write-lat --connect 127.0.0.1:18515 --udp-local 127.0.0.1:47341 \\
+            --udp-remote 127.0.0.1:47342 --iters 100 --pcap write-lat.pcap";
+
 const PINGPONG_HELP: &str = "Each host learns its own address (query_port, query_gid_table, add_gid
 for an IPv4 address), the two exchange QPN, PSN, GID, MAC and LID
 in-process as rc_pingpong does over TCP, and connect. The global --seed
@@ -400,6 +411,12 @@ Install: mlx5 man > /usr/local/share/man/man1/mlx5.1; mlx5 man caps > mlx5-caps.
     /// UDP-carried Ethernet segment, the program's own TCP address exchange
     #[command(after_help = PEER_HELP)]
     Peer(crate::cmd::peer::opts::Args),
+
+    /// The model as the other side of perftest's ib_write_lat, ib_read_lat
+    /// or ib_atomic_lat on another stack, through perftest's own TCP
+    /// exchange
+    #[command(after_help = PERF_HELP)]
+    Perf(crate::cmd::perf::opts::Args),
 
     /// Re-parse every frame of pcap captures with the model's codec, every
     /// ICRC recomputed; exit 0 only when all parse and match

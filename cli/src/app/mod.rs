@@ -9,8 +9,8 @@
 pub mod args;
 
 use crate::cmd::{
-    caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, peer, pingpong, replay,
-    run as script, selftest, stats, trace as tracecmd,
+    caps, command as rawcmd, decode as decodecmd, demo, devices, gendoc, peer, perf, pingpong,
+    replay, run as script, selftest, stats, trace as tracecmd,
 };
 use crate::common::{interrupts, report, target};
 use mlx5_driver::HcaConfig;
@@ -197,6 +197,36 @@ fn peer_from_cli(
     with_device(peer::run(&run), target)
 }
 
+/// `mlx5 perf`: one model device of the target's profile on a UDP link.
+fn perf_from_cli(
+    cli: &Cli,
+    args: &perf::opts::Args,
+    target: &Target,
+    faults: &target::Faults,
+    model: target::ModelOpts,
+) -> Outcome {
+    let (profile, cfg) = match model_only_setup(
+        cli,
+        "perf",
+        "the device model on a UDP link; it does not drive real cards",
+        "--drop, --corrupt-frame",
+        target,
+        faults,
+    ) {
+        Ok(v) => v,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    let run = perf::Run {
+        args,
+        profile,
+        model,
+        cfg,
+        json: cli.global.json,
+        progress: !cli.global.quiet,
+    };
+    with_device(perf::run(&run), target)
+}
+
 fn dispatch(cli: &Cli) -> Outcome {
     let g = &cli.global;
     // Generated from the argument definitions, without a device.
@@ -251,6 +281,9 @@ fn dispatch(cli: &Cli) -> Outcome {
     }
     if let Command::Peer(args) = &cli.command {
         return peer_from_cli(cli, args, &target, &faults, model_opts);
+    }
+    if let Command::Perf(args) = &cli.command {
+        return perf_from_cli(cli, args, &target, &faults, model_opts);
     }
     // Discovery needs no device.
     if let Command::Cmd {
@@ -434,6 +467,7 @@ fn subcommand<H: Hal>(
         | Command::Devices { .. }
         | Command::Pingpong(_)
         | Command::Peer(_)
+        | Command::Perf(_)
         | Command::PcapCheck { .. }
         | Command::Completions { .. }
         | Command::Man { .. } => {

@@ -9,6 +9,7 @@ pub mod demo;
 pub mod devices;
 pub mod gendoc;
 pub mod peer;
+pub mod perf;
 pub mod pingpong;
 pub mod replay;
 pub mod run;

@@ -55,6 +55,7 @@ impl State {
                         c.next, c.len, c.qpn, c.index
                     )));
                 }
+                self.pool.give_bytes(c.wqe);
             }
             self.bf_doorbell(uar, off, buffer, value);
             return;
@@ -77,7 +78,9 @@ impl State {
         };
         if let Some(why) = why {
             let (qpn, index) = (c.qpn, c.index);
-            self.objects.blueflame.remove(&buffer);
+            if let Some(c) = self.objects.blueflame.remove(&buffer) {
+                self.pool.give_bytes(c.wqe);
+            }
             self.records.violations.push(Violation::BlueFlame(format!(
                 "BlueFlame copy of QP {qpn:#x} WQE {index:#x} at {buffer:#x}: word {why}"
             )));
@@ -85,7 +88,9 @@ impl State {
         }
         c.next += 8;
         if c.next == c.len {
-            self.objects.blueflame.remove(&buffer);
+            if let Some(c) = self.objects.blueflame.remove(&buffer) {
+                self.pool.give_bytes(c.wqe);
+            }
             self.stats.blueflame_copies += 1;
         }
     }
@@ -100,7 +105,7 @@ impl State {
         let before = self.stats.dropped_doorbells;
         // Snapshot before executing: completion may let the driver reuse
         // the slots before the rest of the copy arrives (threaded mode).
-        let mut wqe = Vec::with_capacity(len);
+        let mut wqe = self.pool.bytes();
         if len <= self.bf_buf_size() {
             for i in 0..len / w::SEND_WQE_BB {
                 match self.read_wqebb(qpn, index.wrapping_add(i as u16)) {
@@ -121,6 +126,8 @@ impl State {
                     next: 8,
                 },
             );
+        } else {
+            self.pool.give_bytes(wqe);
         }
     }
 }

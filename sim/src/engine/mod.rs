@@ -15,6 +15,7 @@
 mod blueflame;
 mod doorbell;
 mod frames;
+pub(crate) mod pool;
 mod rdma;
 mod rdma_wire;
 mod receive;
@@ -180,16 +181,21 @@ impl State {
             }
         };
         if self.on_wire() && !self.local_destination(qpn) {
-            return self.wire_exec(qpn, w, &payload);
+            let go_on = self.wire_exec(qpn, w, &payload);
+            self.pool.give_bytes(payload);
+            return go_on;
         }
-        match self.respond(qpn, &w, &payload) {
+        let outcome = self.respond(qpn, &w, &payload);
+        let len = payload.len() as u32;
+        self.pool.give_bytes(payload);
+        match outcome {
             Outcome::Done => {
                 self.stats.messages += 1;
-                self.req_done(qpn, &w, payload.len() as u32);
+                self.req_done(qpn, &w, len);
                 true
             }
             Outcome::Duplicate => {
-                self.req_done(qpn, &w, payload.len() as u32);
+                self.req_done(qpn, &w, len);
                 true
             }
             Outcome::Rnr(code) => {
@@ -296,27 +302,58 @@ impl State {
         };
         let index = w.index;
         let what = || format!("send gather qpn {qpn:#x} WQE {index:#x}");
-        let mut out = Vec::with_capacity(w.len() as usize);
+        let mut out = self.pool.bytes();
+        out.reserve(w.len() as usize);
+        let mut plan = self.pool.plan();
+        let done = self.gather_into(sges, pd, rlky, &mut plan, &mut out, &what);
+        self.pool.give_plan(plan);
+        match done {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                self.pool.give_bytes(out);
+                Err(e)
+            }
+        }
+    }
+
+    /// Read the SGEs' bytes into `out`, through `plan` (scratch).
+    fn gather_into(
+        &mut self,
+        sges: &[wqe::Sge],
+        pd: u32,
+        rlky: bool,
+        plan: &mut Vec<(u64, u64)>,
+        out: &mut Vec<u8>,
+        what: &dyn Fn() -> String,
+    ) -> Result<(), u8> {
         for s in sges.iter() {
-            let plan = if s.lkey == self.resd_lkey {
+            plan.clear();
+            if s.lkey == self.resd_lkey {
                 if !rlky {
                     return Err(cqe_syndrome::LOCAL_PROT_ERR);
                 }
-                vec![(s.addr, s.len)]
+                plan.push((s.addr, s.len));
             } else {
-                self.key_translate(s.lkey, pd, s.addr, s.len, crate::mkey::Access::LocalRead)
-                    .map_err(|_| cqe_syndrome::LOCAL_PROT_ERR)?
-            };
-            self.check_mapped(&plan, false, &what)
+                self.key_translate_into(
+                    s.lkey,
+                    pd,
+                    s.addr,
+                    s.len,
+                    crate::mkey::Access::LocalRead,
+                    plan,
+                )
                 .map_err(|_| cqe_syndrome::LOCAL_PROT_ERR)?;
-            for (iova, n) in plan {
+            }
+            self.check_mapped(plan, false, what)
+                .map_err(|_| cqe_syndrome::LOCAL_PROT_ERR)?;
+            for &(iova, n) in plan.iter() {
                 let at = out.len();
                 out.resize(at + n as usize, 0);
-                self.rd(iova, &mut out[at..], &what)
+                self.rd(iova, &mut out[at..], what)
                     .map_err(|_| cqe_syndrome::LOCAL_PROT_ERR)?;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The WQE completed: advance, and a requester CQE if it was signaled.

@@ -47,6 +47,9 @@ pub(crate) struct RxState {
 pub(crate) struct WireQp {
     /// The message in flight (requester).
     pub tx: Option<Box<super::requester::Inflight>>,
+    /// The record of the last message completed, kept for the next one
+    /// (its allocation reused).
+    pub spare: Option<Box<super::requester::Inflight>>,
     /// The responder.
     pub rx: RxState,
 }

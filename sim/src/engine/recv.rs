@@ -59,11 +59,16 @@ impl State {
         let Some((wiova, _)) = s.buf.at(idx as u64 * stride) else {
             return Err("WQE outside the page list");
         };
-        let mut wqe = vec![0u8; stride as usize];
-        self.rd(wiova, &mut wqe, &|| {
-            format!("SRQ WQE read srqn {srqn:#x} index {idx}")
-        })
-        .map_err(|_| "WQE unreadable")?;
+        let mut wqe = self.pool.zeroed(stride as usize);
+        if self
+            .rd(wiova, &mut wqe, &|| {
+                format!("SRQ WQE read srqn {srqn:#x} index {idx}")
+            })
+            .is_err()
+        {
+            self.pool.give_bytes(wqe);
+            return Err("WQE unreadable");
+        }
         let sm = self.objects.srqs.get_mut(&srqn).expect("exists");
         sm.consumed = sm.consumed.wrapping_add(1);
         sm.next = srq_next_seg::next_wqe_index.get(&wqe[..16]);
@@ -84,7 +89,8 @@ impl State {
         len: u64,
         what: &dyn Fn() -> String,
     ) -> Result<Vec<(u64, u64)>, ScatterError> {
-        let mut segs = Vec::new();
+        // The data segments before the terminator (or all of them).
+        let mut nsegs = 0;
         for seg in data_segs.chunks_exact(16) {
             let bc = wqe_data_seg::byte_count.get(seg);
             let lkey = wqe_data_seg::lkey.get(seg);
@@ -99,31 +105,43 @@ impl State {
                 self.stats.terminators_device_key += 1;
                 break;
             }
+            nsegs += 1;
+        }
+        let mut plan = self.pool.plan();
+        let mut left = len;
+        for seg in data_segs.chunks_exact(16).take(nsegs) {
+            let bc = wqe_data_seg::byte_count.get(seg);
             let n = if bc & 0x7fff_ffff == 0 {
                 1u64 << 31
             } else {
                 (bc & 0x7fff_ffff) as u64
             };
-            segs.push((wqe_data_seg::addr.get(seg), n, lkey));
-        }
-        let mut plan = Vec::new();
-        let mut left = len;
-        for &(addr, n, lkey) in &segs {
+            let (addr, lkey) = (wqe_data_seg::addr.get(seg), wqe_data_seg::lkey.get(seg));
             let used = n.min(left);
-            let chunks = if lkey == self.resd_lkey {
-                vec![(addr, used)]
+            // The reserved lkey is the identity; a memory key is checked even
+            // when nothing of the message lands in its segment.
+            let done = if lkey == self.resd_lkey {
+                if used > 0 {
+                    plan.push((addr, used));
+                }
+                Ok(())
             } else {
-                self.key_translate(lkey, pd, addr, used, Access::LocalWrite)
-                    .map_err(|_| ScatterError::Protection)?
+                self.key_translate_into(lkey, pd, addr, used, Access::LocalWrite, &mut plan)
             };
-            plan.extend(chunks.into_iter().filter(|c| c.1 > 0));
+            if done.is_err() {
+                self.pool.give_plan(plan);
+                return Err(ScatterError::Protection);
+            }
             left -= used;
         }
         if left > 0 {
+            self.pool.give_plan(plan);
             return Err(ScatterError::Length);
         }
-        self.check_mapped(&plan, true, what)
-            .map_err(|_| ScatterError::Protection)?;
+        if self.check_mapped(&plan, true, what).is_err() {
+            self.pool.give_plan(plan);
+            return Err(ScatterError::Protection);
+        }
         Ok(plan)
     }
 
@@ -194,13 +212,28 @@ impl State {
         len: u64,
         access: Access,
     ) -> Result<Vec<(u64, u64)>, KeyError> {
+        let mut out = Vec::new();
+        self.key_translate_into(key, pd, va, len, access, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`State::key_translate`], appending the ranges to `out`.
+    pub(crate) fn key_translate_into(
+        &self,
+        key: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), KeyError> {
         let k = self
             .objects
             .mkeys
             .get(&mlx5_regs::consts::mkey::index(key))
             .filter(|k| k.key == key)
             .ok_or(KeyError::NoKey)?;
-        k.translate(pd, va, len, access)
+        k.translate_into(pd, va, len, access, out)
     }
 
     /// Every range lies in DMA memory; the first that does not is recorded

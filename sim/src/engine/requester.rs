@@ -107,7 +107,7 @@ impl State {
             } else {
                 payload.len().div_ceil(mtu).max(1) as u32
             };
-            q.wire.tx = Some(Box::new(Inflight {
+            let inflight = Inflight {
                 wqe: wq,
                 first_psn: q.next_send_psn,
                 npkts,
@@ -117,7 +117,14 @@ impl State {
                 rnr_left: (q.rnr_retry != 7).then_some(q.rnr_retry),
                 resend: Resend::Timeout,
                 rd_buf: Vec::new(),
-            }));
+            };
+            q.wire.tx = Some(match q.wire.spare.take() {
+                Some(mut b) => {
+                    *b = inflight;
+                    b
+                }
+                None => Box::new(inflight),
+            });
         } else {
             let tx = q.wire.tx.as_mut().expect("in flight");
             if tx.resend == Resend::Timeout {
@@ -244,6 +251,9 @@ impl State {
                     self.stats.messages += 1;
                     let len = tx.wqe.len() as u32;
                     self.req_done(qpn, &tx.wqe, len);
+                    if let Some(q) = self.objects.qps.get_mut(&qpn) {
+                        q.wire.spare = Some(tx);
+                    }
                     self.qp_kick(qpn);
                 } else if tx.holds(psn) {
                     // Forward progress inside the message: the retry

@@ -269,7 +269,10 @@ impl State {
                 Recv::Own => &bytes[..],
             };
             match self.plan_scatter(segs, t_pd, len, &what) {
-                Ok(plan) => self.write_plan(&plan, payload, &what),
+                Ok(plan) => {
+                    self.write_plan(&plan, payload, &what);
+                    self.pool.give_plan(plan);
+                }
                 Err(e) => {
                     let (rsynd, ssynd) = match e {
                         ScatterError::Length => (
@@ -294,7 +297,8 @@ impl State {
         if rdma {
             self.write_plan(&wplan, payload, &what);
         }
-        if let Some((from, idx, _)) = recv {
+        if let Some((from, idx, bytes)) = recv {
+            self.pool.give_bytes(bytes);
             self.resp_cqe(tq, sqpn, from.srqn(), idx, wq, len as u32, l3_bits);
             if let Recv::Srq(srqn) = from {
                 self.srq_check_limit(srqn);

@@ -1,0 +1,237 @@
+//! `mlx5 perf`: the model as the other side of perftest's `ib_write_lat`,
+//! `ib_read_lat`, `ib_atomic_lat`, `ib_send_bw`, `ib_write_bw` and
+//! `ib_read_bw` running on another stack, through perftest's own TCP
+//! exchange (not rdma_cm). As in
+//! `mlx5 peer`, the model's port is joined to a UDP socket
+//! (`mlx5_sim::UdpLink`), the device runs threaded on the wall clock and
+//! the driver goes through the verbs facade.
+
+pub mod bw;
+pub mod exchange;
+pub mod lat;
+pub mod opts;
+pub mod session;
+
+use std::time::{Duration, Instant};
+
+use mlx5_driver::verbs::AccessFlags;
+use mlx5_driver::HcaConfig;
+use mlx5_sim::wire::{Fault, Faults, LinkType, Wire};
+use mlx5_sim::{Profile, UdpLink};
+use mlx5_testbed::{HostSpec, RecvQueue, Transport};
+use serde_json::{json, Value};
+
+use super::pingpong::host::{setup_error, Host};
+use crate::common::error::CliError;
+use crate::common::target::{self, ModelOpts};
+use opts::Args;
+
+/// How `mlx5 perf` runs.
+pub struct Run<'a> {
+    /// Its own options.
+    pub args: &'a Args,
+    /// The model profile.
+    pub profile: Profile,
+    /// The global model options (`--seed`, ...); the device always runs threaded.
+    pub model: ModelOpts,
+    /// The driver's configuration.
+    pub cfg: HcaConfig,
+    /// `--json`.
+    pub json: bool,
+    /// Progress lines on stderr.
+    pub progress: bool,
+}
+
+/// The host's shape: the target area at least 64 bytes and 64-byte
+/// aligned (atomics need 8), every remote right the tests use, the QP's
+/// own receive queue as perftest's. The bandwidth tests' programs move
+/// their remote address through a cycle buffer (a page) in steps of the
+/// size rounded up to a cache line: twice the larger of the page and the
+/// size covers every message; 16 receives and 32 sends in flight.
+fn spec(a: &Args) -> HostSpec {
+    let size = a.size() as usize;
+    let (slot, recvs, send_wr) = if a.test.bw() {
+        (2 * size.max(4096), 16, 32)
+    } else {
+        (size.max(64), 4, 8)
+    };
+    HostSpec {
+        slot: slot.next_multiple_of(64),
+        recvs,
+        send_wr,
+        rq: RecvQueue::Own,
+        access: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
+        ..HostSpec::new(Transport::RoceV2Ipv4, a.host, super::peer::random_psn())
+    }
+}
+
+fn capture(wire: &Wire, a: &Args) -> Result<(), CliError> {
+    let Some(path) = &a.pcap else { return Ok(()) };
+    std::fs::File::create(path)
+        .map(std::io::BufWriter::new)
+        .and_then(|f| wire.capture(Box::new(f)))
+        .map_err(|e| {
+            CliError::failed(
+                format!("cannot write the capture file {}: {e}", path.display()),
+                "name a file in a writable directory",
+            )
+        })
+}
+
+/// Run it: the JSON value and the result.
+pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
+    let a = r.args;
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let model = ModelOpts {
+        threaded: true,
+        ..r.model
+    };
+    let dev = target::model(r.profile, &model);
+    let wire = Wire::new(LinkType::Ethernet);
+    if let Err(e) = capture(&wire, a) {
+        return (Value::Null, Err(e));
+    }
+    if r.progress {
+        eprintln!("mlx5: bringing up the model's host");
+    }
+    let mut host = match Host::new(dev, &wire, r.cfg, spec(a)).map_err(setup_error) {
+        Ok(h) => h,
+        Err(e) => return (Value::Null, Err(e)),
+    };
+    let link = match UdpLink::join(&host.dev, a.udp_local, a.udp_remote) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = host.close();
+            let e = CliError::failed(
+                format!(
+                    "joining the UDP link {} -> {}: {e}",
+                    a.udp_local, a.udp_remote
+                ),
+                "is another program bound to --udp-local?",
+            );
+            return (Value::Null, Err(e));
+        }
+    };
+    link.fault_model_frames_only();
+    wire.set_faults(Faults {
+        seed: r.model.seed.unwrap_or(1),
+        drop: a.drop,
+        chosen: a
+            .corrupt_frame
+            .map(|n| vec![(n, Fault::Corrupt)])
+            .unwrap_or_default(),
+        ..Faults::default()
+    });
+    let res = session::establish(a, &mut host, &link, deadline, r.progress).and_then(|c| {
+        let me = c.me;
+        let peer = c.peer;
+        let mtu = c.opening.mtu;
+        let version = c.opening.version.clone();
+        let size = a.size() as usize;
+        if a.test.bw() {
+            bw::run(a.test, &mut host, c, size, a.iters, deadline)
+        } else {
+            lat::run(a.test, &mut host, c, size, a.iters, deadline).map(|t| (t, None))
+        }
+        .map(|(t, report)| (t, report, me, peer, mtu, version))
+    });
+    let stats = host.dev.traffic().stats();
+    let wstats = wire.stats();
+    let lstats = link.stats();
+    drop(link);
+    let captured = if a.pcap.is_some() {
+        wire.end_capture().map(|_| ())
+    } else {
+        Ok(())
+    };
+    let closed = host.close().map(|_| ()).map_err(setup_error);
+    let mut v = json!({
+        "program": a.test.program(),
+        "role": if a.connect.is_some() { "client" } else { "server" },
+        "size": a.size(),
+        "iters": a.iters,
+        "wire": {
+            "frames": wstats.frames, "dropped": wstats.dropped, "corrupted": wstats.corrupted,
+        },
+        "model": {
+            "wire_tx": stats.wire_tx, "wire_rx": stats.wire_rx,
+            "wire_dropped": stats.wire_dropped, "retransmissions": stats.retransmissions,
+            "ack_timeouts": stats.ack_timeouts, "duplicates": stats.duplicates,
+            "seq_naks_received": stats.seq_naks_received, "rnr_naks": stats.rnr_naks,
+        },
+    });
+    let res = match res {
+        Ok((t, report, me, peer, mtu, version)) => {
+            if let Value::Object(m) = &mut v {
+                m.insert("peer_version".into(), json!(version));
+                m.insert("mtu".into(), json!(mtu.bytes()));
+                m.insert("posted".into(), json!(t.posted));
+                m.insert("observed".into(), json!(t.observed));
+                m.insert("seconds".into(), json!(t.seconds));
+                if let Some(p) = &report {
+                    m.insert(
+                        "program_report".into(),
+                        json!({"size": p.size, "iters": p.iters, "bw_peak_mb_s": p.bw_peak,
+                               "bw_avg_mb_s": p.bw_avg, "msg_rate_mpps": p.msg_rate}),
+                    );
+                }
+            }
+            if !r.json {
+                println!(
+                    "  local:  QPN {:#08x} PSN {:#08x} RKey {:#010x} VAddr {:#018x} OUT {}",
+                    me.qpn, me.psn, me.rkey, me.vaddr, me.out_reads
+                );
+                println!(
+                    "  remote: QPN {:#08x} PSN {:#08x} RKey {:#010x} VAddr {:#018x} OUT {} GID {}",
+                    peer.qpn,
+                    peer.psn,
+                    peer.rkey,
+                    peer.vaddr,
+                    peer.out_reads,
+                    std::net::Ipv6Addr::from(peer.gid)
+                );
+                println!(
+                    "{} (perftest {version}), MTU {}: {} operations posted and completed, {} of the program's checked, {:.3} s",
+                    a.test.program(),
+                    mtu.bytes(),
+                    t.posted,
+                    t.observed,
+                    t.seconds
+                );
+                if let Some(p) = &report {
+                    println!(
+                        "  the program's report: {} bytes x {} iterations, peak {:.2} MB/s, average {:.2} MB/s, {:.6} Mpps",
+                        p.size, p.iters, p.bw_peak, p.bw_avg, p.msg_rate
+                    );
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    };
+    if !r.json {
+        println!(
+            "faults on the model's frames: {} dropped, {} corrupted",
+            wstats.dropped, wstats.corrupted
+        );
+        println!(
+            "model: {} frames sent, {} received ({} dropped), {} retransmissions, {} ACK timeouts, {} duplicates, {} sequence NAKs received, {} RNR NAKs received",
+            stats.wire_tx, stats.wire_rx, stats.wire_dropped, stats.retransmissions,
+            stats.ack_timeouts, stats.duplicates, stats.seq_naks_received, stats.rnr_naks
+        );
+        println!(
+            "link: {} frames out, {} in, {} ARP replies",
+            lstats.frames_out, lstats.frames_in, lstats.arp_replies
+        );
+    }
+    let res = res.and(closed).and(captured.map_err(|e| {
+        CliError::failed(
+            format!("writing the capture file: {e}"),
+            "check the disk space",
+        )
+    }));
+    (json!({ "perf": v }), res)
+}
