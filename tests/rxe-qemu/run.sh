@@ -318,10 +318,14 @@ sed 's/^/  | /' "$OUT/pcap-check.txt"
 # "00 61" read as an EtherType, then as a malformed CRTP packet) is turned off; every
 # InfiniBand header is still decoded.
 TSHARK=(tshark --disable-heuristic eth_over_ib)
+# One pass per capture: a line per frame with its BTH opcode (empty when not RoCE), its
+# malformed marks and its expert severities (8388608 is Wireshark's PI_ERROR).
 for c in "${caps[@]}"; do
-    total=$("${TSHARK[@]}" -r "$c" 2>/dev/null | wc -l)
-    roce=$("${TSHARK[@]}" -r "$c" -Y 'infiniband.bth' 2>/dev/null | wc -l)
-    bad=$("${TSHARK[@]}" -r "$c" -Y '_ws.malformed || _ws.expert.severity == error' 2>/dev/null | wc -l)
+    "${TSHARK[@]}" -r "$c" -T fields -e infiniband.bth.opcode -e _ws.malformed \
+        -e _ws.expert.severity >"$c.fields" 2>/dev/null || : >"$c.fields"
+    total=$(wc -l <"$c.fields")
+    roce=$(awk -F'\t' '$1 != ""' "$c.fields" | wc -l)
+    bad=$(awk -F'\t' '$2 != "" || $3 ~ /8388608/' "$c.fields" | wc -l)
     if [ "$total" -gt 0 ] && [ "$roce" = "$total" ] && [ "$bad" = 0 ]; then
         echo "rxe-qemu: PASS tshark $(basename "$c"): $roce of $total frames decoded as RoCE, none malformed"
     else
