@@ -530,6 +530,11 @@ impl State {
         let owner = (cq.pc >> cq.log_size) & 1 == 1;
         let stride = cq.stride();
         let buf = cq.buf.clone();
+        if let Some(ts) = self.completion_timestamp(&cqe) {
+            mlx5_regs::layouts::cqe64::timestamp
+                .set(&mut cqe, ts)
+                .expect("64-bit");
+        }
         mlx5_regs::layouts::cqe64::owner
             .set(&mut cqe, owner)
             .expect("flag");

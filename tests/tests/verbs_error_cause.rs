@@ -86,5 +86,6 @@ fn every_facade_error_is_a_core_error() {
     is_error::<Errno>();
     is_error::<mlx5_driver::verbs::PostSendError>();
     is_error::<mlx5_driver::verbs::PostSrqError>();
+    is_error::<mlx5_driver::verbs::PostRecvError>();
     is_error::<Error>();
 }

@@ -397,3 +397,63 @@ fn a_send_cq_shared_by_two_qps_matches_each_completion_to_its_qp() {
     p.destroy(&mut ctx);
     close(&dev, ctx, "two QPs on one send CQ");
 }
+
+#[test]
+fn completion_timestamps_are_the_device_clock_when_the_completion_was_written() {
+    // The device offers a clock (`device_frequency_khz`), so it stamps
+    // every successful CQE with it (a QP's `ts_format` is free-running
+    // here): the lazy API reads the tick count the internal timer had when
+    // the completion was written.
+    type A = CqInitAttrEx;
+    let (dev, mut ctx) = open(Profile::ConnectX5);
+    let khz = ctx.hca().caps().device_frequency_khz as u128;
+    assert!(khz > 0);
+    let ticks = |ns: u64| (ns as u128 * khz / 1_000_000) as u64;
+    let (rcq, _) = ctx
+        .create_cq_ex(&CqInitAttrEx {
+            wc_flags: A::WC_STANDARD_FLAGS | A::WC_WITH_COMPLETION_TIMESTAMP,
+            ..CqInitAttrEx::new(63)
+        })
+        .unwrap();
+    let mut p = Pair::unconnected(&dev, &mut ctx, cap(4, 1, 0));
+    let (q, _) = ctx
+        .create_qp(&mlx5_driver::verbs::QpInitAttr {
+            send_cq: p.scq,
+            recv_cq: rcq,
+            srq: Some(p.srq),
+            cap: cap(4, 1, 0),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    p.post_recv(&mut ctx, 700, 2);
+    let (qpn, srqn) = (ctx.qp_num(q).unwrap(), ctx.srq_num(p.srq).unwrap());
+    let rcqn = ctx.cq_num(rcq).unwrap();
+    let mut stamps = Vec::new();
+    for _ in 0..2 {
+        dev.advance_us(1500);
+        let at = dev.now_ns();
+        dev.traffic().deliver(srqn, rcqn, qpn, &[7; 16]).unwrap();
+        let got = lazy_drain(&mut ctx, rcq);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].wc.status, WcStatus::Success, "{:?}", got[0]);
+        assert_eq!(got[0].ts, ticks(at), "the timer when the CQE was written");
+        stamps.push(got[0].ts);
+    }
+    assert!(stamps[0] > 0);
+    assert_eq!(
+        stamps[1] - stamps[0],
+        ticks(1_500_000),
+        "1.5 ms of ticks apart"
+    );
+    ctx.destroy_qp(q).unwrap();
+    if let Some(m) = p.mr.take() {
+        ctx.dereg_mr(m).map_err(|(_, e)| e).unwrap();
+    }
+    ctx.destroy_qp(p.a).unwrap();
+    ctx.destroy_qp(p.b).unwrap();
+    ctx.destroy_srq(p.srq).unwrap();
+    ctx.destroy_cq(p.scq).unwrap();
+    ctx.destroy_cq(p.rcq).unwrap();
+    ctx.destroy_cq(rcq).unwrap();
+    close(&dev, ctx, "timestamps");
+}

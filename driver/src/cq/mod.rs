@@ -10,7 +10,8 @@ mod syndrome;
 pub(crate) use arm::ArmTable;
 pub use moderation::{CqModeration, CqPeriodMode, MAX_CQ_PERIOD};
 pub use queue::{Cq, CqOptions};
-pub use ring::{CqReader, Cqe, CqeSize, CqeStatus, CqeView, ResizeCopyError, WaitingCqe};
+pub(crate) use ring::{CqReader, CqeView, WaitingCqe};
+pub use ring::{Cqe, CqeSize, CqeStatus, ResizeCopyError};
 pub use syndrome::{CqErrorCause, CqeError};
 
 #[cfg(test)]

@@ -134,14 +134,14 @@ impl<H: Hal> Cq<H> {
     /// check, as [`Cq::has_next`]), kept for the read that takes it
     /// ([`CqReader::take_waiting_if`]).
     #[inline(always)]
-    pub fn waiting(&self) -> Option<WaitingCqe> {
+    pub(crate) fn waiting(&self) -> Option<WaitingCqe> {
         self.ring.waiting()
     }
 
     /// Whether the CQE after the one at the consumer index is waiting as
     /// well ([`CqRing::has_second`]; a hint).
     #[inline(always)]
-    pub fn has_second(&self) -> bool {
+    pub(crate) fn has_second(&self) -> bool {
         self.ring.has_second()
     }
 
@@ -150,14 +150,14 @@ impl<H: Hal> Cq<H> {
     /// published: call [`Cq::update_doorbell`] once per batch. Returns
     /// `f`'s result and whether the index moved.
     #[inline(always)]
-    pub fn read<R>(&mut self, f: impl FnOnce(&mut CqReader<'_>) -> R) -> (R, bool) {
+    pub(crate) fn read<R>(&mut self, f: impl FnOnce(&mut CqReader<'_>) -> R) -> (R, bool) {
         self.ring.read(f)
     }
 
     /// Publish the consumer index in the doorbell record, after the reads
     /// of the CQEs taken (see [`CqRing::update_doorbell`]).
     #[inline(always)]
-    pub fn update_doorbell(&self) {
+    pub(crate) fn update_doorbell(&self) {
         self.ring.update_doorbell(&self.dbr);
     }
 

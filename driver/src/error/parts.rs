@@ -312,6 +312,8 @@ mod tests {
         is_error::<crate::verbs::Errno>();
         is_error::<crate::verbs::PostSendError>();
         is_error::<crate::verbs::PostSrqError>();
+        is_error::<crate::verbs::PostRecvError>();
+        is_error::<crate::qp::RqSizeError>();
         is_error::<mlx5_hal::HalError>();
         is_error::<mlx5_regs::RegError>();
     }

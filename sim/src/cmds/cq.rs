@@ -384,3 +384,31 @@ impl State {
         ok
     }
 }
+
+impl State {
+    /// The timestamp the device writes into a successful CQE (REQ and the
+    /// responder opcodes; an error CQE's syndromes overlay the field):
+    /// the free-running clock in ticks of `device_frequency_khz` (the
+    /// internal timer's value, docs/firmware.md §1.2), or nanoseconds for
+    /// a QP whose `ts_format` is real time (asked for, or the default of a
+    /// device that has only real time; `MLX5_TIMESTAMP_FORMAT_*`;
+    /// Linux `mlx5_timecounter_cyc2time` and `mlx5_real_time_cyc2time`
+    /// read the two). `None` for an error CQE and for a device without a
+    /// clock.
+    pub(crate) fn completion_timestamp(&self, cqe: &[u8; 64]) -> Option<u64> {
+        use mlx5_regs::consts::ts_format as tsf;
+        let op = CqeOpcode(cqe64::opcode.get(cqe));
+        if op.0 > CqeOpcode::RESP_SEND_INV.0 || self.caps.device_frequency_khz == 0 {
+            return None;
+        }
+        let now = self.now_ns();
+        let real_time = self.objects.qps.get(&cqe64::qpn.get(cqe)).is_some_and(|q| {
+            q.ts_format == tsf::REAL_TIME
+                || (q.ts_format == tsf::DEFAULT && self.ts_cap() == tsf::CAP_REAL_TIME)
+        });
+        if real_time {
+            return Some(now);
+        }
+        Some((now as u128 * self.caps.device_frequency_khz as u128 / 1_000_000) as u64)
+    }
+}

@@ -14,16 +14,22 @@ use crate::qp::{Path, Qp, QpState, RecvQueue};
 const MIN_QPN: u32 = 2;
 
 impl State {
+    /// The timestamp capability (`MLX5_TIMESTAMP_FORMAT_CAP_*`): the RoCE
+    /// page's `qp_ts_format` while RoCE is on, else `sq_ts_format` (Linux
+    /// `mlx5_get_qp_default_ts`).
+    pub(crate) fn ts_cap(&self) -> u8 {
+        if self.port.roce_en && self.caps.has_roce_page() {
+            self.caps.roce_caps.qp_ts_format
+        } else {
+            self.caps.sq_ts_format
+        }
+    }
+
     /// Does the timestamp capability allow `ts` (`MLX5_TIMESTAMP_FORMAT_*`)?
     /// The capability is the RoCE page's `qp_ts_format` while RoCE is on,
     /// else `sq_ts_format` (Linux `mlx5_get_qp_default_ts`).
     fn ts_allowed(&self, ts: u8) -> bool {
-        let cap = if self.port.roce_en && self.caps.has_roce_page() {
-            self.caps.roce_caps.qp_ts_format
-        } else {
-            self.caps.sq_ts_format
-        };
-        match cap {
+        match self.ts_cap() {
             tsf::CAP_FREE_RUNNING => ts == tsf::FREE_RUNNING || ts == tsf::DEFAULT,
             tsf::CAP_REAL_TIME => ts == tsf::DEFAULT || ts == tsf::REAL_TIME,
             _ => ts <= tsf::REAL_TIME,
