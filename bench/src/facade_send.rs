@@ -378,8 +378,15 @@ impl SendRig {
     /// Retire the `n` equal-sized WQEs posted since the counter was `p0`:
     /// one CQE names the last, which completes them all; it is polled.
     pub fn retire(&mut self, p0: u16, n: usize) {
+        self.retire_of(0x0a, p0, n)
+    }
+
+    /// [`SendRig::retire`] of WQEs of `opcode` ([`write_req_cqes_of`]).
+    pub fn retire_of(&mut self, opcode: u8, p0: u16, n: usize) {
         let step = self.producer().wrapping_sub(p0) / n as u16;
-        self.write_cqes(self.producer() - step, 0, 1);
+        let ring = self.cq_ring();
+        let last = self.producer() - step;
+        write_req_cqes_of(ring, ring.consumer_index(), self.qpn, opcode, last, 0, 1);
         let mut wc = [WorkCompletion::EMPTY; 1];
         assert_eq!(self.ctx.poll_cq(self.cq, &mut wc).unwrap(), 1);
     }
@@ -453,6 +460,21 @@ impl RingSendRig {
 /// Requester CQEs (REQ, opcode SEND) into `ring` at running indices
 /// `ci .. ci + n`, naming QP `qpn` and WQE counters `wqe + i·step`.
 pub fn write_req_cqes<H: Hal>(ring: &CqRing<H>, ci: u32, qpn: u32, wqe: u16, step: u16, n: usize) {
+    write_req_cqes_of(ring, ci, qpn, 0x0a, wqe, step, n)
+}
+
+/// [`write_req_cqes`] for WQEs of `opcode` (the WQE opcode the CQE's
+/// `sop_drop_qpn` names: 0x08 RDMA WRITE, 0x0a SEND, 0x10 RDMA READ, 0x11
+/// CMP_SWAP, 0x12 FETCH_ADD).
+pub fn write_req_cqes_of<H: Hal>(
+    ring: &CqRing<H>,
+    ci: u32,
+    qpn: u32,
+    opcode: u8,
+    wqe: u16,
+    step: u16,
+    n: usize,
+) {
     let r = ring.region();
     let stride = ring.cqe_size().stride();
     let mask = ring.nent() as u32 - 1;
@@ -462,7 +484,7 @@ pub fn write_req_cqes<H: Hal>(ring: &CqRing<H>, ci: u32, qpn: u32, wqe: u16, ste
         let owner = ((idx >> ring.log_nent()) & 1) as u8;
         r.write_be32(cqe + 0x2c, 0);
         r.write_be32(cqe + 0x34, 0);
-        r.write_be32(cqe + 0x38, (0x0a << 24) | qpn);
+        r.write_be32(cqe + 0x38, ((opcode as u32) << 24) | qpn);
         r.write_be16(cqe + 0x3c, wqe.wrapping_add(step.wrapping_mul(i as u16)));
         r.write_u8(cqe + 0x3f, owner);
     }

@@ -49,18 +49,14 @@ impl<const N: usize> RingLayout<N> {
     }
 }
 
-impl<H: Hal> DmaRegion<H> {
-    /// Check a ring of `2^log_entries` windows of `N` bytes, the first at
-    /// `first`, `2^log_stride` bytes apart: every window must lie inside
-    /// this region and be 8-byte aligned (`first` a multiple of 8, the
-    /// stride too unless the ring has one entry, `N` a multiple of 8).
-    /// `None` when it does not fit.
-    pub fn ring_layout<const N: usize>(
-        &self,
-        first: usize,
-        log_entries: u8,
-        log_stride: u8,
-    ) -> Option<RingLayout<N>> {
+impl<const N: usize> RingLayout<N> {
+    /// A ring of `2^log_entries` windows of `N` bytes, the first at
+    /// `first`, `2^log_stride` bytes apart, not yet checked against a
+    /// region: [`DmaRegion::ring_entry`] and [`DmaRegion::ring_view`] check
+    /// its end against the region they are given (once, not per index).
+    /// `None` when it is unaligned or its end overflows (the rules of
+    /// [`DmaRegion::ring_layout`]).
+    pub fn new(first: usize, log_entries: u8, log_stride: u8) -> Option<Self> {
         const {
             assert!(
                 N > 0 && N.is_multiple_of(8),
@@ -76,12 +72,29 @@ impl<H: Hal> DmaRegion<H> {
         let mask = (1u64 << log_entries) - 1;
         let last = usize::try_from(mask << log_stride).ok()?;
         let end = first.checked_add(last)?.checked_add(N)?;
-        (end <= self.len()).then_some(RingLayout {
+        Some(RingLayout {
             first,
             mask: mask as u32,
             shift: log_stride,
             end,
         })
+    }
+}
+
+impl<H: Hal> DmaRegion<H> {
+    /// Check a ring of `2^log_entries` windows of `N` bytes, the first at
+    /// `first`, `2^log_stride` bytes apart: every window must lie inside
+    /// this region and be 8-byte aligned (`first` a multiple of 8, the
+    /// stride too unless the ring has one entry, `N` a multiple of 8).
+    /// `None` when it does not fit.
+    pub fn ring_layout<const N: usize>(
+        &self,
+        first: usize,
+        log_entries: u8,
+        log_stride: u8,
+    ) -> Option<RingLayout<N>> {
+        let layout = RingLayout::new(first, log_entries, log_stride)?;
+        (layout.end <= self.len()).then_some(layout)
     }
 
     /// The window of entry `index & layout.mask()`: no per-index check.
@@ -105,6 +118,28 @@ impl<H: Hal> DmaRegion<H> {
         // multiples of 8 (or the ring has one entry), and regions are
         // page aligned, so the window is 8-byte aligned.
         unsafe { DmaWindow::from_ptr(self.as_ptr().add(off)) }
+    }
+}
+
+impl<H: Hal> DmaRegion<H> {
+    /// The entries of `layout` in this region as a [`RingView`]: one check
+    /// (the layout's end against the region's length), then every entry
+    /// of the view is the mask, a shift and an add. For a ring that lies
+    /// in a region another structure owns (a receive ring sharing a QP
+    /// buffer with the send ring). Panics when `layout` does not fit this
+    /// region, as [`DmaRegion::ring_entry`].
+    #[inline(always)]
+    pub fn ring_view<const N: usize>(&self, layout: &RingLayout<N>) -> RingView<'_, N> {
+        if layout.end > self.len() {
+            layout_too_long(layout.end, self.len());
+        }
+        RingView {
+            // In bounds: `first < end <= len` (checked just above).
+            first: self.as_ptr().wrapping_add(layout.first),
+            mask: layout.mask,
+            shift: layout.shift,
+            _region: PhantomData,
+        }
     }
 }
 
@@ -352,6 +387,31 @@ mod tests {
         assert_eq!(ring.read_u8(PAGE_SIZE - 1), 0xa5);
         v.entry(64).write_u8::<0>(0x11);
         assert_eq!(ring.read_u8(0), 0x11, "indexes are masked");
+    }
+
+    #[test]
+    fn a_view_of_a_layout_reaches_its_entries_in_a_region_it_fits() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let l = super::RingLayout::<16>::new(64, 3, 5).unwrap();
+        let v = r.ring_view(&l);
+        for i in 0..20u32 {
+            v.entry(i).write_be32::<4>(i);
+            assert_eq!(r.read_be32(64 + (i as usize % 8) * 32 + 4), i, "entry {i}");
+        }
+        assert!(super::RingLayout::<16>::new(4, 2, 4).is_none(), "unaligned");
+        assert!(
+            super::RingLayout::<16>::new(0, 2, 2).is_none(),
+            "stride below 8"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "ring layout")]
+    fn a_view_of_a_layout_longer_than_the_region_panics() {
+        let r = hal().alloc_dma(PAGE_SIZE).unwrap();
+        let l = super::RingLayout::<64>::new(0, 7, 6).unwrap();
+        let _ = r.ring_view(&l);
     }
 
     #[test]

@@ -109,6 +109,8 @@ runs_ib_read_lat() {
     local p="ib_read_lat -d rxe0 -x @GID@ -F"
     add_run read-lat-guest-client guest-client "$p -n 100 @HOST@" "read-lat --iters 100" perf
     add_run read-lat guest-server "$p -n 100 -s 3000" "read-lat --iters 100 --size 3000" perf
+    add_run read-lat-faults guest-server "$p -n 300 -s 2048" \
+        "read-lat --iters 300 --size 2048 --drop 0.01 --corrupt-frame 3" perf
 }
 
 runs_ib_atomic_lat() {
@@ -123,6 +125,8 @@ runs_ib_send_bw() {
     add_run send-bw-guest-client guest-client "$p -n 100 -s 4096 @HOST@" \
         "send-bw --iters 100 --size 4096" perf
     add_run send-bw guest-server "$p -n 100 -s 3000" "send-bw --iters 100 --size 3000" perf
+    add_run send-bw-guest-client-faults guest-client "$p -n 300 -s 1024 @HOST@" \
+        "send-bw --iters 300 --size 1024 --drop 0.01 --corrupt-frame 8" perf
 }
 
 runs_ib_write_bw() {

@@ -355,26 +355,8 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
             });
         };
         let buf = self.sq.as_ref().map(|s| s.region());
-        if let [r] = reqs {
-            // One request: no loop, no list bookkeeping.
-            rq.write(buf, r.wr_id, r.sges)
-                .map_err(|error| PostFailure { index: 0, error })?;
-            rq.ring_doorbell(&self.dbr);
-            return Ok(());
-        }
-        let mut result = Ok(());
-        let mut posted = 0;
-        for (index, r) in reqs.iter().enumerate() {
-            if let Err(error) = rq.write(buf, r.wr_id, r.sges) {
-                result = Err(PostFailure { index, error });
-                break;
-            }
-            posted += 1;
-        }
-        if posted > 0 {
-            rq.ring_doorbell(&self.dbr);
-        }
-        result
+        rq.post_list(buf, &self.dbr, reqs)
+            .map_err(|(index, error)| PostFailure { index, error })
     }
 
     /// Match a responder CQE of this QP's own receive queue: it must name

@@ -19,11 +19,11 @@
 //!   doorbell. Completions come back in order too: the CQE's WQE counter
 //!   must name the oldest outstanding WQE (the device is not trusted).
 
-use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingRegion};
+use mlx5_hal::{barrier, DmaRegion, DmaWindow, Hal, HalError, RingLayout, RingRegion, RingView};
 use mlx5_regs::consts::ctx::INVALID_LKEY;
 use mlx5_regs::doorbell::QP_DBR_RCV;
 
-use crate::srq::{holds, CompleteError, CompletedWqe, PostError, Sge};
+use crate::srq::{holds, CompleteError, CompletedWqe, PostError, RecvRequest, Sge};
 
 /// Bytes of a receive data segment (`struct mlx5_wqe_data_seg`).
 const SEG: usize = 16;
@@ -164,6 +164,11 @@ pub struct RecvRing<H: Hal> {
     own: Option<DmaRegion<H>>,
     /// Offset of WQE 0 in the QP buffer.
     base: usize,
+    /// The ring's 16-byte units in the QP buffer (WQE `i`'s segments are
+    /// units `i << (log_stride - 4)` on): checked against the buffer once
+    /// per post call ([`DmaRegion::ring_view`]), then each segment is a
+    /// mask, a shift and an add, as the SRQ's.
+    units: RingLayout<SEG>,
     geo: RqGeometry,
     book: RingRegion<H, REC>,
     /// Work requests posted / completed (free-running; the low 16 bits
@@ -185,9 +190,18 @@ impl<H: Hal> RecvRing<H> {
         let book = hal.alloc_dma(geo.wqe_cnt() * REC)?;
         let book = RingRegion::new(book, 0, geo.log_wqe_cnt, REC.trailing_zeros() as u8)
             .ok_or(HalError::InvalidRequest)?;
+        let log_units = geo.log_wqe_cnt + (geo.log_stride - SEG.trailing_zeros() as u8);
+        let units = RingLayout::new(base, log_units, SEG.trailing_zeros() as u8)
+            .ok_or(HalError::InvalidRequest)?;
+        if let Some(own) = own.as_ref() {
+            // Checked here as well, so a misfit fails at creation.
+            own.ring_layout::<SEG>(base, log_units, SEG.trailing_zeros() as u8)
+                .ok_or(HalError::InvalidRequest)?;
+        }
         Ok(RecvRing {
             own,
             base,
+            units,
             geo,
             book,
             head: 0,
@@ -224,14 +238,60 @@ impl<H: Hal> RecvRing<H> {
         self.head as u16
     }
 
-    /// Write one WQE at the producer position of the QP buffer (`sq_buf`,
-    /// the send ring's region, or the ring's own) and record `wr_id`;
-    /// nothing is published. Refused, with nothing
-    /// written, when every WQE is outstanding or there are more scatter
-    /// entries than a WQE holds (rdma-core `mlx5_post_recv`: ENOMEM,
-    /// EINVAL).
+    /// Post every `(wr_id, scatter list)` of `reqs` in order into the QP
+    /// buffer (`sq_buf`, the send ring's region, or the ring's own) and
+    /// publish them with one store of the receive counter in `dbr`. Each
+    /// request is checked before anything of it is written: refused when
+    /// every WQE is outstanding or with more scatter entries than a WQE
+    /// holds (rdma-core `mlx5_post_recv`: ENOMEM, EINVAL); the ones before
+    /// it stay posted (and published) and the error names its position.
+    /// The producer counter stays in a local and is stored once.
     #[inline(always)]
-    pub(crate) fn write(
+    pub(crate) fn post_list(
+        &mut self,
+        sq_buf: Option<&DmaRegion<H>>,
+        dbr: &DmaRegion<H>,
+        reqs: &[RecvRequest<'_>],
+    ) -> Result<(), (usize, PostError)> {
+        if let [r] = reqs {
+            // One request: no loop, no list bookkeeping.
+            self.write_one(sq_buf, r.wr_id, r.sges)
+                .map_err(|e| (0, e))?;
+            self.ring_doorbell(dbr);
+            return Ok(());
+        }
+        let Some(buf) = sq_buf.or(self.own.as_ref()) else {
+            unreachable!("a receive ring's buffer is the send ring's or its own")
+        };
+        let wqes = buf.ring_view(&self.units);
+        let book = self.book.view();
+        let mut head = self.head;
+        // Free WQEs: at most max_recv_wr, so an index fits in u32 below it.
+        let room = (self.geo.max_recv_wr - head.wrapping_sub(self.tail)) as usize;
+        let mut result = Ok(());
+        for (index, r) in reqs.iter().enumerate() {
+            if index >= room {
+                result = Err((index, PostError::Full));
+                break;
+            }
+            if let Err(e) = self.write_wqe(buf, wqes, book, head, r.wr_id, r.sges) {
+                result = Err((index, e));
+                break;
+            }
+            head = head.wrapping_add(1);
+        }
+        if head != self.head {
+            self.head = head;
+            self.ring_doorbell(dbr);
+        }
+        result
+    }
+
+    /// [`RecvRing::post_list`] of one request, in `buf`: the WQE's
+    /// segments as one window checked once (for a single WQE as cheap as
+    /// the view, with fewer registers held), the head stored once.
+    #[inline(always)]
+    fn write_one(
         &mut self,
         sq_buf: Option<&DmaRegion<H>>,
         wr_id: u64,
@@ -280,6 +340,84 @@ impl<H: Hal> RecvRing<H> {
         rec.write_be64::<8>(capacity.swap_bytes());
         self.head = self.head.wrapping_add(1);
         Ok(())
+    }
+
+    /// Write WQE `idx` (masked by the views) and its book record. Touches
+    /// no counter.
+    #[inline(always)]
+    fn write_wqe(
+        &self,
+        buf: &DmaRegion<H>,
+        wqes: RingView<'_, SEG>,
+        book: RingView<'_, REC>,
+        idx: u32,
+        wr_id: u64,
+        sges: &[Sge],
+    ) -> Result<(), PostError> {
+        let max = self.geo.max_recv_sge as usize;
+        if sges.len() > max {
+            return Err(PostError::TooManySges {
+                given: sges.len(),
+                max,
+            });
+        }
+        // The WQE's units (no entry crosses the ring's end: the stride
+        // divides the ring).
+        let first = idx << (self.geo.log_stride - SEG.trailing_zeros() as u8);
+        // Every entry written in one pass with the scatter capacity summed
+        // as `(len - 1) + 1` per entry, which holds while no `len - 1` has
+        // bit 31 set: no entry of length 0 (rdma-core skips those: to the
+        // device a zero byte count means 2 GiB) and none of 2 GiB or more.
+        // Otherwise the WQE is written again, out of line.
+        let mut unit = first;
+        let mut sum = 0u64;
+        let mut seen = 0u32;
+        for sge in sges {
+            write_seg(&wqes.entry(unit), sge.length, sge.lkey, sge.addr);
+            let less = sge.length.wrapping_sub(1);
+            sum += less as u64;
+            seen |= less;
+            unit += 1;
+        }
+        let capacity = if seen & 0x8000_0000 == 0 {
+            if sges.len() < max {
+                write_seg(&wqes.entry(unit), 0, self.term_lkey, 0);
+            }
+            sum + sges.len() as u64
+        } else {
+            self.rewrite_skipping_empty(buf, first, sges)
+        };
+        // The book is CPU-only: native byte order (the two swaps cancel).
+        let rec = book.entry(idx);
+        rec.write_be64::<0>(wr_id.swap_bytes());
+        rec.write_be64::<8>(capacity.swap_bytes());
+        Ok(())
+    }
+
+    /// Write the WQE whose first unit is `first` again (nothing is
+    /// published yet) with only the non-empty entries of `sges`, then the
+    /// terminator when fewer than a WQE holds were written; returns the
+    /// scatter capacity as the device reads the lengths (low 31 bits, 0
+    /// meaning 2 GiB). The rare case of `write_wqe`, out of line and with
+    /// its view made here, so it weighs nothing on the common one.
+    #[cold]
+    #[inline(never)]
+    fn rewrite_skipping_empty(&self, buf: &DmaRegion<H>, first: u32, sges: &[Sge]) -> u64 {
+        let wqes = buf.ring_view(&self.units);
+        let (mut unit, mut capacity, mut written) = (first, 0u64, 0usize);
+        for sge in sges.iter().filter(|s| s.length != 0) {
+            write_seg(&wqes.entry(unit), sge.length, sge.lkey, sge.addr);
+            capacity += match sge.length & 0x7fff_ffff {
+                0 => 1u64 << 31,
+                n => n as u64,
+            };
+            unit += 1;
+            written += 1;
+        }
+        if written < self.geo.max_recv_sge as usize {
+            write_seg(&wqes.entry(unit), 0, self.term_lkey, 0);
+        }
+        capacity
     }
 
     /// Publish what was written: WQE stores ordered before the store of the

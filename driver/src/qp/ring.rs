@@ -302,10 +302,12 @@ impl<H: Hal> SendRing<H> {
     /// [`SendRing::write`] of an RDMA READ or an atomic: control, remote
     /// address, then the gather list the device writes into (READ) or the
     /// atomic segment and one 8-byte data segment (the atomics; rdma-core
-    /// `set_atomic_seg`, `set_data_ptr_seg_atomic`). Out of line: the
-    /// common path stays free of their checks and segments.
-    #[cold]
-    #[inline(never)]
+    /// `set_atomic_seg`, `set_data_ptr_seg_atomic`). A branch of its own,
+    /// so SEND and WRITE do none of their checks; inlined (as an
+    /// out-of-line call it cost READ and the atomics about 20 instructions
+    /// per request, and the SEND/WRITE post paths 10-14 more than now,
+    /// bench/budget.py).
+    #[inline(always)]
     fn write_reading<R: SendWork + ?Sized>(
         &mut self,
         slots: &mut [SendSlot],

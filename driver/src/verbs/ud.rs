@@ -219,9 +219,12 @@ impl<
     }
 }
 
-/// `post_send` on a QP whose `can_send` is false: a UD QP in (or past)
-/// RTS goes to [`post_ud`]; any other is `ENOMEM` at the first request
-/// (not in RTS since the last reset, as rdma-core).
+/// `post_send` on a QP whose `can_send` is false: a UD QP goes to
+/// [`post_ud`] (which sends from RTS on, as its state says: in ERR reached
+/// from there, requests are flushed); any other is `ENOMEM` at the first
+/// request (not in RTS since the last reset, as rdma-core). Out of line:
+/// the RC `post_send` stays as small as it was; [`post_ud`] is inlined
+/// here, so a UD post makes one call.
 #[cold]
 #[inline(never)]
 pub(super) fn post_not_rc<H: Hal, const W: usize>(
@@ -229,9 +232,7 @@ pub(super) fn post_not_rc<H: Hal, const W: usize>(
     ahs: &Table<AhEntry, MAX_AHS>,
     wrs: &[SendWr<'_>],
 ) -> Result<(), PostSendError> {
-    // A UD QP sends from RTS on (in ERR reached from there, requests are
-    // flushed), as its state says.
-    if e.qp.is_ud() && e.qp.state().can_post_send() {
+    if e.qp.is_ud() {
         return post_ud(&mut e.qp, ahs, wrs, e.book.sq_sig_all);
     }
     Err(PostSendError {
@@ -243,41 +244,52 @@ pub(super) fn post_not_rc<H: Hal, const W: usize>(
 /// `post_send` on a UD QP: each request's address handle is looked up
 /// (stale or missing: `EINVAL` at its index), its opcode must be SEND or
 /// SEND_WITH_IMM (`EINVAL`), then it goes to the ring with its own copy of
-/// the address vector; one doorbell per 16 requests. Out of line: the RC
-/// `post_send` stays as small as it was.
-#[inline(never)]
+/// the address vector; one doorbell per 16 requests. Each request is
+/// looked up once, as the ring takes it (the ones before a refused one
+/// stay posted). A QP not in a state that sends refuses the first request
+/// with `ENOMEM` before any of them is looked at, as the RC path does.
+#[inline(always)]
 pub(super) fn post_ud<H: Hal, const W: usize>(
     qp: &mut Qp<H, [SendSlot; W]>,
     ahs: &Table<AhEntry, MAX_AHS>,
     wrs: &[SendWr<'_>],
     sig_all: bool,
 ) -> Result<(), PostSendError> {
+    if let [wr] = wrs {
+        // One request: no loop, no list bookkeeping.
+        let Some(posted) = ud_request(ahs, wr, sig_all) else {
+            // The ring's state check comes first, as for a list.
+            return Err(PostSendError {
+                index: 0,
+                errno: if qp.state().can_post_send() {
+                    Errno::EINVAL
+                } else {
+                    Errno::ENOMEM
+                },
+            });
+        };
+        return qp.post_send_one(&posted).map_err(|e| PostSendError {
+            index: 0,
+            errno: super::qp::send_errno(&e),
+        });
+    }
     for (c, chunk) in wrs.chunks(16).enumerate() {
         let base = c * 16;
         // The requests up to the first that names no live handle or a
-        // connected opcode.
+        // connected opcode; that one is refused after the ones before it
+        // are posted (unless the ring refuses one of those first).
         let mut bad = None;
-        let mut ready = 0;
-        for wr in chunk {
-            let good = matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm)
-                && wr.ah.and_then(|h| ahs.get(h.0)).is_some();
-            if !good {
-                bad = Some(base + ready);
-                break;
+        let posted = chunk.iter().enumerate().map_while(|(i, wr)| {
+            let p = ud_request(ahs, wr, sig_all);
+            if p.is_none() {
+                bad = Some(base + i);
             }
-            ready += 1;
-        }
-        let posted = chunk[..ready].iter().map(|wr| PostedUd {
-            wr,
-            sig_all,
-            av: &ahs.get(wr.ah.expect("checked").0).expect("checked").av,
+            p
         });
-        if ready > 0 {
-            qp.post_send_iter(posted).map_err(|f| PostSendError {
-                index: base + f.index,
-                errno: super::qp::send_errno(&f.error),
-            })?;
-        }
+        qp.post_send_iter(posted).map_err(|f| PostSendError {
+            index: base + f.index,
+            errno: super::qp::send_errno(&f.error),
+        })?;
         if let Some(index) = bad {
             return Err(PostSendError {
                 index,
@@ -286,6 +298,22 @@ pub(super) fn post_ud<H: Hal, const W: usize>(
         }
     }
     Ok(())
+}
+
+/// `wr` as the ring takes it, with its address handle's vector; `None`
+/// when the handle is missing or stale or the opcode is not SEND or
+/// SEND_WITH_IMM.
+#[inline(always)]
+fn ud_request<'w, 'a>(
+    ahs: &'w Table<AhEntry, MAX_AHS>,
+    wr: &'w SendWr<'a>,
+    sig_all: bool,
+) -> Option<PostedUd<'w, 'a>> {
+    if !matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
+        return None;
+    }
+    let av = &ahs.get(wr.ah?.0)?.av;
+    Some(PostedUd { wr, sig_all, av })
 }
 
 /// A verbs UD work request as the send ring reads it.

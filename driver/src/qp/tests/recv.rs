@@ -278,3 +278,56 @@ fn a_qp_without_its_own_receive_queue_refuses_post_recv() {
     assert_eq!(q.dbr.read_be32(0), 0);
     assert!(q.complete_own_recv(&recv_cqe(0, 1)).is_err());
 }
+
+#[test]
+fn lists_and_single_requests_record_the_capacity_the_device_reads() {
+    // Lengths as the device reads them: the low 31 bits, 0 meaning 2 GiB;
+    // zero-length entries skipped. The same from a list (the ring view's
+    // path, with its out-of-line rewrite) and one request at a time.
+    let hal = TestHal::new();
+    let lists: [&[(u32, u32)]; 4] = [
+        &[(1, 0x8000_0001)],
+        &[(1, 0x8000_0000), (2, 0)],
+        &[(1, 10), (2, 20)],
+        &[(1, 0), (2, 7), (3, 0)],
+    ];
+    let want = [1u64, 1 << 31, 30, 7];
+    for one_by_one in [false, true] {
+        let mut q = qp_rq(&hal, rq_geo(4, 3));
+        let sges: Vec<Vec<_>> = lists
+            .iter()
+            .map(|l| l.iter().map(|&(i, len)| sge(i, len)).collect())
+            .collect();
+        let reqs: Vec<RecvRequest> = sges
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RecvRequest {
+                wr_id: i as u64,
+                sges: s,
+            })
+            .collect();
+        if one_by_one {
+            for r in &reqs {
+                q.post_recv(core::slice::from_ref(r)).unwrap();
+            }
+        } else {
+            q.post_recv(&reqs).unwrap();
+        }
+        assert_eq!(q.dbr.read_be32(0), 4);
+        // WQE 3: the one non-empty entry, then the terminator.
+        assert_eq!(seg(&q, 3, 0), (7, 0x502, 0x20_0000));
+        assert_eq!(seg(&q, 3, 1), (0, 0x100, 0));
+        assert_eq!(seg(&q, 1, 1), (0, 0x100, 0), "terminator after 2 GiB");
+        for (n, &cap) in want.iter().enumerate() {
+            assert_eq!(
+                q.complete_own_recv(&recv_cqe(n as u16, cap as u32 + 1)),
+                Err(BadRecvCqe::ByteCountBeyondBuffer {
+                    wr_id: n as u64,
+                    byte_len: cap as u32 + 1,
+                    capacity: cap
+                }),
+                "request {n}, one by one: {one_by_one}"
+            );
+        }
+    }
+}
