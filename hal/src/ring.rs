@@ -204,6 +204,33 @@ impl<H: Hal, const N: usize> RingRegion<H, N> {
         unsafe { DmaWindow::from_ptr(self.region.as_ptr().add(off)) }
     }
 
+    /// The `M` bytes from entry `index & layout().mask()` on, as one
+    /// window: a group of consecutive entries written together (a send
+    /// WQE's first 64-byte block of 16-byte units) at the cost of one
+    /// entry. One check, that the window ends inside the region (it does
+    /// whenever the entry starts a group of `M / N` that the ring's size
+    /// is a multiple of); panics otherwise.
+    #[inline(always)]
+    pub fn entry_span<const M: usize>(&self, index: u32) -> DmaWindow<'_, M> {
+        const {
+            assert!(
+                M >= N && M.is_multiple_of(8),
+                "a span of whole 8-byte words"
+            )
+        };
+        let off = self.layout.offset(index);
+        if off + M > self.region.len() {
+            span_outside(off, M, self.region.len());
+        }
+        // SAFETY: `off + M <= len` (checked just above; `off < end <= len`
+        // keeps the sum from overflowing), so the window lies inside the
+        // region, which the borrow of `self` keeps alive. `off` is an
+        // entry's offset: `first` and the stride are multiples of 8 (or
+        // the ring has one entry) and regions are page aligned, so the
+        // window is 8-byte aligned.
+        unsafe { DmaWindow::from_ptr(self.region.as_ptr().add(off)) }
+    }
+
     /// The ring as plain values (its first entry's address, mask and
     /// shift) borrowed from the region, for a loop that takes many entries
     /// in one go: a local copy stays in registers across the volatile
@@ -293,6 +320,12 @@ fn cursor_outside(offset: usize, len: usize) -> ! {
 
 #[cold]
 #[inline(never)]
+fn span_outside(offset: usize, bytes: usize, len: usize) -> ! {
+    panic!("a span of {bytes:#x} bytes at {offset:#x} runs past a region of {len:#x} bytes")
+}
+
+#[cold]
+#[inline(never)]
 fn layout_too_long(end: usize, len: usize) -> ! {
     panic!("ring layout of {end:#x} bytes used on a region of {len:#x} bytes")
 }
@@ -367,6 +400,38 @@ mod tests {
         let ring = super::RingRegion::<_, 64>::new(r, 0, 6, 6).unwrap();
         ring.entry(63).write_u8::<63>(0x5a);
         assert_eq!(ring.read_u8(PAGE_SIZE - 1), 0x5a);
+    }
+
+    #[test]
+    fn a_span_covers_consecutive_entries_and_may_not_run_past_the_region() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        // 256 units of 16 bytes: the whole page.
+        let ring = super::RingRegion::<_, 16>::new(r, 0, 8, 4).unwrap();
+        // The last group of four units ends at the region's last byte.
+        let span = ring.entry_span::<64>(252);
+        span.write_be64::<0>(0x0102_0304_0506_0708);
+        span.write_ne64::<56>(u64::from_ne_bytes([9, 8, 7, 6, 5, 4, 3, 2]));
+        assert_eq!(ring.entry(252).read_be64::<0>(), 0x0102_0304_0506_0708);
+        let mut tail = [0u8; 8];
+        ring.read_bytes(PAGE_SIZE - 8, &mut tail);
+        assert_eq!(
+            tail,
+            [9, 8, 7, 6, 5, 4, 3, 2],
+            "written as it lies, no swap"
+        );
+        // Indexes are masked as for an entry.
+        ring.entry_span::<64>(256 + 4).write_be64::<24>(7);
+        assert_eq!(ring.entry(5).read_be64::<8>(), 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "runs past a region")]
+    fn a_span_running_past_the_region_panics() {
+        let h = hal();
+        let r = h.alloc_dma(PAGE_SIZE).unwrap();
+        let ring = super::RingRegion::<_, 16>::new(r, 0, 8, 4).unwrap();
+        ring.entry_span::<64>(253).write_u8::<0>(1);
     }
 
     #[test]

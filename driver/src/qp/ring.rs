@@ -289,14 +289,25 @@ impl<H: Hal> SendRing<H> {
             Payload::Sges(sges) => self.write_gather(data_unit, sges)?,
             Payload::Inline(bytes) => self.write_inline(data_unit, bytes)?,
         };
-        let w = d.av.words(d.remote_qpn, d.remote_qkey);
-        for (k, pair) in w.chunks_exact(2).enumerate() {
-            let seg = self.buf.entry((idx * BB_UNITS + 1 + k) as u32);
-            seg.write_be64::<0>(pair[0]);
-            seg.write_be64::<8>(pair[1]);
-        }
         let imm = if opcode.has_imm() { r.imm() } else { 0 };
-        Ok(self.finish(slots, r, idx, opcode, 4 + data, imm))
+        let ds = 4 + data;
+        let (word0, word1) = self.control(r, opcode, ds, imm);
+        // Control and datagram segments fill the first WQEBB: one window
+        // (a WQE starts at a WQEBB and wraps only between WQEBBs), the
+        // address's tail stored as it lies in the handle.
+        let [qkey, dqp_head] = d.av.head_words(d.remote_qpn, d.remote_qkey);
+        let [t0, t1, t2, t3] = *d.av.wire_tail();
+        let bb = self.buf.entry_span::<WQEBB>((idx * BB_UNITS) as u32);
+        bb.write_be64::<0>(word0);
+        bb.write_be64::<8>(word1);
+        bb.write_be64::<16>(qkey);
+        bb.write_be64::<24>(dqp_head);
+        bb.write_ne64::<32>(t0);
+        bb.write_ne64::<40>(t1);
+        bb.write_ne64::<48>(t2);
+        bb.write_ne64::<56>(t3);
+        self.record(slots, r, idx, opcode, ds, word1);
+        Ok(word0)
     }
 
     /// [`SendRing::write`] of an RDMA READ or an atomic: control, remote
@@ -453,6 +464,9 @@ impl<H: Hal> SendRing<H> {
         ds: usize,
         imm: u32,
     ) -> u64 {
+        // Written out here rather than through `control` and `record` (as
+        // the datagram path does): shared, they cost the RC post 2-14
+        // instructions (bench/budget.py).
         let fm_ce_se = r.fm_ce_se();
         let word0 = mlx5_regs::doorbell::qp_send_doorbell(
             wqe::opmod_idx_opcode(0, self.cur_post, opcode as u8),
@@ -473,6 +487,50 @@ impl<H: Hal> SendRing<H> {
             .wrapping_add(round_up_div(ds, BB_UNITS) as u16);
         self.head = self.head.wrapping_add(1);
         word0
+    }
+
+    /// The control segment of the WQE at the producer position, `ds`
+    /// units long, as two big-endian words: the first is the doorbell
+    /// value, the second holds `fm_ce_se` and the immediate data.
+    #[inline(always)]
+    fn control<R: SendWork + ?Sized>(
+        &self,
+        r: &R,
+        opcode: SendOpcode,
+        ds: usize,
+        imm: u32,
+    ) -> (u64, u64) {
+        let word0 = mlx5_regs::doorbell::qp_send_doorbell(
+            wqe::opmod_idx_opcode(0, self.cur_post, opcode as u8),
+            self.qpn_ds | ds as u32 & wqe::CTRL_DS_MASK,
+        );
+        (word0, ((r.fm_ce_se() as u64) << 32) | imm as u64)
+    }
+
+    /// The table entry of the WQE at `idx` (`ds` units, control word 1
+    /// `word1`), then the counters move on.
+    #[inline(always)]
+    fn record<R: SendWork + ?Sized>(
+        &mut self,
+        slots: &mut [SendSlot],
+        r: &R,
+        idx: usize,
+        opcode: SendOpcode,
+        ds: usize,
+        word1: u64,
+    ) {
+        let fm_ce_se = (word1 >> 32) as u8;
+        slots[idx] = SendSlot {
+            wr_id: r.wr_id(),
+            seq: self.head,
+            index: self.cur_post,
+            opcode: opcode as u8,
+            signaled: fm_ce_se & wqe::CTRL_CQ_UPDATE != 0,
+        };
+        self.cur_post = self
+            .cur_post
+            .wrapping_add(round_up_div(ds, BB_UNITS) as u16);
+        self.head = self.head.wrapping_add(1);
     }
 
     /// Publish everything written: WQE stores ordered before the

@@ -40,8 +40,10 @@ const AV_GRH: u32 = 1 << 30;
 pub struct AddressVector {
     /// Bytes 12..16, big-endian.
     head: u32,
-    /// Bytes 16..48 as four big-endian words.
-    tail: [u64; 4],
+    /// Bytes 16..48 as they lie in the WQE: four words loaded from the
+    /// bytes in memory order (`u64::from_ne_bytes`), stored as they are,
+    /// with no byte swap per send.
+    wire_tail: [u64; 4],
 }
 
 impl AddressVector {
@@ -114,35 +116,41 @@ impl AddressVector {
                 );
             }
         }
-        let word = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let wire = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         Ok(AddressVector {
             head: u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
-            tail: [word(16), word(24), word(32), word(40)],
+            wire_tail: [wire(16), wire(24), wire(32), wire(40)],
         })
     }
 
-    /// The six big-endian words of the datagram segment for a send to
-    /// `remote_qpn` with `qkey`: Q_Key, then `dqp_dct` (extended AV) and
-    /// bytes 12..16, then the rest.
+    /// The first two words of the datagram segment for a send to
+    /// `remote_qpn` with `qkey`, as big-endian values: Q_Key, then
+    /// `dqp_dct` (extended AV) and bytes 12..16.
     #[inline(always)]
-    pub(super) fn words(&self, remote_qpn: u32, qkey: u32) -> [u64; 6] {
+    pub(super) fn head_words(&self, remote_qpn: u32, qkey: u32) -> [u64; 2] {
         let dqp = (remote_qpn & 0x00ff_ffff) | EXTENDED_AV;
         [
             u64::from(qkey) << 32,
             (u64::from(dqp) << 32) | u64::from(self.head),
-            self.tail[0],
-            self.tail[1],
-            self.tail[2],
-            self.tail[3],
         ]
+    }
+
+    /// Bytes 16..48 of the datagram segment as four words in memory order
+    /// (store them without a byte swap).
+    #[inline(always)]
+    pub(super) fn wire_tail(&self) -> &[u64; 4] {
+        &self.wire_tail
     }
 
     /// The 48 bytes of the datagram segment a send to `remote_qpn` with
     /// `qkey` carries (what the WQE holds after its control segment).
     pub fn segment(&self, remote_qpn: u32, qkey: u32) -> [u8; 48] {
         let mut out = [0u8; 48];
-        for (i, w) in self.words(remote_qpn, qkey).iter().enumerate() {
+        for (i, w) in self.head_words(remote_qpn, qkey).iter().enumerate() {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.to_be_bytes());
+        }
+        for (i, w) in self.wire_tail.iter().enumerate() {
+            out[16 + i * 8..24 + i * 8].copy_from_slice(&w.to_ne_bytes());
         }
         out
     }

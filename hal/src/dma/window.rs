@@ -116,6 +116,21 @@ impl<const N: usize> DmaWindow<'_, N> {
     window_access!(read_be32, write_be32, u32, u32::from_be, to_be);
     window_access!(read_be64, write_be64, u64, u64::from_be, to_be);
 
+    /// Volatile write of `value` as it lies in memory (no byte swap) at the
+    /// const offset `OFF`: for words kept in wire order, e.g. loaded with
+    /// `u64::from_ne_bytes` from the bytes the device expects.
+    #[inline(always)]
+    pub fn write_ne64<const OFF: usize>(&self, value: u64) {
+        const {
+            assert!(OFF + 8 <= N, "window write out of bounds");
+            assert!(OFF % 8 == 0, "unaligned window write");
+        }
+        // SAFETY: as for `write_be64`: the window's N bytes were
+        // bounds-checked and 8-byte aligned when made; the const block
+        // proves OFF + 8 <= N and OFF is aligned.
+        unsafe { (self.ptr.add(OFF) as *mut u64).write_volatile(value) }
+    }
+
     /// Read `K` bytes spaced `STRIDE` apart, the first at `OFF` (volatile
     /// byte loads; all offsets checked at compile time). For looking at
     /// one field of `K` consecutive entries, e.g. the owner bytes of a
