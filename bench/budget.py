@@ -63,8 +63,8 @@ PROBES = [
     # within 1.15x of the RC SEND above), RDMA WRITE, and READ and the
     # atomics (target: within 1.1x of the WRITE). No libmlx5 figure was
     # measured for them: the column holds post_send 1 SGE's as a stand-in.
-    ("post_send UD 1 SGE, 1 per call", "profile_facade_ops", ["ud", "1"], "facade_post", 267, 267, 304),
-    ("post_send UD 1 SGE, 16 per call", "profile_facade_ops", ["ud", "16"], "facade_post", 167, 167, 193),
+    ("post_send UD 1 SGE, 1 per call", "profile_facade_ops", ["ud", "1"], "facade_post", 267, 267, 291),
+    ("post_send UD 1 SGE, 16 per call", "profile_facade_ops", ["ud", "16"], "facade_post", 167, 167, 181),
     ("RDMA WRITE, 1 per call", "profile_facade_ops", ["write", "1"], "facade_post", 267, 214, None),
     ("RDMA WRITE, 16 per call", "profile_facade_ops", ["write", "16"], "facade_post", 167, 143, None),
     ("RDMA READ, 1 per call", "profile_facade_ops", ["read", "1"], "facade_post", 267, 206, None),
