@@ -55,6 +55,10 @@ fn random_qp_sequences_match_the_reference() {
             "QPs with their own receive queue took messages and were flushed: {t:?}"
         );
         assert!(
+            t.traffic.own_rq_rnr_naks > 0,
+            "an empty own receive queue answered RNR: {t:?}"
+        );
+        assert!(
             t.errors > 0 && t.flushes > 0 && t.events > 0 && t.limit_events > 0,
             "{t:?}"
         );

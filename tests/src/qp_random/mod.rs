@@ -133,6 +133,7 @@ impl Stats {
         self.traffic.flushed += o.traffic.flushed;
         self.traffic.reads += o.traffic.reads;
         self.traffic.atomics += o.traffic.atomics;
+        self.traffic.own_rq_rnr_naks += o.traffic.own_rq_rnr_naks;
     }
 }
 

@@ -397,6 +397,9 @@ pub struct Counts {
     pub reads: u64,
     /// Atomics a responder executed (never a replay).
     pub atomics: u64,
+    /// Of the RNR NAKs, those of an empty own receive queue (the device
+    /// does not count them apart).
+    pub own_rq_rnr_naks: u64,
 }
 
 /// The whole reference.

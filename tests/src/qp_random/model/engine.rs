@@ -140,6 +140,7 @@ impl Model {
             };
             let Some(r) = taken else {
                 self.counts.rnr_naks += 1;
+                self.counts.own_rq_rnr_naks += u64::from(srq.is_none());
                 self.wait(s, WaitKind::Rnr);
                 return false;
             };
