@@ -52,9 +52,20 @@ pub const RD_ACCESS: AccessFlags = AccessFlags(
 /// [`pair`] whose QPs receive through `rq`, grant [`RD_ACCESS`] and have
 /// `depth` READ/atomic resources each way.
 pub fn rd_pair(t: Transport, rq: RecvQueue, depth: u8) -> (Wire, Host, Host) {
+    rd_pair_of([profile_of(t, 1), profile_of(t, 2)], t, rq, depth)
+}
+
+/// [`rd_pair`] with host 1 a `profiles[0]` card and host 2 a
+/// `profiles[1]` card.
+pub fn rd_pair_of(
+    profiles: [Profile; 2],
+    t: Transport,
+    rq: RecvQueue,
+    depth: u8,
+) -> (Wire, Host, Host) {
     let wire = Wire::new(t.link_type());
-    let mut a = host_spec(t, 1, &wire, 0xff_fff0, rq);
-    let mut b = host_spec(t, 2, &wire, 0x1234, rq);
+    let mut a = host_spec(profiles[0], t, 1, &wire, 0xff_fff0, rq);
+    let mut b = host_spec(profiles[1], t, 2, &wire, 0x1234, rq);
     let (aa, ba) = (a.addr, b.addr);
     let opts = ConnectOpts {
         timeout: 10,
@@ -70,10 +81,10 @@ pub fn rd_pair(t: Transport, rq: RecvQueue, depth: u8) -> (Wire, Host, Host) {
     (wire, a, b)
 }
 
-fn host_spec(t: Transport, n: u8, wire: &Wire, psn: u32, rq: RecvQueue) -> Host {
+fn host_spec(profile: Profile, t: Transport, n: u8, wire: &Wire, psn: u32, rq: RecvQueue) -> Host {
     let dev = Device::new(SimConfig {
         seed: 0x7a0_0000 + u64::from(n),
-        ..SimConfig::profile(profile_of(t, n))
+        ..SimConfig::profile(profile)
     });
     let spec = HostSpec {
         slot: BIG,

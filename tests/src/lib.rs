@@ -14,6 +14,7 @@ pub mod hostile_send;
 pub mod hosts;
 pub mod qp;
 pub mod qp_random;
+pub mod rdma_pair;
 pub mod seeds;
 pub mod ud;
 pub mod verbs_common;

@@ -51,6 +51,14 @@ fn random_qp_sequences_match_the_reference() {
             "RDMA READs and atomics were mixed in: {t:?}"
         );
         assert!(
+            t.own_rq_recvs > 0 && t.own_rq_cqes > t.own_rq_flushes && t.own_rq_flushes > 0,
+            "QPs with their own receive queue took messages and were flushed: {t:?}"
+        );
+        assert!(
+            t.traffic.own_rq_rnr_naks > 0,
+            "an empty own receive queue answered RNR: {t:?}"
+        );
+        assert!(
             t.errors > 0 && t.flushes > 0 && t.events > 0 && t.limit_events > 0,
             "{t:?}"
         );

@@ -7,6 +7,7 @@
 //! answered from the responder's resources only while it is among the
 //! last `max_dest_rd_atomic` (docs/fidelity.md, responder resources).
 
+use mlx5_tests::hosts::{self, RecvQueue, Transport};
 use mlx5_tests::verbs_common::*;
 
 use crate::verbs_rdma::{atomic_wr, connect_rd};
@@ -177,47 +178,66 @@ fn reads_cross_the_wire() {
     b.close();
 }
 
+/// On every model profile (two cards of the profile on one Ethernet wire,
+/// RoCE v2 over their link-local GIDs, set up as `mlx5 pingpong` does),
+/// with the QP's own receive queue and with an SRQ.
 #[test]
 fn an_atomic_whose_acknowledge_is_lost_is_retried_and_executes_once() {
-    big_stack(lost_atomic_acknowledge);
+    big_stack(|| {
+        for profile in mlx5_tests::PROFILES {
+            for rq in [RecvQueue::Own, RecvQueue::Srq] {
+                lost_atomic_acknowledge(profile, rq);
+            }
+        }
+    });
 }
 
-fn lost_atomic_acknowledge() {
-    let (wire, mut a, b) = hosts();
-    b.buf.write_bytes(4096, &500u64.to_ne_bytes());
+fn lost_atomic_acknowledge(profile: Profile, rq: RecvQueue) {
+    let at = format!("{profile:?}, {rq:?}");
+    let (wire, mut a, b) = hosts::rd_pair_of([profile; 2], Transport::RoceV2Ipv6, rq, 4);
+    b.buf.write_bytes(hosts::WRITE_AT, &500u64.to_ne_bytes());
     // The next frames: 0 the FETCH_ADD, 1 its ATOMIC_ACKNOWLEDGE (dropped),
     // 2 the FETCH_ADD again, 3 the acknowledge replayed.
     wire.set_faults(Faults {
         chosen: vec![(wire.stats().frames + 1, Fault::Drop)],
         ..Faults::default()
     });
-    let result = [a.sge(64, 8)];
+    let result = [Sge {
+        addr: a.buf.iova() + hosts::SEND_AT as u64,
+        length: 8,
+        lkey: a.lkey(),
+    }];
     let wr = atomic_wr(
         8,
         WrOpcode::AtomicFetchAndAdd,
         &result,
-        b.buf.iova() + 4096,
-        b.mr.as_ref().unwrap().rkey(),
+        b.addr.addr + hosts::WRITE_AT as u64,
+        b.addr.rkey,
         25,
         0,
     );
     a.ctx.post_send(a.qp, &[wr]).unwrap();
-    let wc = wait_one(&mut a, &b);
+    let wc = hosts::wait_one(&mut a, true, &b.dev).unwrap_or_else(|| panic!("{at}: no completion"));
     assert_eq!(
-        (wc.status, wc.opcode),
-        (WcStatus::Success, WcOpcode::FetchAdd)
+        (wc.status, wc.opcode, wc.wr_id),
+        (WcStatus::Success, WcOpcode::FetchAdd, 8),
+        "{at}"
     );
     let mut v = [0u8; 8];
-    a.buf.read_bytes(64, &mut v);
-    assert_eq!(u64::from_ne_bytes(v), 500, "the original value");
-    b.buf.read_bytes(4096, &mut v);
-    assert_eq!(u64::from_ne_bytes(v), 525, "added once");
+    a.buf.read_bytes(hosts::SEND_AT, &mut v);
+    assert_eq!(u64::from_ne_bytes(v), 500, "{at}: the original value");
+    b.buf.read_bytes(hosts::WRITE_AT, &mut v);
+    assert_eq!(u64::from_ne_bytes(v), 525, "{at}: added once");
     let (sa, sb) = (a.dev.traffic().stats(), b.dev.traffic().stats());
-    assert_eq!(sa.retransmissions, 1, "the request was sent again");
-    assert_eq!((sb.atomics_executed, sb.rd_atomic_replays), (1, 1));
-    assert_eq!(wire.stats().dropped, 1);
-    a.close();
-    b.close();
+    assert_eq!(sa.retransmissions, 1, "{at}: the request was sent again");
+    assert_eq!(
+        (sb.atomics_executed, sb.rd_atomic_replays),
+        (1, 1),
+        "{at}: executed once, answered again from the saved result"
+    );
+    assert_eq!(wire.stats().dropped, 1, "{at}");
+    hosts::close(a, "host 1");
+    hosts::close(b, "host 2");
 }
 
 /// A pcap sink the test reads back.

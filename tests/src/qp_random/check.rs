@@ -147,14 +147,28 @@ impl Run {
                             matches!(c.status, CqeStatus::Error { syndrome, .. } if syndrome == s),
                             "{at}: {c:?}, expected syndrome {s:#x}"
                         );
-                        self.stats.errors += 1;
+                        if s == mlx5_regs::consts::cqe_syndrome::WR_FLUSH_ERR {
+                            self.stats.flushes += 1;
+                            self.stats.own_rq_flushes += 1;
+                        } else {
+                            self.stats.errors += 1;
+                        }
                     }
                 }
                 let live_qp = self
                     .qps
                     .get_mut(&qpn)
                     .filter(|_| self.m.qps[&qpn].gen == gen);
-                let done = match (live_qp, self.srqs.get_mut(&srq)) {
+                let done = match (live_qp, srq.and_then(|s| self.srqs.get_mut(&s))) {
+                    // The QP's own receive queue: the oldest WQE.
+                    (Some(dq), None) if srq.is_none() => {
+                        let r = dq.complete_own_recv(c);
+                        if syndrome.is_some() {
+                            self.m.qps.get_mut(&qpn).unwrap().view = QpState::Error;
+                        }
+                        self.stats.own_rq_cqes += 1;
+                        Some(r)
+                    }
                     (Some(dq), Some(ds)) => {
                         let r = dq.complete_recv(ds, c);
                         if syndrome.is_some() {
@@ -173,7 +187,13 @@ impl Run {
                     if syndrome.is_none() && opcode != CqeOpcode::RESP_SEND {
                         assert_eq!(got.imm, imm, "{at}");
                     }
-                    self.m.srqs.get_mut(&srq).unwrap().consumed -= 1;
+                    match srq {
+                        Some(s) => self.m.srqs.get_mut(&s).unwrap().consumed -= 1,
+                        None => {
+                            let rq = self.m.qps.get_mut(&qpn).and_then(|q| q.rq.as_mut());
+                            rq.expect("a live QP's own receive queue").consumed -= 1;
+                        }
+                    }
                 }
                 self.check_recv_buffers(&recv, payload.as_deref(), &at);
                 self.free_recv.push(recv.slot);

@@ -78,6 +78,12 @@ pub struct Stats {
     pub sends: u64,
     /// Receives posted.
     pub recvs: u64,
+    /// Of which to a QP's own receive queue.
+    pub own_rq_recvs: u64,
+    /// Completions of a QP's own receive queue checked.
+    pub own_rq_cqes: u64,
+    /// Of which flushes.
+    pub own_rq_flushes: u64,
     /// Completions checked.
     pub cqes: u64,
     /// Error completions (not flushes) checked.
@@ -108,6 +114,9 @@ impl Stats {
         self.steps += o.steps;
         self.sends += o.sends;
         self.recvs += o.recvs;
+        self.own_rq_recvs += o.own_rq_recvs;
+        self.own_rq_cqes += o.own_rq_cqes;
+        self.own_rq_flushes += o.own_rq_flushes;
         self.cqes += o.cqes;
         self.errors += o.errors;
         self.flushes += o.flushes;
@@ -124,6 +133,7 @@ impl Stats {
         self.traffic.flushed += o.traffic.flushed;
         self.traffic.reads += o.traffic.reads;
         self.traffic.atomics += o.traffic.atomics;
+        self.traffic.own_rq_rnr_naks += o.traffic.own_rq_rnr_naks;
     }
 }
 
@@ -382,6 +392,11 @@ impl Run {
                 d.last_wqe_reached(),
                 q.last_wqe,
                 "{at}: QP {qpn:#x} last WQE"
+            );
+            assert_eq!(
+                d.outstanding_recvs(),
+                q.rq.as_ref().map_or(0, |r| r.outstanding()),
+                "{at}: QP {qpn:#x} outstanding own receives"
             );
         }
         for (id, s) in &self.m.srqs {

@@ -185,9 +185,9 @@ pub enum Exp {
         gen: u32,
         /// Sending QP.
         src_qpn: u32,
-        /// The SRQ (id) and number.
-        srq: Id,
-        /// SRQ number.
+        /// The SRQ (id), `None` for the QP's own receive queue.
+        srq: Option<Id>,
+        /// SRQ number (0 for the QP's own receive queue).
         srqn: u32,
         /// The receive WQE.
         recv: RecvWqe,
@@ -258,6 +258,26 @@ impl MSrq {
     }
 }
 
+/// A QP's own receive queue.
+#[derive(Debug, Clone, Default)]
+pub struct MRq {
+    /// `RqGeometry::max_recv_wr`.
+    pub max_wr: u32,
+    /// `RqGeometry::max_recv_sge`.
+    pub max_sge: u32,
+    /// Posted, not consumed (the device takes them in order).
+    pub fifo: VecDeque<RecvWqe>,
+    /// Consumed (or flushed), completion not yet handed to the driver.
+    pub consumed: u32,
+}
+
+impl MRq {
+    /// What `Qp::outstanding_recvs()` says.
+    pub fn outstanding(&self) -> u32 {
+        self.fifo.len() as u32 + self.consumed
+    }
+}
+
 /// Why a head WQE waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitKind {
@@ -304,6 +324,8 @@ pub struct MQp {
     pub recv_cq: Option<Id>,
     /// SRQ.
     pub srq: Option<Id>,
+    /// Its own receive queue (never with an SRQ).
+    pub rq: Option<MRq>,
     /// Firmware state.
     pub fw: Fw,
     /// The state the driver reports (`Qp::state`), as a `QpState`.
@@ -348,7 +370,14 @@ pub struct MQp {
 impl MQp {
     /// The CQ receive completions go to.
     pub fn rcq(&self) -> Option<Id> {
-        self.srq.and(self.recv_cq.or(self.send_cq))
+        self.receives()
+            .then_some(self.recv_cq.or(self.send_cq))
+            .flatten()
+    }
+
+    /// It takes receive WQEs (from an SRQ or its own receive queue).
+    pub fn receives(&self) -> bool {
+        self.srq.is_some() || self.rq.is_some()
     }
 }
 
@@ -368,6 +397,9 @@ pub struct Counts {
     pub reads: u64,
     /// Atomics a responder executed (never a replay).
     pub atomics: u64,
+    /// Of the RNR NAKs, those of an empty own receive queue (the device
+    /// does not count them apart).
+    pub own_rq_rnr_naks: u64,
 }
 
 /// The whole reference.
@@ -433,7 +465,8 @@ impl Model {
 
     /// The driver removed QP `qpn`'s unpolled completions from its CQs
     /// (`qp_to_reset_and_clean`, as Linux does at 2RST); a receive
-    /// completion's WQE went back to its SRQ. Returns the receive buffer
+    /// completion's WQE went back to its SRQ; its own receive queue is
+    /// emptied. Returns the receive buffer
     /// slots freed and how many completions were removed.
     pub fn remove_qp_cqes(&mut self, qpn: u32) -> (Vec<usize>, u32) {
         let q = &self.qps[&qpn];
@@ -452,7 +485,7 @@ impl Model {
                     Exp::Resp {
                         qpn: n, srq, recv, ..
                     } if n == qpn => {
-                        if let Some(s) = self.srqs.get_mut(&srq) {
+                        if let Some(s) = srq.and_then(|s| self.srqs.get_mut(&s)) {
                             s.consumed -= 1;
                         }
                         slots.push(recv.slot);
@@ -461,6 +494,12 @@ impl Model {
                     e => cq.q.push_back(e),
                 }
             }
+        }
+        // Its own receive ring starts over empty (Linux `mlx5_ib_qp_reset`
+        // / rdma-core reset the receive queue's head and tail at 2RST).
+        if let Some(rq) = self.qps.get_mut(&qpn).and_then(|q| q.rq.as_mut()) {
+            slots.extend(rq.fifo.drain(..).map(|r| r.slot));
+            rq.consumed = 0;
         }
         (slots, removed)
     }
@@ -473,6 +512,10 @@ impl Model {
         for q in self.qps.values() {
             if q.send_cq == Some(cq) {
                 n += q.pending.len() as u32;
+            }
+            if let (Some(rq), true) = (&q.rq, q.rcq() == Some(cq)) {
+                // Each a completion or a flush.
+                n += rq.fifo.len() as u32;
             }
             let to_here = self.qps.get(&q.remote).is_some_and(|t| t.rcq() == Some(cq));
             if to_here {

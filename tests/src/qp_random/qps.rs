@@ -3,12 +3,13 @@
 //! queried; each outcome predicted before the driver is called.
 
 use mlx5_driver::qp::{
-    InitAttr, QpAccess, QpLinks, QpState, RtsAttr, SendQueueCaps, SendSlot, Transition,
+    InitAttr, QpAccess, QpLinks, QpState, RecvQueueCaps, RtsAttr, SendQueueCaps, SendSlot,
+    Transition,
 };
 use mlx5_driver::Error;
 use mlx5_regs::{CmdStatus, Opcode};
 
-use super::model::{Fw, MQp, Sq};
+use super::model::{Fw, MQp, MRq, Sq};
 use super::objects::injected;
 use super::{Run, TestQp};
 
@@ -22,21 +23,30 @@ impl Run {
         }
         let cqs = self.cq_ids();
         let srqs = self.srq_ids();
-        // 0: sender, 1: receive-only, 2 and 3: both.
+        // 0: sender, 1: receive-only, 2 and 3: both; a receiver takes its
+        // WQEs from an SRQ or (one in three, or without an SRQ) from its
+        // own receive queue.
         let shape = self.rng.below(4).min(2);
         let has_sq = shape != 1;
-        let srq = if shape == 0 {
+        let own_rq = shape != 0 && (srqs.is_empty() || self.rng.below(3) == 0);
+        let srq = if shape == 0 || own_rq {
             None
         } else {
-            match self.pick(&srqs) {
-                Some(s) => Some(s),
-                None => return,
-            }
+            self.pick(&srqs)
         };
+        let rq_req = own_rq.then(|| RecvQueueCaps {
+            max_recv_wr: 1 + self.rng.below(32) as u32,
+            max_recv_sge: 1 + self.rng.below(4) as u32,
+        });
+        let rq_geo = rq_req.map(|r| {
+            self.hca
+                .recv_queue_geometry(&r)
+                .unwrap_or_else(|e| panic!("{}: geometry of {r:?}: {e}", self.at))
+        });
         let Some(first) = self.pick(&cqs) else {
             return;
         };
-        let (send_cq, recv_cq) = match (has_sq, srq.is_some()) {
+        let (send_cq, recv_cq) = match (has_sq, srq.is_some() || own_rq) {
             (true, false) => (Some(first), None),
             (false, _) => (None, Some(first)),
             (true, true) => {
@@ -75,7 +85,9 @@ impl Run {
                 recv_cq: recv.as_mut(),
                 srq: s.as_mut(),
             };
-            let r = self.hca.create_qp(has_sq.then_some(req), links, table);
+            let r = self
+                .hca
+                .create_qp_with(has_sq.then_some(req), rq_req, links, table);
             for (id, c) in [(send_cq, send), (recv_cq, recv)] {
                 if let (Some(id), Some(c)) = (id, c) {
                     self.cqs.insert(id, c);
@@ -120,6 +132,11 @@ impl Run {
                 send_cq,
                 recv_cq,
                 srq,
+                rq: rq_geo.map(|g| MRq {
+                    max_wr: g.max_recv_wr,
+                    max_sge: g.max_recv_sge,
+                    ..MRq::default()
+                }),
                 fw: Fw::Reset,
                 view: QpState::Reset,
                 rwe: false,
@@ -252,13 +269,13 @@ impl Run {
         };
         // Partners that can take what `a` sends (an SRQ) come first.
         let q = &self.m.qps[&a];
-        let can_self = q.sq.is_some() && q.srq.is_some();
+        let can_self = q.sq.is_some() && q.receives();
         let sends = q.sq.is_some();
         let others: Vec<u32> = reset.iter().copied().filter(|&q| q != a).collect();
         let takers: Vec<u32> = others
             .iter()
             .copied()
-            .filter(|n| !sends || self.m.qps[n].srq.is_some())
+            .filter(|n| !sends || self.m.qps[n].receives())
             .collect();
         let b = match self.rng.below(20) {
             0..=13 if !takers.is_empty() => self.pick(&takers).unwrap(),

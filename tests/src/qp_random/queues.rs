@@ -213,13 +213,31 @@ impl Run {
         }
     }
 
+    /// Post receives to an SRQ or (one in three, when there is one) to a
+    /// QP's own receive queue. Not to an own queue whose QP is in ERR: the
+    /// device flushes those when it next reads the doorbell record, a
+    /// moment the step-level reference does not pin down.
     pub(super) fn post_recv(&mut self) {
-        let Some(id) = self.pick(&self.srq_ids()) else {
-            return;
+        let own: Vec<u32> = (self.m.qps.values())
+            .filter(|q| q.rq.is_some() && q.fw != super::model::Fw::Err)
+            .map(|q| q.qpn)
+            .collect();
+        let target = match self.pick(&self.srq_ids()) {
+            Some(id) if own.is_empty() || self.rng.below(3) != 0 => RecvTarget::Srq(id),
+            _ => match self.pick(&own) {
+                Some(qpn) => RecvTarget::Qp(qpn),
+                None => return,
+            },
         };
-        let (max_sge, max_wr) = {
-            let s = &self.m.srqs[&id];
-            (s.max_sge, s.max_wr)
+        let (max_sge, max_wr, out) = match target {
+            RecvTarget::Srq(id) => {
+                let s = &self.m.srqs[&id];
+                (s.max_sge, s.max_wr, s.outstanding())
+            }
+            RecvTarget::Qp(qpn) => {
+                let r = self.m.qps[&qpn].rq.as_ref().unwrap();
+                (r.max_sge, r.max_wr, r.outstanding())
+            }
         };
         let k = 1 + self.rng.below(8) as usize;
         let mut plan: Vec<RecvWqe> = Vec::new();
@@ -270,6 +288,21 @@ impl Run {
             });
             self.next_wr += 1;
         }
+        if let RecvTarget::Qp(qpn) = target {
+            // Each WQE of an own receive queue ends in a completion or a
+            // flush on the QP's receive CQ: never more than it has room for.
+            let room = self.m.qps[&qpn].rcq().map_or(0, |c| {
+                let cq = &self.m.cqs[&c];
+                cq.cap.saturating_sub(self.m.reserved(c)) as usize
+            });
+            if plan.len() > room {
+                self.free_recv.extend(plan.drain(room..).map(|p| p.slot));
+                sges.truncate(room);
+            }
+            if plan.is_empty() {
+                return;
+            }
+        }
         let reqs: Vec<RecvRequest<'_>> = plan
             .iter()
             .zip(&sges)
@@ -278,20 +311,19 @@ impl Run {
                 sges: s,
             })
             .collect();
-        // The driver checks the scatter count, then room.
-        let out = self.m.srqs[&id].outstanding();
+        // The SRQ checks the scatter count, then room; the QP's own queue
+        // room, then the scatter count.
         let mut expect = Ok(());
         let mut posted = 0;
         for (i, p) in plan.iter().enumerate() {
-            let error = if p.segs.len() > max_sge as usize {
-                Some(PostError::TooManySges {
-                    given: p.segs.len(),
-                    max: max_sge as usize,
-                })
-            } else if out + i as u32 == max_wr {
-                Some(PostError::Full)
-            } else {
-                None
+            let too_many = (p.segs.len() > max_sge as usize).then_some(PostError::TooManySges {
+                given: p.segs.len(),
+                max: max_sge as usize,
+            });
+            let full = (out + i as u32 == max_wr).then_some(PostError::Full);
+            let error = match target {
+                RecvTarget::Srq(_) => too_many.or(full),
+                RecvTarget::Qp(_) => full.or(too_many),
             };
             if let Some(error) = error {
                 expect = Err(PostFailure { index: i, error });
@@ -299,15 +331,34 @@ impl Run {
             }
             posted += 1;
         }
-        let r = self.srqs.get_mut(&id).expect("driver SRQ").post(&reqs);
-        assert_eq!(r, expect, "{}: post_srq_recv of {}", self.at, plan.len());
+        let r = match target {
+            RecvTarget::Srq(id) => self.srqs.get_mut(&id).expect("driver SRQ").post(&reqs),
+            RecvTarget::Qp(qpn) => {
+                let qp = self.qps.get_mut(&qpn).expect("driver QP");
+                self.hca.post_recv(qp, &reqs)
+            }
+        };
+        assert_eq!(
+            r,
+            expect,
+            "{}: post_recv of {} to {target:?}",
+            self.at,
+            plan.len()
+        );
         if r.is_err() {
             self.stats.refusals += 1;
         }
         self.stats.recvs += posted as u64;
         let mut rest = plan.split_off(posted);
         self.free_recv.extend(rest.drain(..).map(|p| p.slot));
-        self.m.srqs.get_mut(&id).unwrap().fifo.extend(plan);
+        match target {
+            RecvTarget::Srq(id) => self.m.srqs.get_mut(&id).unwrap().fifo.extend(plan),
+            RecvTarget::Qp(qpn) => {
+                self.stats.own_rq_recvs += posted as u64;
+                let rq = self.m.qps.get_mut(&qpn).unwrap().rq.as_mut().unwrap();
+                rq.fifo.extend(plan);
+            }
+        }
     }
 
     pub(super) fn arm_limit(&mut self) {
@@ -452,4 +503,13 @@ impl Run {
             c.armed = true;
         }
     }
+}
+
+/// Where a receive is posted.
+#[derive(Debug, Clone, Copy)]
+enum RecvTarget {
+    /// An SRQ.
+    Srq(super::model::Id),
+    /// A QP's own receive queue.
+    Qp(u32),
 }

@@ -240,7 +240,7 @@ impl Run {
                     && q.view == QpState::Rts
                     && self.m.qps.get(&q.remote).is_some_and(|t| {
                         t.remote == q.qpn
-                            && t.srq.is_some()
+                            && t.receives()
                             && matches!(t.fw, super::model::Fw::Rtr | super::model::Fw::Rts)
                     })
             })

@@ -113,22 +113,37 @@ impl Model {
         }
         let mut recv = None;
         if w.opcode != wqe::OPCODE_RDMA_WRITE {
-            let Some(srq) = self.qps[&t].srq else {
-                self.fail(
-                    s,
-                    syn::REMOTE_INVAL_REQ_ERR,
-                    t,
-                    Some(QpEvent::InvalidRequest),
-                );
-                return false;
+            // The receive WQE: from the responder's SRQ or its own receive
+            // queue; neither is an invalid request, none posted an RNR NAK.
+            let srq = self.qps[&t].srq;
+            let taken = match srq {
+                Some(srq) => {
+                    let sq = self.srqs.get_mut(&srq).expect("a QP's SRQ exists");
+                    let r = sq.fifo.pop_front();
+                    sq.consumed += u32::from(r.is_some());
+                    r
+                }
+                None => {
+                    let Some(rq) = self.qps.get_mut(&t).unwrap().rq.as_mut() else {
+                        self.fail(
+                            s,
+                            syn::REMOTE_INVAL_REQ_ERR,
+                            t,
+                            Some(QpEvent::InvalidRequest),
+                        );
+                        return false;
+                    };
+                    let r = rq.fifo.pop_front();
+                    rq.consumed += u32::from(r.is_some());
+                    r
+                }
             };
-            let sq = self.srqs.get_mut(&srq).expect("a QP's SRQ exists");
-            let Some(r) = sq.fifo.pop_front() else {
+            let Some(r) = taken else {
                 self.counts.rnr_naks += 1;
+                self.counts.own_rq_rnr_naks += u64::from(srq.is_none());
                 self.wait(s, WaitKind::Rnr);
                 return false;
             };
-            sq.consumed += 1;
             recv = Some((srq, r));
         }
         if let (Some((srq, r)), false) = (&recv, w.rdma()) {
@@ -144,7 +159,7 @@ impl Model {
                     gen: tq.gen,
                     src_qpn: s,
                     srq: *srq,
-                    srqn: self.srqs[srq].srqn,
+                    srqn: self.srqn_of(*srq),
                     recv: r.clone(),
                     opcode: CqeOpcode::RESP_ERR,
                     len: 0,
@@ -153,7 +168,9 @@ impl Model {
                     payload: None,
                 };
                 self.push_cqe(tq.rcq(), e);
-                self.check_limit(*srq);
+                if let Some(srq) = *srq {
+                    self.check_limit(srq);
+                }
                 self.fail(s, ss, t, None);
                 return false;
             }
@@ -180,7 +197,7 @@ impl Model {
                 gen: tq.gen,
                 src_qpn: s,
                 srq,
-                srqn: self.srqs[&srq].srqn,
+                srqn: self.srqn_of(srq),
                 recv: r,
                 opcode,
                 len,
@@ -193,7 +210,9 @@ impl Model {
                 payload,
             };
             self.push_cqe(tq.rcq(), e);
-            self.check_limit(srq);
+            if let Some(srq) = srq {
+                self.check_limit(srq);
+            }
         }
         self.counts.messages += 1;
         self.req_done(s);
@@ -486,6 +505,7 @@ impl Model {
         q.rd_res = None;
         let srq = q.srq.is_some();
         self.flush(qpn);
+        self.flush_rq(qpn);
         if was != Fw::Err && srq {
             self.events
                 .push_back(ExpEvent::Qp(qpn, QpEvent::LastWqeReached));
@@ -498,6 +518,43 @@ impl Model {
             self.counts.flushed += 1;
             self.req_error_no_state(qpn);
         }
+    }
+
+    /// One responder flush CQE per WQE of the QP's own receive queue, in
+    /// order, after its send queue's (an SRQ's WQEs are not the QP's to
+    /// flush).
+    fn flush_rq(&mut self, qpn: u32) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let (gen, rcq) = (q.gen, q.rcq());
+        let Some(rq) = q.rq.as_mut() else {
+            return;
+        };
+        let flushed: Vec<_> = rq.fifo.drain(..).collect();
+        rq.consumed += flushed.len() as u32;
+        for r in flushed {
+            self.counts.flushed += 1;
+            let e = Exp::Resp {
+                qpn,
+                gen,
+                src_qpn: 0,
+                srq: None,
+                srqn: 0,
+                recv: r,
+                opcode: CqeOpcode::RESP_ERR,
+                len: 0,
+                imm: 0,
+                syndrome: Some(syn::WR_FLUSH_ERR),
+                payload: None,
+            };
+            self.push_cqe(rcq, e);
+        }
+    }
+
+    /// The SRQ number a receive completion names (0: the QP's own queue).
+    fn srqn_of(&self, srq: Option<Id>) -> u32 {
+        srq.map_or(0, |s| self.srqs[&s].srqn)
     }
 
     fn req_error_no_state(&mut self, s: u32) {
