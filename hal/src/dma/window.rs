@@ -123,7 +123,7 @@ impl<const N: usize> DmaWindow<'_, N> {
     pub fn write_ne64<const OFF: usize>(&self, value: u64) {
         const {
             assert!(OFF + 8 <= N, "window write out of bounds");
-            assert!(OFF % 8 == 0, "unaligned window write");
+            assert!(OFF.is_multiple_of(8), "unaligned window write");
         }
         // SAFETY: as for `write_be64`: the window's N bytes were
         // bounds-checked and 8-byte aligned when made; the const block
