@@ -11,6 +11,7 @@ mod common;
 mod bringup;
 mod cmdq;
 mod idle_clock;
+mod port_regs;
 mod reset;
 
 // What Linux's mlx5_core sends while it probes, byte for byte; the device
