@@ -27,6 +27,37 @@ use crate::common::target::{self, ModelOpts};
 use mlx5_testbed::{HostSpec, Transport};
 use opts::{Args, Program};
 
+/// Joins the model's port (`host`) to the UDP link `udp_local` ->
+/// `udp_remote` and sets `wire`'s faults on the model's own frames: `drop`
+/// of them dropped, the `corrupt_frame`th with a bad ICRC, seeded by `seed`
+/// (1 when none is given). `mlx5 peer` and `mlx5 perf` both start this way.
+pub(crate) fn join_udp_link(
+    host: &Host,
+    wire: &Wire,
+    udp_local: std::net::SocketAddr,
+    udp_remote: std::net::SocketAddr,
+    seed: Option<u64>,
+    drop: f64,
+    corrupt_frame: Option<u64>,
+) -> Result<UdpLink, CliError> {
+    let link = UdpLink::join(&host.dev, udp_local, udp_remote).map_err(|e| {
+        CliError::failed(
+            format!("joining the UDP link {udp_local} -> {udp_remote}: {e}"),
+            "is another program bound to --udp-local?",
+        )
+    })?;
+    link.fault_model_frames_only();
+    wire.set_faults(Faults {
+        seed: seed.unwrap_or(1),
+        drop,
+        chosen: corrupt_frame
+            .map(|n| vec![(n, Fault::Corrupt)])
+            .unwrap_or_default(),
+        ..Faults::default()
+    });
+    Ok(link)
+}
+
 /// How `mlx5 peer` runs.
 pub struct Run<'a> {
     /// Its own options.
@@ -154,30 +185,21 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
     };
-    let link = match UdpLink::join(&host.dev, a.udp_local, a.udp_remote) {
+    let link = match join_udp_link(
+        &host,
+        &wire,
+        a.udp_local,
+        a.udp_remote,
+        r.model.seed,
+        a.drop,
+        a.corrupt_frame,
+    ) {
         Ok(l) => l,
         Err(e) => {
             let _ = host.close();
-            let e = CliError::failed(
-                format!(
-                    "joining the UDP link {} -> {}: {e}",
-                    a.udp_local, a.udp_remote
-                ),
-                "is another program bound to --udp-local?",
-            );
             return (Value::Null, Err(e));
         }
     };
-    link.fault_model_frames_only();
-    wire.set_faults(Faults {
-        seed: r.model.seed.unwrap_or(1),
-        drop: a.drop,
-        chosen: a
-            .corrupt_frame
-            .map(|n| vec![(n, Fault::Corrupt)])
-            .unwrap_or_default(),
-        ..Faults::default()
-    });
     progress(
         r,
         "the model answers ARP for 198.18.0.2; exchanging addresses",

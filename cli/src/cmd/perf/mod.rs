@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 
 use mlx5_driver::verbs::AccessFlags;
 use mlx5_driver::HcaConfig;
-use mlx5_sim::wire::{Fault, Faults, LinkType, Wire};
-use mlx5_sim::{Profile, UdpLink};
+use mlx5_sim::wire::{LinkType, Wire};
+use mlx5_sim::Profile;
 use mlx5_testbed::{HostSpec, RecvQueue, Transport};
 use serde_json::{json, Value};
 
+use super::peer::join_udp_link;
 use super::pingpong::host::{setup_error, Host};
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
@@ -101,30 +102,21 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
     };
-    let link = match UdpLink::join(&host.dev, a.udp_local, a.udp_remote) {
+    let link = match join_udp_link(
+        &host,
+        &wire,
+        a.udp_local,
+        a.udp_remote,
+        r.model.seed,
+        a.drop,
+        a.corrupt_frame,
+    ) {
         Ok(l) => l,
         Err(e) => {
             let _ = host.close();
-            let e = CliError::failed(
-                format!(
-                    "joining the UDP link {} -> {}: {e}",
-                    a.udp_local, a.udp_remote
-                ),
-                "is another program bound to --udp-local?",
-            );
             return (Value::Null, Err(e));
         }
     };
-    link.fault_model_frames_only();
-    wire.set_faults(Faults {
-        seed: r.model.seed.unwrap_or(1),
-        drop: a.drop,
-        chosen: a
-            .corrupt_frame
-            .map(|n| vec![(n, Fault::Corrupt)])
-            .unwrap_or_default(),
-        ..Faults::default()
-    });
     let res = session::establish(a, &mut host, &link, deadline, r.progress).and_then(|c| {
         let me = c.me;
         let peer = c.peer;
