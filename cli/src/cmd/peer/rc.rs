@@ -181,7 +181,9 @@ fn post_send(host: &mut Host, size: usize, n: u64) -> Result<(), CliError> {
         .map_err(|e| verbs_error(&host.ctx, &format!("message {}: post_send", n + 1), e.errno))
 }
 
-fn sent(host: &mut Host, n: u64, deadline: Instant) -> Result<(), CliError> {
+/// Waits for message `n`'s send completion and checks it succeeded for
+/// that request.
+pub(super) fn sent(host: &mut Host, n: u64, deadline: Instant) -> Result<(), CliError> {
     let what = format!("message {} sent", n + 1);
     let s = wait(host, true, deadline, &what)?;
     if s.status != WcStatus::Success || s.wr_id != n {

@@ -21,7 +21,7 @@ use mlx5_sim::UdpLink;
 
 use super::oob::Dest;
 use super::opts::Args;
-use super::rc::{resolve, text, wait, Outcome, FILL};
+use super::rc::{resolve, sent, text, wait, Outcome, FILL};
 use crate::cmd::pingpong::host::{verbs_error, Host, RECVS};
 use crate::common::error::CliError;
 
@@ -255,15 +255,7 @@ fn send(
     host.ctx
         .post_send(ud.qp, &[wr])
         .map_err(|e| verbs_error(&host.ctx, &format!("message {}: post_send", n + 1), e.errno))?;
-    let what = format!("message {} sent", n + 1);
-    let s = wait(host, true, deadline, &what)?;
-    if s.status != WcStatus::Success || s.wr_id != n {
-        return Err(CliError::check(format!(
-            "{what}: send completion {:?} for wr_id {} (vendor syndrome {:#x})",
-            s.status, s.wr_id, s.vendor_err
-        )));
-    }
-    Ok(())
+    sent(host, n, deadline)
 }
 
 /// The whole session: the UD QP, the exchange, `iters` round trips, a
