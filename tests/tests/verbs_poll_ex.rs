@@ -7,8 +7,8 @@
 //! bits, GRH, timestamp) are checked on CQEs the test writes itself.
 
 use mlx5_driver::verbs::{
-    CqHandle, CqInitAttrEx, Errno, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode, WC_GRH,
-    WC_WITH_IMM, WC_WITH_INV,
+    CqHandle, CqInitAttrEx, Errno, QpHandle, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    WC_GRH, WC_WITH_IMM, WC_WITH_INV,
 };
 use mlx5_regs::CqeOpcode;
 use mlx5_sim::{Device, Profile};
@@ -260,6 +260,29 @@ fn write_resp(
     r.write_u8(at + 0x3f, (CqeOpcode::RESP_SEND.0 << 4) | owner);
 }
 
+/// An extended CQ of 63 entries with `flags`, an unconnected pair, and a
+/// QP of the pair's shape receiving on the extended CQ through the pair's
+/// SRQ.
+fn ext_cq_receiver(dev: &Device, ctx: &mut Ctx, flags: u64) -> (CqHandle, Pair, QpHandle) {
+    let (rcq, _) = ctx
+        .create_cq_ex(&CqInitAttrEx {
+            wc_flags: flags,
+            ..CqInitAttrEx::new(63)
+        })
+        .unwrap();
+    let p = Pair::unconnected(dev, ctx, cap(4, 1, 0));
+    let (q, _) = ctx
+        .create_qp(&mlx5_driver::verbs::QpInitAttr {
+            send_cq: p.scq,
+            recv_cq: rcq,
+            srq: Some(p.srq),
+            cap: cap(4, 1, 0),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    (rcq, p, q)
+}
+
 /// The SRQ WQE index holding `wr_id`.
 fn wqe_of(ctx: &Ctx, p: &Pair, wr_id: u64) -> u16 {
     let ring = ctx.srq(p.srq).unwrap().ring();
@@ -274,23 +297,7 @@ fn the_fields_a_work_completion_cannot_hold_follow_wc_flags() {
     let (dev, mut ctx) = open(Profile::ConnectX5);
     let all = A::WC_STANDARD_FLAGS | A::WC_WITH_COMPLETION_TIMESTAMP;
     for (flags, read_all) in [(all, true), (A::WC_WITH_BYTE_LEN, false)] {
-        let (rcq, _) = ctx
-            .create_cq_ex(&CqInitAttrEx {
-                wc_flags: flags,
-                ..CqInitAttrEx::new(63)
-            })
-            .unwrap();
-        let mut p = Pair::unconnected(&dev, &mut ctx, cap(4, 1, 0));
-        // A QP receiving on the extended CQ through the pair's SRQ.
-        let (q, _) = ctx
-            .create_qp(&mlx5_driver::verbs::QpInitAttr {
-                send_cq: p.scq,
-                recv_cq: rcq,
-                srq: Some(p.srq),
-                cap: cap(4, 1, 0),
-                sq_sig_all: false,
-            })
-            .unwrap();
+        let (rcq, mut p, q) = ext_cq_receiver(&dev, &mut ctx, flags);
         p.post_recv(&mut ctx, 500, 2);
         let qpn = ctx.qp_num(q).unwrap();
         let srqn = ctx.srq_num(p.srq).unwrap();
@@ -409,22 +416,8 @@ fn completion_timestamps_are_the_device_clock_when_the_completion_was_written() 
     let khz = ctx.hca().caps().device_frequency_khz as u128;
     assert!(khz > 0);
     let ticks = |ns: u64| (ns as u128 * khz / 1_000_000) as u64;
-    let (rcq, _) = ctx
-        .create_cq_ex(&CqInitAttrEx {
-            wc_flags: A::WC_STANDARD_FLAGS | A::WC_WITH_COMPLETION_TIMESTAMP,
-            ..CqInitAttrEx::new(63)
-        })
-        .unwrap();
-    let mut p = Pair::unconnected(&dev, &mut ctx, cap(4, 1, 0));
-    let (q, _) = ctx
-        .create_qp(&mlx5_driver::verbs::QpInitAttr {
-            send_cq: p.scq,
-            recv_cq: rcq,
-            srq: Some(p.srq),
-            cap: cap(4, 1, 0),
-            sq_sig_all: false,
-        })
-        .unwrap();
+    let flags = A::WC_STANDARD_FLAGS | A::WC_WITH_COMPLETION_TIMESTAMP;
+    let (rcq, mut p, q) = ext_cq_receiver(&dev, &mut ctx, flags);
     p.post_recv(&mut ctx, 700, 2);
     let (qpn, srqn) = (ctx.qp_num(q).unwrap(), ctx.srq_num(p.srq).unwrap());
     let rcqn = ctx.cq_num(rcq).unwrap();
