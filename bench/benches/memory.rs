@@ -13,6 +13,7 @@ use mlx5_driver::cq::{Cq, CqOptions, Cqe, CqeSize};
 use mlx5_driver::eq::{Event, EventQueue, EventSink};
 use mlx5_driver::pages::PageManager;
 use mlx5_driver::srq::Srq;
+use mlx5_driver::unstable;
 use mlx5_driver::unstable::cq::{CqRing, DoorbellRecord};
 use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_driver::{Caps, CmdStats, Hca, HcaConfig};
@@ -155,7 +156,7 @@ fn main() {
                 .create_srq(max_wr, max_sge, issi0.then_some(&mut cq))
                 .unwrap();
             let used = live.load(Ordering::Relaxed) - b0;
-            let geo = srq.ring().geometry();
+            let geo = unstable::srq::ring(&srq).geometry();
             println!(
                 "| {max_wr} | {max_sge} | {} | {} | {} ({used}) |",
                 geo.wqe_cnt(),

@@ -34,6 +34,7 @@ use mlx5_bench::{BenchHal, RawSq};
 use mlx5_driver::cq::{Cq, CqOptions, Cqe, CqeStatus};
 use mlx5_driver::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
 use mlx5_driver::srq::{RecvRequest, Sge, Srq};
+use mlx5_driver::unstable;
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::CqeOpcode;
@@ -130,7 +131,7 @@ impl Sender {
             }
             total += t.elapsed();
             // The last WQE starts one WQE size before the producer counter.
-            let ring = qp.send_ring().unwrap();
+            let ring = unstable::qp::send_ring(qp).unwrap();
             let per = (ring.geometry().wqe_size / 64) as u16;
             let last = ring.producer_counter().wrapping_sub(per);
             self.retire(last, opcode);
@@ -209,7 +210,7 @@ fn post_send(c: &mut Criterion) {
                 let s = Sender::new(kind);
                 let sges = s.sges(kind);
                 let qp = s.qp.as_ref().unwrap();
-                let ring = qp.send_ring().unwrap();
+                let ring = unstable::qp::send_ring(qp).unwrap();
                 let g = ring.geometry();
                 // SAFETY: the QP's ring and doorbell record are live DMA
                 // memory of `s`, which outlives `raw`; the driver does not

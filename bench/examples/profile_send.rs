@@ -20,6 +20,7 @@ use mlx5_bench::{BenchHal, RawSq};
 use mlx5_driver::cq::{CqOptions, Cqe, CqeStatus};
 use mlx5_driver::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
 use mlx5_driver::srq::Sge;
+use mlx5_driver::unstable;
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::Hal;
 use mlx5_regs::CqeOpcode;
@@ -97,7 +98,7 @@ fn main() {
         for _ in 0..per_round {
             driver_post(&mut qp, &reqs);
         }
-        let ring = qp.send_ring().unwrap();
+        let ring = unstable::qp::send_ring(&qp).unwrap();
         let last = ring
             .producer_counter()
             .wrapping_sub((ring.geometry().wqe_size / 64) as u16);
@@ -111,7 +112,7 @@ fn main() {
         };
         black_box(qp.complete_send(&cqe).unwrap());
     }
-    let ring = qp.send_ring().unwrap();
+    let ring = unstable::qp::send_ring(&qp).unwrap();
     // SAFETY: the QP's ring and record are live DMA memory that outlive
     // `raw`; the driver posts nothing while it runs.
     let mut raw = unsafe {

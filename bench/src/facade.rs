@@ -8,6 +8,7 @@
 
 use mlx5_driver::cq::{Cqe, CqeSize, CqeStatus};
 use mlx5_driver::srq::{Sge, SrqGeometry};
+use mlx5_driver::unstable;
 use mlx5_driver::unstable::cq::{CqRing, DoorbellRecord};
 use mlx5_driver::unstable::srq::SrqRing;
 use mlx5_driver::verbs::{
@@ -113,7 +114,7 @@ impl Rig {
 
     /// The facade CQ's ring.
     pub fn cq_ring(&self) -> &CqRing<SimHal> {
-        self.ctx.cq(self.cq).expect("cq").ring()
+        unstable::cq::ring(self.ctx.cq(self.cq).expect("cq"))
     }
 
     /// Post `n` receives with `wr_id`s `0..n` and scatter list `sge`

@@ -7,6 +7,7 @@
 
 use std::hint::black_box;
 
+use mlx5_driver::unstable;
 use mlx5_driver::unstable::cq::CqRing;
 use mlx5_driver::verbs::{CqHandle, QpCap, QpHandle, QpInitAttr, RecvWr, Verbs, WorkCompletion};
 use mlx5_driver::{Hca, HcaConfig};
@@ -69,7 +70,7 @@ impl OwnRqRig {
     }
 
     fn cq_ring(&self) -> &CqRing<SimHal> {
-        self.ctx.cq(self.cq).expect("cq").ring()
+        unstable::cq::ring(self.ctx.cq(self.cq).expect("cq"))
     }
 
     /// Post `wrs` through `post_recv`, `per_call` per call.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use mlx5_driver::cq::{Cq, CqOptions, Cqe};
 use mlx5_driver::qp::{Payload, Qp, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
 use mlx5_driver::srq::Sge;
+use mlx5_driver::unstable;
 use mlx5_driver::unstable::cq::CqRing;
 use mlx5_driver::verbs::{
     AhAttr, AhHandle, CqHandle, GlobalRoute, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr,
@@ -335,12 +336,12 @@ impl SendRig {
     /// The WQE counter the next post starts at.
     pub fn producer(&self) -> u16 {
         let q = self.ctx.qp(self.qp).expect("qp");
-        q.send_ring().expect("sq").producer_counter()
+        unstable::qp::send_ring(q).expect("sq").producer_counter()
     }
 
     /// The send CQ's ring.
     pub fn cq_ring(&self) -> &CqRing<QuietHal> {
-        self.ctx.cq(self.cq).expect("cq").ring()
+        unstable::cq::ring(self.ctx.cq(self.cq).expect("cq"))
     }
 
     /// Post `wrs` through the facade, `per_call` per `post_send` (the timed
@@ -426,7 +427,9 @@ impl RingSendRig {
 
     /// The WQE counter the next post starts at.
     pub fn producer(&self) -> u16 {
-        self.qp.send_ring().expect("sq").producer_counter()
+        unstable::qp::send_ring(&self.qp)
+            .expect("sq")
+            .producer_counter()
     }
 
     /// Post `reqs` through `Qp::post_send`, `per_call` per call (the timed
@@ -441,7 +444,7 @@ impl RingSendRig {
     /// Play the device: `n` requester CQEs at the CQ's consumer index,
     /// naming WQE counters `wqe + i·step`.
     pub fn write_cqes(&self, wqe: u16, step: u16, n: usize) {
-        let ring = self.cq.ring();
+        let ring = unstable::cq::ring(&self.cq);
         write_req_cqes(ring, ring.consumer_index(), self.qp.qpn(), wqe, step, n);
     }
 

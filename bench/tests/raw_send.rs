@@ -6,6 +6,7 @@
 use mlx5_bench::{BenchHal, RawSq};
 use mlx5_driver::cq::CqOptions;
 use mlx5_driver::qp::{Payload, QpLinks, SendOp, SendQueueCaps, SendRequest, SendSlot};
+use mlx5_driver::unstable;
 use mlx5_driver::{Hca, HcaConfig};
 use mlx5_hal::Hal;
 use mlx5_sim::{Device, SimConfig};
@@ -50,7 +51,7 @@ fn same_bytes(sges_n: usize, inline: Option<&[u8]>) {
             solicited: false,
         })
         .collect();
-    let ring = qp.send_ring().unwrap();
+    let ring = unstable::qp::send_ring(&qp).unwrap();
     let (base, len) = (ring.base_offset(), g.bytes());
     let bf = ring.doorbell_offset();
     let bf_size = 1usize << hca.caps().log_bf_reg_size;
@@ -60,13 +61,16 @@ fn same_bytes(sges_n: usize, inline: Option<&[u8]>) {
     }
     let snap = |qp: &mlx5_driver::qp::Qp<BenchHal, Vec<SendSlot>>| {
         let mut v = vec![0u8; len];
-        qp.send_ring().unwrap().region().read_bytes(base, &mut v);
+        unstable::qp::send_ring(qp)
+            .unwrap()
+            .region()
+            .read_bytes(base, &mut v);
         (v, qp.doorbell_record().read_be32(4))
     };
     let driver = snap(&qp);
     let driver_db = [hal.scratch(0), hal.scratch(bf_size / 16)];
     // Raw: the same 12 requests into the same, cleared ring.
-    let ring = qp.send_ring().unwrap();
+    let ring = unstable::qp::send_ring(&qp).unwrap();
     ring.region().fill(base, len, 0);
     qp.doorbell_record().write_be32(4, 0);
     // SAFETY: the ring and record are live DMA memory of `qp`, which

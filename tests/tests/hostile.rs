@@ -7,6 +7,7 @@
 
 use mlx5_driver::cq::{Cq, CqOptions, Cqe, CqeStatus};
 use mlx5_driver::srq::{BadRecvCqe, CompleteError, RecvRequest, Sge, Srq};
+use mlx5_driver::unstable;
 use mlx5_driver::{Error, Event, Hca};
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::{CmdStatus, CqeOpcode, Opcode};
@@ -82,7 +83,9 @@ impl Fixture {
         let Delivery::Completed { wqe_index } = self.deliver(64) else {
             panic!("delivery failed")
         };
-        let posted = self.srq.ring().wr_id(wqe_index).expect("a posted WQE");
+        let posted = unstable::srq::ring(&self.srq)
+            .wr_id(wqe_index)
+            .expect("a posted WQE");
         let c = self.poll_one();
         let r = self.srq.complete_cqe(&c).expect("a normal CQE matches");
         assert_eq!(

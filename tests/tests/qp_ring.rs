@@ -10,6 +10,7 @@ use mlx5_driver::cq::CqeStatus;
 use mlx5_driver::qp::{
     Payload, PostSendFailure, QpLinks, QpState, SendError, SendOp, SendQueueCaps, SendRequest,
 };
+use mlx5_driver::unstable;
 use mlx5_driver::Error;
 use mlx5_regs::consts::errno;
 use mlx5_sim::{ExecMode, Profile};
@@ -93,7 +94,7 @@ fn counter_wrap(mode: ExecMode, sends: u64, past_wrap: bool) {
         let c = rig.wait_send(1);
         assert_eq!((c[0].wr_id, c[0].retired), (seq + 7, 8), "{what}");
         rig.post_recvs(8);
-        let counter = rig.tx.send_ring().unwrap().producer_counter();
+        let counter = unstable::qp::send_ring(&rig.tx).unwrap().producer_counter();
         if counter < last_counter {
             counter_wraps += 1;
             wrapped_at.get_or_insert(seq);

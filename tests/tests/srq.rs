@@ -5,6 +5,7 @@
 
 use mlx5_driver::cq::{Cq, CqOptions, Cqe, CqeStatus};
 use mlx5_driver::srq::{LimitArm, PostError, PostFailure, RecvRequest, Sge, Srq};
+use mlx5_driver::unstable;
 use mlx5_driver::{Error, Event, Hca};
 use mlx5_hal::{DmaRegion, Hal};
 use mlx5_regs::consts::errno;
@@ -471,7 +472,7 @@ fn the_terminator_is_the_device_key_when_offered() {
             let mut cq = hca.create_cq(63, CqOptions::default()).unwrap();
             // Two scatter entries per WQE, one used: every WQE terminated.
             let mut srq = hca.create_srq(15, 2, Some(&mut cq)).unwrap();
-            assert_eq!(srq.ring().terminator(), term);
+            assert_eq!(unstable::srq::ring(&srq).terminator(), term);
             let bufs = dev.hal().alloc_dma(BUF * 8).unwrap();
             let sges: Vec<[Sge; 1]> = (0..4u64)
                 .map(|i| {

@@ -4,6 +4,7 @@
 //! semantic bullet, named after the call and the case; every test closes the
 //! context and checks that the model is clean.
 
+use mlx5_driver::unstable;
 use mlx5_driver::verbs::{Errno, RecvWr, Verbs, WcOpcode, WcStatus, WorkCompletion};
 use mlx5_regs::Opcode;
 use mlx5_sim::{Delivery, Device, SimConfig, SimHal};
@@ -320,7 +321,7 @@ fn poll_cq_cqe_naming_a_wqe_never_posted_is_a_counted_error_completion() {
         // Corrupt WQE 0's next pointer so the device walks to WQE 9, which
         // was never posted (a device or memory fault the driver must survive).
         {
-            let ring = ctx.srq(s.srq).unwrap().ring();
+            let ring = unstable::srq::ring(ctx.srq(s.srq).unwrap());
             let off = ring.base_offset();
             ring.region().write_be16(off + 2, 9);
         }

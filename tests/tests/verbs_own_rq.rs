@@ -6,6 +6,7 @@
 
 use mlx5_tests::verbs_common::*;
 
+use mlx5_driver::unstable;
 use mlx5_driver::verbs::{
     AccessFlags, CqHandle, Errno, Mr, PostRecvError, QpAttr, QpAttrMask, QpCap, QpHandle,
     QpInitAttr, QpState, RecvWr, Sge, WcOpcode, WcStatus,
@@ -171,7 +172,7 @@ fn own_receive_queues_carry_sends_through_their_rings_on_every_profile() {
         }
         let q = ctx.qp(p.a).unwrap();
         assert_eq!(q.outstanding_recvs(), 0);
-        assert_eq!(q.recv_ring().unwrap().producer_counter(), 40);
+        assert_eq!(unstable::qp::recv_ring(q).unwrap().producer_counter(), 40);
         assert_eq!(ctx.stats().unmatched_cqes, 0);
         assert_eq!(dev.traffic().side_door_uses(), 0);
         p.destroy(&mut ctx);

@@ -6,6 +6,7 @@
 //! fields a work completion has no place for (source QP, SL, SLID, path
 //! bits, GRH, timestamp) are checked on CQEs the test writes itself.
 
+use mlx5_driver::unstable;
 use mlx5_driver::verbs::{
     CqHandle, CqInitAttrEx, Errno, QpHandle, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
     WC_GRH, WC_WITH_IMM, WC_WITH_INV,
@@ -242,7 +243,7 @@ fn write_resp(
     ml_path: u8,
     ts: u64,
 ) {
-    let ring = ctx.cq(cq).unwrap().ring();
+    let ring = unstable::cq::ring(ctx.cq(cq).unwrap());
     let r = ring.region();
     let stride = ring.cqe_size().stride();
     let idx = ring.consumer_index();
@@ -285,7 +286,7 @@ fn ext_cq_receiver(dev: &Device, ctx: &mut Ctx, flags: u64) -> (CqHandle, Pair, 
 
 /// The SRQ WQE index holding `wr_id`.
 fn wqe_of(ctx: &Ctx, p: &Pair, wr_id: u64) -> u16 {
-    let ring = ctx.srq(p.srq).unwrap().ring();
+    let ring = unstable::srq::ring(ctx.srq(p.srq).unwrap());
     (0..=u16::MAX)
         .find(|&i| ring.wr_id(i) == Some(wr_id))
         .expect("posted")

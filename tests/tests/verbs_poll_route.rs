@@ -6,6 +6,7 @@
 //! one would match a completion this test expects to be refused.
 
 use mlx5_driver::qp::QpState;
+use mlx5_driver::unstable;
 use mlx5_driver::verbs::{
     CqHandle, QpCap, QpInitAttr, SrqHandle, SrqInitAttr, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -28,7 +29,7 @@ struct Put {
 /// Write `cqes` into `cq`'s ring from its consumer index on, each owned by
 /// software for its pass (layout: docs/firmware.md §7.2).
 fn write(ctx: &Ctx, cq: CqHandle, cqes: &[Put]) {
-    let ring = ctx.cq(cq).unwrap().ring();
+    let ring = unstable::cq::ring(ctx.cq(cq).unwrap());
     let r = ring.region();
     let stride = ring.cqe_size().stride();
     let mask = ring.nent() as u32 - 1;
@@ -74,7 +75,7 @@ fn on_pair(p: &Pair) -> QpInitAttr {
 
 /// The SRQ WQE index holding `wr_id`.
 fn wqe_of(ctx: &Ctx, srq: SrqHandle, wr_id: u64) -> u16 {
-    let ring = ctx.srq(srq).unwrap().ring();
+    let ring = unstable::srq::ring(ctx.srq(srq).unwrap());
     (0..=u16::MAX)
         .find(|&i| ring.wr_id(i) == Some(wr_id))
         .expect("posted")
@@ -82,7 +83,7 @@ fn wqe_of(ctx: &Ctx, srq: SrqHandle, wr_id: u64) -> u16 {
 
 /// A free WQE index of `srq` (posted nowhere).
 fn free_wqe(ctx: &Ctx, srq: SrqHandle) -> u16 {
-    let ring = ctx.srq(srq).unwrap().ring();
+    let ring = unstable::srq::ring(ctx.srq(srq).unwrap());
     (0..64)
         .find(|&i| ring.wr_id(i).is_none())
         .expect("a free WQE")
@@ -277,7 +278,10 @@ fn route_cases(batch: usize, arriving: bool) {
     // WQE 106's (w[6]) stays posted: the CQE with the wrong opcode did not
     // free it.
     assert_eq!(ctx.srq(p.srq).unwrap().outstanding(), 1);
-    assert_eq!(ctx.srq(p.srq).unwrap().ring().wr_id(w[6]), Some(106));
+    assert_eq!(
+        unstable::srq::ring(ctx.srq(p.srq).unwrap()).wr_id(w[6]),
+        Some(106)
+    );
     ctx.destroy_qp(c).unwrap();
     ctx.destroy_srq(srq2).unwrap();
     ctx.destroy_cq(cq2).unwrap();
@@ -375,7 +379,10 @@ fn the_route_a_cq_tries_first_goes_with_its_qp_when_the_number_is_reused() {
             (WcStatus::GeneralErr, WorkCompletion::VENDOR_ERR_UNMATCHED),
             "batch {batch}"
         );
-        assert_eq!(ctx.srq(p.srq).unwrap().ring().wr_id(w2), Some(2));
+        assert_eq!(
+            unstable::srq::ring(ctx.srq(p.srq).unwrap()).wr_id(w2),
+            Some(2)
+        );
         // On cq2 it matches, and stays Y's route there.
         let w3 = wqe_of(&ctx, p.srq, 3);
         write(&ctx, cq2, &[put(w2), put(w3)]);

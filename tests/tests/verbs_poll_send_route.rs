@@ -7,6 +7,7 @@
 //! a short way that skipped one would match a completion this test
 //! expects to be refused, and every way must refuse them alike.
 
+use mlx5_driver::unstable;
 use mlx5_driver::verbs::{SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode};
 use mlx5_sim::{Device, Profile};
 use mlx5_tests::verbs_common::{cap, close, open, send, Ctx, Pair};
@@ -63,9 +64,7 @@ fn run(dev: &Device) {
 /// The send queue's producer counter: the WQE index the next request
 /// gets.
 fn next_wqe(ctx: &Ctx, p: &Pair) -> u16 {
-    ctx.qp(p.a)
-        .unwrap()
-        .send_ring()
+    unstable::qp::send_ring(ctx.qp(p.a).unwrap())
         .expect("send queue")
         .producer_counter()
 }
@@ -114,7 +113,7 @@ fn route_cases(way: Way, arriving: bool) -> Vec<WorkCompletion> {
     ctx.post_send(p.a, &[wr]).unwrap();
     run(&dev);
     {
-        let ring = ctx.cq(p.scq).unwrap().ring();
+        let ring = unstable::cq::ring(ctx.cq(p.scq).unwrap());
         let stride = ring.cqe_size().stride();
         let slot = (ring.consumer_index() & (ring.nent() as u32 - 1)) as usize;
         let cqe = ring.base_offset() + slot * stride + stride - 64;

@@ -111,9 +111,8 @@ impl<H: Hal> Cq<H> {
     }
 
     /// The ring (geometry and memory, for tools and benchmarks that play
-    /// the device).
-    #[doc(hidden)]
-    pub fn ring(&self) -> &CqRing<H> {
+    /// the device); outside the crate through [`crate::unstable::cq::ring`].
+    pub(crate) fn ring(&self) -> &CqRing<H> {
         &self.ring
     }
 

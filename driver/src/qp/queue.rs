@@ -132,9 +132,9 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         self.sq.as_ref().map(|r| r.geometry())
     }
 
-    /// The send ring (for tests and tools that inspect WQEs).
-    #[doc(hidden)]
-    pub fn send_ring(&self) -> Option<&SendRing<H>> {
+    /// The send ring (for tests and tools that inspect WQEs); outside the
+    /// crate through [`crate::unstable::qp::send_ring`].
+    pub(crate) fn send_ring(&self) -> Option<&SendRing<H>> {
         self.sq.as_ref()
     }
 
@@ -143,9 +143,9 @@ impl<H: Hal, T: AsMut<[SendSlot]>> Qp<H, T> {
         self.rq.as_ref().map(|r| r.geometry())
     }
 
-    /// The own receive ring (for tests and tools that inspect it).
-    #[doc(hidden)]
-    pub fn recv_ring(&self) -> Option<&RecvRing<H>> {
+    /// The own receive ring (for tests and tools that inspect it); outside
+    /// the crate through [`crate::unstable::qp::recv_ring`].
+    pub(crate) fn recv_ring(&self) -> Option<&RecvRing<H>> {
         self.rq.as_ref()
     }
 

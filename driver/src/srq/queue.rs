@@ -313,9 +313,9 @@ impl<H: Hal> Srq<H> {
         self.rejected
     }
 
-    /// The ring (geometry, doorbell record address).
-    #[doc(hidden)]
-    pub fn ring(&self) -> &SrqRing<H> {
+    /// The ring (geometry, doorbell record address); outside the crate
+    /// through [`crate::unstable::srq::ring`].
+    pub(crate) fn ring(&self) -> &SrqRing<H> {
         &self.ring
     }
 
