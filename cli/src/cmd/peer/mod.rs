@@ -8,6 +8,7 @@
 //! over TCP (`oob`).
 
 pub mod capcheck;
+pub mod link;
 pub mod oob;
 pub mod opts;
 pub mod rc;
@@ -17,46 +18,16 @@ pub mod ud;
 use std::time::{Duration, Instant};
 
 use mlx5_driver::HcaConfig;
-use mlx5_sim::wire::{Fault, Faults, LinkType, Wire};
-use mlx5_sim::{Profile, UdpLink};
+use mlx5_sim::wire::{LinkType, Wire};
+use mlx5_sim::Profile;
 use serde_json::{json, Value};
 
 use super::pingpong::host::{setup_error, Host, RECVS};
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
 use mlx5_testbed::{HostSpec, Transport};
+use link::ExchangeSide;
 use opts::{Args, Program};
-
-/// Joins the model's port (`host`) to the UDP link `udp_local` ->
-/// `udp_remote` and sets `wire`'s faults on the model's own frames: `drop`
-/// of them dropped, the `corrupt_frame`th with a bad ICRC, seeded by `seed`
-/// (1 when none is given). `mlx5 peer` and `mlx5 perf` both start this way.
-pub(crate) fn join_udp_link(
-    host: &Host,
-    wire: &Wire,
-    udp_local: std::net::SocketAddr,
-    udp_remote: std::net::SocketAddr,
-    seed: Option<u64>,
-    drop: f64,
-    corrupt_frame: Option<u64>,
-) -> Result<UdpLink, CliError> {
-    let link = UdpLink::join(&host.dev, udp_local, udp_remote).map_err(|e| {
-        CliError::failed(
-            format!("joining the UDP link {udp_local} -> {udp_remote}: {e}"),
-            "is another program bound to --udp-local?",
-        )
-    })?;
-    link.fault_model_frames_only();
-    wire.set_faults(Faults {
-        seed: seed.unwrap_or(1),
-        drop,
-        chosen: corrupt_frame
-            .map(|n| vec![(n, Fault::Corrupt)])
-            .unwrap_or_default(),
-        ..Faults::default()
-    });
-    Ok(link)
-}
 
 /// How `mlx5 peer` runs.
 pub struct Run<'a> {
@@ -104,49 +75,28 @@ pub(crate) fn exchange(
     progress: bool,
     connect: impl FnOnce(&[oob::Dest]) -> Result<(), CliError>,
 ) -> Result<(Vec<oob::Dest>, bool), CliError> {
-    match (a.connect, a.listen) {
-        (Some(server), _) => {
+    match a.link.exchange_side(progress)? {
+        ExchangeSide::Client(server) => {
             let peers = oob::client(server, mine, count, deadline)?;
             connect(&peers)?;
             Ok((peers, true))
         }
-        (None, Some(at)) => {
-            let l = std::net::TcpListener::bind(at).map_err(|e| {
-                CliError::failed(format!("cannot listen on {at}: {e}"), "choose a free port")
-            })?;
-            if progress {
-                eprintln!("mlx5: listening on {at}");
-            }
-            Ok((oob::server(&l, deadline, mine, count, connect)?, false))
-        }
-        (None, None) => Err(CliError::usage(
-            "give --connect or --listen",
-            "see mlx5 peer --help",
-        )),
+        ExchangeSide::Server(l) => Ok((oob::server(&l, deadline, mine, count, connect)?, false)),
     }
 }
 
 /// Run it: the JSON value and the result.
 pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let a = r.args;
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let deadline = Instant::now() + Duration::from_secs(a.link.timeout);
     let model = ModelOpts {
         threaded: true,
         ..r.model
     };
     let dev = target::model(r.profile, &model);
     let wire = Wire::new(LinkType::Ethernet);
-    if let Some(path) = &a.pcap {
-        let out = std::fs::File::create(path)
-            .map(std::io::BufWriter::new)
-            .and_then(|f| wire.capture(Box::new(f)));
-        if let Err(e) = out {
-            let e = CliError::failed(
-                format!("cannot write the capture file {}: {e}", path.display()),
-                "name a file in a writable directory",
-            );
-            return (Value::Null, Err(e));
-        }
+    if let Err(e) = a.link.start_capture(&wire) {
+        return (Value::Null, Err(e));
     }
     progress(r, "bringing up the model's host");
     if a.chk && a.program != Program::Ud {
@@ -159,7 +109,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         );
     }
     let size = a.size() as usize;
-    let base = HostSpec::new(Transport::RoceV2Ipv4, a.host, random_psn());
+    let base = HostSpec::new(Transport::RoceV2Ipv4, a.link.host, random_psn());
     let spec = match a.program {
         Program::Rc => HostSpec {
             slot: size,
@@ -185,15 +135,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
     };
-    let link = match join_udp_link(
-        &host,
-        &wire,
-        a.udp_local,
-        a.udp_remote,
-        r.model.seed,
-        a.drop,
-        a.corrupt_frame,
-    ) {
+    let link = match a.link.join(&host, &wire, r.model.seed) {
         Ok(l) => l,
         Err(e) => {
             let _ = host.close();
@@ -202,7 +144,10 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     };
     progress(
         r,
-        "the model answers ARP for 198.18.0.2; exchanging addresses",
+        &format!(
+            "the model answers ARP for 198.18.0.{}; exchanging addresses",
+            a.link.host
+        ),
     );
     let started = Instant::now();
     let res = match a.program {
@@ -215,7 +160,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let wstats = wire.stats();
     let lstats = link.stats();
     drop(link);
-    let captured = if a.pcap.is_some() {
+    let captured = if a.link.pcap.is_some() {
         wire.end_capture()
     } else {
         Ok(0)
@@ -233,7 +178,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     }));
     let mut v = json!({
         "program": a.program.name(),
-        "role": if a.connect.is_some() { "client" } else { "server" },
+        "role": a.link.role(),
         "size": a.size(),
         "iters": a.iters,
         "mtu": a.mtu.bytes(),

@@ -21,7 +21,6 @@ use mlx5_sim::Profile;
 use mlx5_testbed::{HostSpec, RecvQueue, Transport};
 use serde_json::{json, Value};
 
-use super::peer::join_udp_link;
 use super::pingpong::host::{setup_error, Host};
 use crate::common::error::CliError;
 use crate::common::target::{self, ModelOpts};
@@ -65,34 +64,21 @@ fn spec(a: &Args) -> HostSpec {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC,
-        ..HostSpec::new(Transport::RoceV2Ipv4, a.host, super::peer::random_psn())
+        ..HostSpec::new(Transport::RoceV2Ipv4, a.link.host, super::peer::random_psn())
     }
-}
-
-fn capture(wire: &Wire, a: &Args) -> Result<(), CliError> {
-    let Some(path) = &a.pcap else { return Ok(()) };
-    std::fs::File::create(path)
-        .map(std::io::BufWriter::new)
-        .and_then(|f| wire.capture(Box::new(f)))
-        .map_err(|e| {
-            CliError::failed(
-                format!("cannot write the capture file {}: {e}", path.display()),
-                "name a file in a writable directory",
-            )
-        })
 }
 
 /// Run it: the JSON value and the result.
 pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let a = r.args;
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let deadline = Instant::now() + Duration::from_secs(a.link.timeout);
     let model = ModelOpts {
         threaded: true,
         ..r.model
     };
     let dev = target::model(r.profile, &model);
     let wire = Wire::new(LinkType::Ethernet);
-    if let Err(e) = capture(&wire, a) {
+    if let Err(e) = a.link.start_capture(&wire) {
         return (Value::Null, Err(e));
     }
     if r.progress {
@@ -102,15 +88,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
     };
-    let link = match join_udp_link(
-        &host,
-        &wire,
-        a.udp_local,
-        a.udp_remote,
-        r.model.seed,
-        a.drop,
-        a.corrupt_frame,
-    ) {
+    let link = match a.link.join(&host, &wire, r.model.seed) {
         Ok(l) => l,
         Err(e) => {
             let _ = host.close();
@@ -134,7 +112,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let wstats = wire.stats();
     let lstats = link.stats();
     drop(link);
-    let captured = if a.pcap.is_some() {
+    let captured = if a.link.pcap.is_some() {
         wire.end_capture().map(|_| ())
     } else {
         Ok(())
@@ -142,7 +120,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let closed = host.close().map(|_| ()).map_err(setup_error);
     let mut v = json!({
         "program": a.test.program(),
-        "role": if a.connect.is_some() { "client" } else { "server" },
+        "role": a.link.role(),
         "size": a.size(),
         "iters": a.iters,
         "wire": {
