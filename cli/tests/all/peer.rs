@@ -306,7 +306,10 @@ fn peer_and_perf_take_the_same_link_options() {
             let o = mlx5(&[&udp[..], &to, bad].concat());
             let text = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(2), "{cmd:?} {bad:?}: {text}");
-            assert!(text.contains(want), "{cmd:?} {bad:?}: {want:?} not in {text}");
+            assert!(
+                text.contains(want),
+                "{cmd:?} {bad:?}: {want:?} not in {text}"
+            );
         }
         let o = mlx5(&udp);
         let text = String::from_utf8_lossy(&o.stderr);
@@ -325,7 +328,10 @@ fn peer_and_perf_take_the_same_link_options() {
             "--pcap <FILE>",
             "--timeout <SECONDS>",
         ] {
-            assert!(link.contains(opt), "{cmd:?}: {opt} not under Link options in {help}");
+            assert!(
+                link.contains(opt),
+                "{cmd:?}: {opt} not under Link options in {help}"
+            );
         }
     }
 }

@@ -17,33 +17,19 @@ pub mod ud;
 
 use std::time::{Duration, Instant};
 
-use mlx5_driver::HcaConfig;
 use mlx5_sim::wire::{LinkType, Wire};
-use mlx5_sim::Profile;
 use serde_json::{json, Value};
 
 use super::pingpong::host::{setup_error, Host, RECVS};
 use crate::common::error::CliError;
-use crate::common::target::{self, ModelOpts};
-use mlx5_testbed::{HostSpec, Transport};
+use crate::common::target::{self, ModelOpts, ModelRun};
 use link::ExchangeSide;
+use mlx5_testbed::{HostSpec, Transport};
 use opts::{Args, Program};
 
-/// How `mlx5 peer` runs.
-pub struct Run<'a> {
-    /// Its own options.
-    pub args: &'a Args,
-    /// The model profile.
-    pub profile: Profile,
-    /// The global model options (`--seed`, ...); the device always runs threaded.
-    pub model: ModelOpts,
-    /// The driver's configuration.
-    pub cfg: HcaConfig,
-    /// `--json`.
-    pub json: bool,
-    /// Progress lines on stderr.
-    pub progress: bool,
-}
+/// How `mlx5 peer` runs: one model of `profile`, always threaded (on the
+/// wall clock, as the program on the other side is).
+pub type Run<'a> = ModelRun<'a, Args>;
 
 fn progress(r: &Run<'_>, what: &str) {
     if r.progress {

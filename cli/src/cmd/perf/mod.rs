@@ -15,32 +15,18 @@ pub mod session;
 use std::time::{Duration, Instant};
 
 use mlx5_driver::verbs::AccessFlags;
-use mlx5_driver::HcaConfig;
 use mlx5_sim::wire::{LinkType, Wire};
-use mlx5_sim::Profile;
 use mlx5_testbed::{HostSpec, RecvQueue, Transport};
 use serde_json::{json, Value};
 
 use super::pingpong::host::{setup_error, Host};
 use crate::common::error::CliError;
-use crate::common::target::{self, ModelOpts};
+use crate::common::target::{self, ModelOpts, ModelRun};
 use opts::Args;
 
-/// How `mlx5 perf` runs.
-pub struct Run<'a> {
-    /// Its own options.
-    pub args: &'a Args,
-    /// The model profile.
-    pub profile: Profile,
-    /// The global model options (`--seed`, ...); the device always runs threaded.
-    pub model: ModelOpts,
-    /// The driver's configuration.
-    pub cfg: HcaConfig,
-    /// `--json`.
-    pub json: bool,
-    /// Progress lines on stderr.
-    pub progress: bool,
-}
+/// How `mlx5 perf` runs: one model of `profile`, always threaded (on the
+/// wall clock, as the program on the other side is).
+pub type Run<'a> = ModelRun<'a, Args>;
 
 /// The host's shape: the target area at least 64 bytes and 64-byte
 /// aligned (atomics need 8), every remote right the tests use, the QP's
@@ -64,7 +50,11 @@ fn spec(a: &Args) -> HostSpec {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC,
-        ..HostSpec::new(Transport::RoceV2Ipv4, a.link.host, super::peer::random_psn())
+        ..HostSpec::new(
+            Transport::RoceV2Ipv4,
+            a.link.host,
+            super::peer::random_psn(),
+        )
     }
 }
 
