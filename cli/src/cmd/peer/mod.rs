@@ -17,12 +17,11 @@ pub mod ud;
 
 use std::time::{Duration, Instant};
 
-use mlx5_sim::wire::{LinkType, Wire};
 use serde_json::{json, Value};
 
-use super::pingpong::host::{setup_error, Host, RECVS};
+use super::pingpong::host::RECVS;
 use crate::common::error::CliError;
-use crate::common::target::{self, ModelOpts, ModelRun};
+use crate::common::target::ModelRun;
 use link::ExchangeSide;
 use mlx5_testbed::{HostSpec, Transport};
 use opts::{Args, Program};
@@ -74,17 +73,6 @@ pub(crate) fn exchange(
 /// Run it: the JSON value and the result.
 pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let a = r.args;
-    let deadline = Instant::now() + Duration::from_secs(a.link.timeout);
-    let model = ModelOpts {
-        threaded: true,
-        ..r.model
-    };
-    let dev = target::model(r.profile, &model);
-    let wire = Wire::new(LinkType::Ethernet);
-    if let Err(e) = a.link.start_capture(&wire) {
-        return (Value::Null, Err(e));
-    }
-    progress(r, "bringing up the model's host");
     if a.chk && a.program != Program::Ud {
         return (
             Value::Null,
@@ -94,6 +82,7 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
             )),
         );
     }
+    let deadline = Instant::now() + Duration::from_secs(a.link.timeout);
     let size = a.size() as usize;
     let base = HostSpec::new(Transport::RoceV2Ipv4, a.link.host, random_psn());
     let spec = match a.program {
@@ -116,17 +105,9 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
             ..base
         },
     };
-    let host = Host::new(dev, &wire, r.cfg, spec).map_err(setup_error);
-    let mut host = match host {
+    let mut on_link = match a.link.bring_up(r, spec) {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
-    };
-    let link = match a.link.join(&host, &wire, r.model.seed) {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = host.close();
-            return (Value::Null, Err(e));
-        }
     };
     progress(
         r,
@@ -137,31 +118,18 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     );
     let started = Instant::now();
     let res = match a.program {
-        Program::Rc => rc::session(a, &mut host, &link, deadline, r.progress),
-        Program::Ud => ud::session(a, &mut host, &link, deadline, r.progress),
-        Program::Srq => srq::session(a, &mut host, &link, deadline, r.progress),
+        Program::Rc => rc::session(a, &mut on_link.host, &on_link.link, deadline, r.progress),
+        Program::Ud => ud::session(a, &mut on_link.host, &on_link.link, deadline, r.progress),
+        Program::Srq => srq::session(a, &mut on_link.host, &on_link.link, deadline, r.progress),
     };
     let elapsed = started.elapsed();
-    let stats = host.dev.traffic().stats();
-    let wstats = wire.stats();
-    let lstats = link.stats();
-    drop(link);
-    let captured = if a.link.pcap.is_some() {
-        wire.end_capture()
-    } else {
-        Ok(0)
-    };
-    let closed = host.close().map(|_| ()).map_err(setup_error);
+    let (counters, closed) = on_link.close();
     let (outcome, res) = match res {
         Ok(o) => (Some(o), Ok(())),
         Err(e) => (None, Err(e)),
     };
-    let res = res.and(closed).and(captured.map(|_| ()).map_err(|e| {
-        CliError::failed(
-            format!("writing the capture file: {e}"),
-            "check the disk space",
-        )
-    }));
+    let res = res.and(closed);
+    let link = &counters.link;
     let mut v = json!({
         "program": a.program.name(),
         "role": a.link.role(),
@@ -170,20 +138,13 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         "mtu": a.mtu.bytes(),
         "seconds": elapsed.as_secs_f64(),
         "link": {
-            "frames_out": lstats.frames_out, "frames_in": lstats.frames_in,
-            "to_device": lstats.to_device, "arp_replies": lstats.arp_replies,
-            "arp_requests": lstats.arp_requests, "adverts": lstats.adverts,
-            "dropped": lstats.dropped,
+            "frames_out": link.frames_out, "frames_in": link.frames_in,
+            "to_device": link.to_device, "arp_replies": link.arp_replies,
+            "arp_requests": link.arp_requests, "adverts": link.adverts,
+            "dropped": link.dropped,
         },
-        "wire": {
-            "frames": wstats.frames, "dropped": wstats.dropped, "corrupted": wstats.corrupted,
-        },
-        "model": {
-            "wire_tx": stats.wire_tx, "wire_rx": stats.wire_rx,
-            "wire_dropped": stats.wire_dropped, "retransmissions": stats.retransmissions,
-            "ack_timeouts": stats.ack_timeouts, "duplicates": stats.duplicates,
-            "seq_naks_received": stats.seq_naks_received, "rnr_naks": stats.rnr_naks,
-        },
+        "wire": counters.wire_json(),
+        "model": counters.model_json(),
     });
     if let (Some(o), Value::Object(m)) = (&outcome, &mut v) {
         m.insert("local".into(), json!(o.local_text[0]));
@@ -227,18 +188,10 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         }
         println!(
             "link: {} frames out, {} in ({} to the device, {} not ours), {} ARP replies, {} ARP requests",
-            lstats.frames_out, lstats.frames_in, lstats.to_device, lstats.dropped,
-            lstats.arp_replies, lstats.arp_requests
+            link.frames_out, link.frames_in, link.to_device, link.dropped,
+            link.arp_replies, link.arp_requests
         );
-        println!(
-            "faults on the model's frames: {} dropped, {} corrupted",
-            wstats.dropped, wstats.corrupted
-        );
-        println!(
-            "model: {} frames sent, {} received ({} dropped), {} retransmissions, {} ACK timeouts, {} duplicates, {} sequence NAKs received, {} RNR NAKs received",
-            stats.wire_tx, stats.wire_rx, stats.wire_dropped, stats.retransmissions,
-            stats.ack_timeouts, stats.duplicates, stats.seq_naks_received, stats.rnr_naks
-        );
+        counters.print_faults_and_model();
     }
     (v, res)
 }
