@@ -11,15 +11,22 @@
 //! unwinds into the VMM. After one the model is dead (reads all ones, writes
 //! ignored, [`mlx5_model_failed`] returns 1) and the panic is written to the
 //! trace file.
+//!
+//! Models of one process can share a wire (`wires.rs`): the profile
+//! string `cx5,wire=a` (QEMU: `profile=cx5,,wire=a`) joins the model's
+//! port to the process's wire `a`, so two PCI functions of one VMM are two
+//! hosts joined by a cable (docs/wire.md).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use mlx5_sim::host::DeviceMemory;
+use mlx5_sim::wire::LinkType;
 use mlx5_sim::{Device, Profile, SimConfig};
 
 mod trace;
+mod wires;
 
 /// The ABI version this library implements (`MLX5_MODEL_ABI_VERSION`).
 pub const ABI_VERSION: u32 = 1;
@@ -106,10 +113,36 @@ pub struct Mlx5Model {
     dev: Device,
     trace: Option<trace::TraceFile>,
     failed: bool,
+    /// Its place on a wire of the process (`,wire=NAME`).
+    wire: Option<wires::Member>,
 }
 
-/// Parse `cx5`, `cx5,ib`, `cx7,eth`... into a configuration and port type.
-fn parse_profile(s: &str) -> Option<(Profile, u8)> {
+/// What a profile string asks for.
+#[derive(Debug, PartialEq, Eq)]
+struct ProfileSpec {
+    profile: Profile,
+    /// 0 InfiniBand, 1 Ethernet (`port_type`).
+    port_type: u8,
+    /// The process's wire to join.
+    wire: Option<String>,
+}
+
+/// Parse `cx5`, `cx5,ib`, `cx7,eth`, each optionally followed by
+/// `,wire=NAME` (a non-empty name of letters, digits, `-` and `_`).
+fn parse_profile(s: &str) -> Option<ProfileSpec> {
+    let (s, wire) = match s.split_once(",wire=") {
+        Some((p, name)) => {
+            let ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !ok {
+                return None;
+            }
+            (p, Some(name.to_string()))
+        }
+        None => (s, None),
+    };
     let mut parts = s.split(',');
     let profile = match parts.next()? {
         "cx4lx" => Profile::ConnectX4Lx,
@@ -118,12 +151,16 @@ fn parse_profile(s: &str) -> Option<(Profile, u8)> {
         "cx7" => Profile::ConnectX7,
         _ => return None,
     };
-    let port = match parts.next() {
+    let port_type = match parts.next() {
         None | Some("eth") => 1,
         Some("ib") => 0,
         Some(_) => return None,
     };
-    parts.next().is_none().then_some((profile, port))
+    parts.next().is_none().then_some(ProfileSpec {
+        profile,
+        port_type,
+        wire,
+    })
 }
 
 /// The ABI version of this library.
@@ -179,14 +216,32 @@ pub unsafe extern "C" fn mlx5_model_create(
         irq,
     };
     let made = catch_unwind(move || {
-        let (p, port_type) = parse_profile(&profile)?;
+        let spec = parse_profile(&profile)?;
         let irq_cb = cb;
-        let dev = Device::hosted(
-            SimConfig::profile(p),
-            Box::new(cb),
-            Box::new(move |v| irq_cb.send_irq(v)),
-        );
-        dev.caps_mut(|c| c.port_type = port_type);
+        let make = |seed: u64| {
+            let dev = Device::hosted(
+                SimConfig {
+                    seed,
+                    ..SimConfig::profile(spec.profile)
+                },
+                Box::new(cb),
+                Box::new(move |v| irq_cb.send_irq(v)),
+            );
+            dev.caps_mut(|c| c.port_type = spec.port_type);
+            dev
+        };
+        let (dev, wire) = match &spec.wire {
+            None => (make(SimConfig::default().seed), None),
+            Some(name) => {
+                let link = if spec.port_type == 0 {
+                    LinkType::Infiniband
+                } else {
+                    LinkType::Ethernet
+                };
+                let (dev, member) = wires::join(name, link, make)?;
+                (dev, Some(member))
+            }
+        };
         let trace = match trace_path {
             Some(path) => Some(trace::TraceFile::new(File::create(path).ok()?, &profile)),
             None => None,
@@ -195,6 +250,7 @@ pub unsafe extern "C" fn mlx5_model_create(
             dev,
             trace,
             failed: false,
+            wire,
         })
     });
     let Ok(Some(model)) = made else {
@@ -267,6 +323,7 @@ pub unsafe extern "C" fn mlx5_model_mmio_read(
     // SAFETY: forwarded contract.
     unsafe {
         with_model(m, ones, |md| {
+            md.bring_peers_to(now_ns);
             let v = md.dev.host_mmio_read(now_ns, offset, size);
             if offset == HEALTH_COUNTER && size == 4 {
                 // A driver's health poller (Linux: every 2 s, `poll_health`).
@@ -296,6 +353,7 @@ pub unsafe extern "C" fn mlx5_model_mmio_write(
     // SAFETY: forwarded contract.
     unsafe {
         with_model(m, (), |md| {
+            md.bring_peers_to(now_ns);
             md.dev.host_mmio_write(now_ns, offset, size, value);
             md.after_access();
         })
@@ -312,6 +370,7 @@ pub unsafe extern "C" fn mlx5_model_tick(m: *mut Mlx5Model, now_ns: u64) {
     // SAFETY: forwarded contract.
     unsafe {
         with_model(m, (), |md| {
+            md.bring_peers_to(now_ns);
             md.dev.host_tick(now_ns);
             md.after_access();
         })
@@ -328,8 +387,12 @@ pub unsafe extern "C" fn mlx5_model_next_deadline(m: *mut Mlx5Model) -> i64 {
     // SAFETY: forwarded contract.
     unsafe {
         with_model(m, -1, |md| {
-            md.dev
-                .host_next_deadline_ns()
+            // A member of a wire wakes at the wire's earliest deadline.
+            let peers = md.wire.as_ref().map(|w| w.peers()).unwrap_or_default();
+            std::iter::once(&md.dev)
+                .chain(&peers)
+                .filter_map(Device::host_next_deadline_ns)
+                .min()
                 .map_or(-1, |t| i64::try_from(t).unwrap_or(i64::MAX))
         })
     }
@@ -381,6 +444,9 @@ pub unsafe extern "C" fn mlx5_model_destroy(m: *mut Mlx5Model) {
     }
     // SAFETY: ours (contract), reclaimed once.
     let mut model = unsafe { Box::from_raw(m) };
+    if let Some(w) = model.wire.take() {
+        w.leave();
+    }
     let _ = catch_unwind(AssertUnwindSafe(|| {
         model.after_access();
         if let Some(t) = model.trace.as_mut() {
@@ -392,6 +458,17 @@ pub unsafe extern "C" fn mlx5_model_destroy(m: *mut Mlx5Model) {
 }
 
 impl Mlx5Model {
+    /// Bring the other members of this model's wire to the host's time
+    /// `now_ns` (and run what fell due on them) before this one acts, so
+    /// what it sends arrives at the time it is sent.
+    fn bring_peers_to(&self, now_ns: u64) {
+        if let Some(w) = &self.wire {
+            for peer in w.peers() {
+                peer.host_tick(now_ns);
+            }
+        }
+    }
+
     /// Write new trace entries and changed counters.
     fn after_access(&mut self) {
         if let Some(t) = self.trace.as_mut() {

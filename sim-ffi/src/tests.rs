@@ -115,3 +115,77 @@ fn a_command_whose_dma_the_host_refuses_is_an_iommu_fault_in_the_trace() {
     assert!(text.contains("STATE hca=Disabled pages_held=0"), "{text}");
     assert!(text.ends_with("DESTROY\n"), "{text}");
 }
+
+/// A model made from `profile` with the refusing host, or NULL.
+fn create(profile: &std::ffi::CStr) -> *mut Mlx5Model {
+    let h = host();
+    // SAFETY: valid string and host; no info wanted.
+    unsafe { mlx5_model_create(profile.as_ptr(), std::ptr::null(), &h, std::ptr::null_mut()) }
+}
+
+#[test]
+fn profile_strings_name_a_wire() {
+    let spec = parse_profile("cx5,ib,wire=fabric-0").unwrap();
+    assert_eq!(
+        (spec.port_type, spec.wire.as_deref()),
+        (0, Some("fabric-0"))
+    );
+    assert_eq!(
+        parse_profile("cx7,wire=a_1").unwrap().wire.as_deref(),
+        Some("a_1")
+    );
+    assert_eq!(parse_profile("cx5,eth").unwrap().wire, None);
+    for bad in [
+        "cx5,wire=",
+        "cx5,wire=a b",
+        "cx5,wire=a,ib",
+        "cx9,wire=a",
+        "wire=a",
+    ] {
+        assert!(parse_profile(bad).is_none(), "{bad}");
+    }
+}
+
+#[test]
+fn models_naming_one_wire_share_it_and_its_clock() {
+    let a = create(c"cx5,wire=shared-clock");
+    let b = create(c"cx5,wire=shared-clock");
+    assert!(!a.is_null() && !b.is_null());
+    // An InfiniBand port cannot join an Ethernet wire.
+    assert!(create(c"cx5,ib,wire=shared-clock").is_null());
+    // SAFETY: live models, one thread.
+    unsafe {
+        let (da, db) = (&(*a).dev, &(*b).dev);
+        assert_ne!(da.port_mac(), db.port_mac(), "two functions, two MACs");
+        let solo = create(c"cx5");
+        assert_eq!(
+            (*solo).dev.port_mac(),
+            Device::new(SimConfig::default()).port_mac(),
+            "a model on no wire keeps the default seed"
+        );
+        mlx5_model_destroy(solo);
+        let now = 10_000_000_000;
+        assert_eq!(mlx5_model_next_deadline(a), -1);
+        // A posted doorbell on b (UAR page 16, never allocated): a's
+        // deadline is the wire's, so a's timer alone runs b's work.
+        let uar = 16 * 4096;
+        mlx5_model_mmio_write(b, now, uar + 0x20, 4, 0x1234);
+        let due = mlx5_model_next_deadline(b);
+        assert!(due > now as i64);
+        assert_eq!(mlx5_model_next_deadline(a), due);
+        assert!(db.violations().is_empty(), "posted, not yet run");
+        mlx5_model_tick(a, due as u64);
+        assert_eq!(db.violations().len(), 1, "run by a's tick");
+        assert_eq!(mlx5_model_next_deadline(a), -1);
+        // An access to a brings b's clock along.
+        mlx5_model_mmio_read(a, now + 5_000_000_000, 0x1010, 4);
+        assert_eq!(db.now_ns(), now + 5_000_000_000);
+        mlx5_model_destroy(a);
+        mlx5_model_destroy(b);
+    }
+    // The last member gone, the name starts a new wire (of any link type).
+    let c = create(c"cx5,ib,wire=shared-clock");
+    assert!(!c.is_null());
+    // SAFETY: live model.
+    unsafe { mlx5_model_destroy(c) };
+}

@@ -22,6 +22,12 @@
 //!   `initializing` bit, the health counter and delayed work follow it;
 //!   [`Device::host_next_deadline_ns`] says when the host's timer should
 //!   call [`Device::host_tick`] next.
+//! * **Wire**: a hosted device may join a [`Wire`](crate::wire::Wire)
+//!   ([`Device::connect`]); every entry point then lets the wire deliver
+//!   what the step put on it ([`Wire::pump`](crate::wire::Wire::pump)), as
+//!   [`SimHal`](crate::SimHal)'s doorbells and delays do, so a frame
+//!   reaches a peer in the same call that sent it. Devices on one wire
+//!   must then be called by one thread at a time (QEMU's big lock).
 //! * **Reset**: [`Device::host_reset`] puts the function back to power-on
 //!   (system reset and function-level reset alike).
 //! * **No panics on the guest's behalf**: a bad MMIO access (outside BAR0,
@@ -80,11 +86,14 @@ impl Device {
     /// Move device time to the host's clock `now_ns` (never backwards) and
     /// run whatever fell due.
     pub fn host_tick(&self, now_ns: u64) {
-        let mut st = self.lock();
-        if now_ns > st.clock.vclock_ns {
-            st.clock.vclock_ns = now_ns;
+        {
+            let mut st = self.lock();
+            if now_ns > st.clock.vclock_ns {
+                st.clock.vclock_ns = now_ns;
+            }
+            st.run_due();
         }
-        st.run_due();
+        self.pump_wire();
     }
 
     /// The host clock time at which [`Device::host_tick`] has work to do
@@ -120,7 +129,7 @@ impl Device {
             };
         }
         let off = offset as usize;
-        match width {
+        let value = match width {
             8 => ((st.mmio_read32(off) as u64) << 32) | st.mmio_read32(off + 4) as u64,
             4 => st.mmio_read32(off) as u64,
             _ => {
@@ -129,7 +138,10 @@ impl Device {
                 let shift = 8 * (4 - (off & 3) as u32 - width);
                 (word >> shift) & ((1u64 << (8 * width)) - 1)
             }
-        }
+        };
+        drop(st);
+        self.pump_wire();
+        value
     }
 
     /// A host's MMIO write of `width` bytes (4 or 8) at BAR0 `offset`, at host
@@ -149,6 +161,8 @@ impl Device {
             return;
         }
         st.mmio_write(offset as usize, value, width == 8);
+        drop(st);
+        self.pump_wire();
     }
 
     /// System reset or function-level reset: the function back to power-on
