@@ -51,9 +51,9 @@ Examples:
   mlx5 selftest --fail-opcode create-qp:bad_param_err:0x1234   (exit 16)";
 
 const PEER_HELP: &str = "The model's port joins a UDP socket that carries one Ethernet frame per
-datagram (QEMU -netdev dgram), answers ARP for 198.18.0.2, and runs on the
-wall clock. The program's address exchange runs over TCP: --connect when the
-program is the server, --listen when it is the client.
+datagram (QEMU -netdev dgram), answers ARP for 198.18.0.N (--host), and runs
+on the wall clock. The program's address exchange runs over TCP: --connect
+when the program is the server, --listen when it is the client.
 
 Examples:
   (guest) ibv_rc_pingpong -d rxe0 -g 1 -s 64 -n 4
@@ -62,9 +62,9 @@ Examples:
 
 const PERF_HELP: &str =
     "As mlx5 peer: the model's port on a UDP socket (QEMU -netdev dgram), ARP for
-198.18.0.2, the wall clock. The exchange is perftest's own over TCP (not
-rdma_cm): --connect when the program is the server, --listen when it is the
-client. Give the program its RoCE v2 IPv4 GID with -x.
+198.18.0.N (--host), the wall clock. The exchange is perftest's own over TCP
+(not rdma_cm): --connect when the program is the server, --listen when it is
+the client. Give the program its RoCE v2 IPv4 GID with -x.
 
 Examples:
   (guest) ib_write_lat -d rxe0 -x 1 -n 100
@@ -412,9 +412,10 @@ Install: mlx5 man > /usr/local/share/man/man1/mlx5.1; mlx5 man caps > mlx5-caps.
     #[command(after_help = PEER_HELP)]
     Peer(crate::cmd::peer::opts::Args),
 
-    /// The model as the other side of perftest's ib_write_lat, ib_read_lat
-    /// or ib_atomic_lat on another stack, through perftest's own TCP
-    /// exchange
+    /// The model as the other side of perftest's latency and bandwidth
+    /// programs (ib_write_lat, ib_read_lat, ib_atomic_lat, ib_send_bw,
+    /// ib_write_bw, ib_read_bw) on another stack, through perftest's own
+    /// TCP exchange
     #[command(after_help = PERF_HELP)]
     Perf(crate::cmd::perf::opts::Args),
 

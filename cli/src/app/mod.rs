@@ -15,7 +15,7 @@ use crate::cmd::{
 use crate::common::{interrupts, report, target};
 use mlx5_driver::HcaConfig;
 use mlx5_hal::Hal;
-use mlx5_sim::{Device, Profile};
+use mlx5_sim::Device;
 use serde_json::{json, Value};
 
 use clap::CommandFactory;
@@ -23,7 +23,7 @@ use clap::CommandFactory;
 use crate::app::args::{install_panic_hook, parse_args, print_json, Cli, Command};
 use crate::common::error::{CliError, EXIT_FAILED, EXIT_OK};
 use crate::common::session::Env;
-use crate::common::target::{parse_faults, Target};
+use crate::common::target::{parse_faults, ModelRun, Target};
 use crate::common::trace::{Live, Tracer};
 
 /// Run the tool on the process's arguments and exit with its code.
@@ -95,136 +95,96 @@ fn decode_from_cli(c: &Command, json: bool) -> Option<(Value, Result<(), CliErro
     }))
 }
 
-/// What `pingpong` and `peer` share: the model profile of the target (a
-/// card is refused), no command-level fault options (their faults are the
-/// wire's, `wire_faults` names them), and the command timeout.
-fn model_only_setup(
-    cli: &Cli,
-    cmd: &str,
-    doing: &str,
-    wire_faults: &str,
-    target: &Target,
-    faults: &target::Faults,
-) -> Result<(Profile, HcaConfig), CliError> {
-    let profile = match target {
-        Target::Sim(p) => *p,
-        Target::Vfio(_) => {
-            return Err(CliError::usage(
-                format!("{cmd} runs {doing}"),
-                "leave out --device, or use --device sim:PROFILE",
-            ))
-        }
-    };
-    if faults.any() {
-        return Err(CliError::usage(
-            format!("{cmd} does not take --fail-opcode, --stall-opcode or --fatal-after"),
-            format!("its faults are the wire's: {wire_faults}"),
-        ));
-    }
-    let mut cfg = HcaConfig::default();
-    if let Some(ms) = cli.global.cmd_timeout_ms {
-        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
-    }
-    Ok((profile, cfg))
+/// A subcommand that runs on the model only: its name, what it runs (for
+/// the refusal of a card) and the wire's fault options, which it takes
+/// instead of the command-level ones.
+struct ModelOnlyCommand {
+    cmd: &'static str,
+    doing: &'static str,
+    wire_faults: &'static str,
 }
 
-/// The command's output with the device it ran on.
-fn with_device(mut out: Outcome, target: &Target) -> Outcome {
-    if let Value::Object(m) = &mut out.0 {
-        m.insert("device".into(), json!(target.label()));
-    }
-    out
-}
-
-/// `mlx5 pingpong`: two model devices of the target's profile; a card
-/// and the command-level fault options are refused before anything runs.
-fn pingpong_from_cli(
-    cli: &Cli,
-    args: &pingpong::opts::Args,
-    target: &Target,
-    faults: &target::Faults,
-    model: target::ModelOpts,
-) -> Outcome {
-    let (profile, cfg) = match model_only_setup(
-        cli,
-        "pingpong",
-        "two hosts on the device model; it does not drive real cards yet",
-        "--drop, --dup, --reorder, --corrupt",
-        target,
-        faults,
-    ) {
-        Ok(v) => v,
-        Err(e) => return (Value::Null, Err(e)),
-    };
-    let run = pingpong::Run {
-        args,
-        profile,
-        model,
-        cfg,
-        json: cli.global.json,
-        progress: !cli.global.quiet,
-    };
-    with_device(pingpong::run(&run), target)
-}
+/// `mlx5 pingpong`: two model devices of the target's profile.
+const PINGPONG: ModelOnlyCommand = ModelOnlyCommand {
+    cmd: "pingpong",
+    doing: "two hosts on the device model; it does not drive real cards yet",
+    wire_faults: "--drop, --dup, --reorder, --corrupt",
+};
 
 /// `mlx5 peer`: one model device of the target's profile on a UDP link.
-fn peer_from_cli(
-    cli: &Cli,
-    args: &peer::opts::Args,
-    target: &Target,
-    faults: &target::Faults,
+const PEER: ModelOnlyCommand = ModelOnlyCommand {
+    cmd: "peer",
+    doing: "the device model on a UDP link; it does not drive real cards",
+    wire_faults: "--drop, --corrupt-frame",
+};
+
+/// `mlx5 perf`: as `mlx5 peer`.
+const PERF: ModelOnlyCommand = ModelOnlyCommand {
+    cmd: "perf",
+    doing: "the device model on a UDP link; it does not drive real cards",
+    wire_faults: "--drop, --corrupt-frame",
+};
+
+/// What a model-only subcommand takes of the command line and the target.
+struct OnModel<'a> {
+    cli: &'a Cli,
+    target: &'a Target,
+    faults: &'a target::Faults,
     model: target::ModelOpts,
-) -> Outcome {
-    let (profile, cfg) = match model_only_setup(
-        cli,
-        "peer",
-        "the device model on a UDP link; it does not drive real cards",
-        "--drop, --corrupt-frame",
-        target,
-        faults,
-    ) {
-        Ok(v) => v,
-        Err(e) => return (Value::Null, Err(e)),
-    };
-    let run = peer::Run {
-        args,
-        profile,
-        model,
-        cfg,
-        json: cli.global.json,
-        progress: !cli.global.quiet,
-    };
-    with_device(peer::run(&run), target)
+    /// The driver's configuration (`--cmd-timeout-ms`).
+    cfg: HcaConfig,
 }
 
-/// `mlx5 perf`: one model device of the target's profile on a UDP link.
-fn perf_from_cli(
-    cli: &Cli,
-    args: &perf::opts::Args,
-    target: &Target,
-    faults: &target::Faults,
-    model: target::ModelOpts,
-) -> Outcome {
-    let (profile, cfg) = match model_only_setup(
-        cli,
-        "perf",
-        "the device model on a UDP link; it does not drive real cards",
-        "--drop, --corrupt-frame",
-        target,
-        faults,
-    ) {
-        Ok(v) => v,
-        Err(e) => return (Value::Null, Err(e)),
-    };
-    let run = perf::Run {
-        args,
-        profile,
-        model,
-        cfg,
-        json: cli.global.json,
-        progress: !cli.global.quiet,
-    };
-    with_device(perf::run(&run), target)
+impl OnModel<'_> {
+    /// Run `which` (`run` on `args`): the target's model profile (a card
+    /// is refused), no command-level fault options (its faults are the
+    /// wire's); its output names the device.
+    fn run<A>(
+        &self,
+        which: &ModelOnlyCommand,
+        args: &A,
+        run: fn(&ModelRun<'_, A>) -> Outcome,
+    ) -> Outcome {
+        let OnModel {
+            cli,
+            target,
+            faults,
+            model,
+            cfg,
+        } = *self;
+        let profile = match target {
+            Target::Sim(p) => *p,
+            Target::Vfio(_) => {
+                let e = CliError::usage(
+                    format!("{} runs {}", which.cmd, which.doing),
+                    "leave out --device, or use --device sim:PROFILE",
+                );
+                return (Value::Null, Err(e));
+            }
+        };
+        if faults.any() {
+            let e = CliError::usage(
+                format!(
+                    "{} does not take --fail-opcode, --stall-opcode or --fatal-after",
+                    which.cmd
+                ),
+                format!("its faults are the wire's: {}", which.wire_faults),
+            );
+            return (Value::Null, Err(e));
+        }
+        let mut out = run(&ModelRun {
+            args,
+            profile,
+            model,
+            cfg,
+            json: cli.global.json,
+            progress: !cli.global.quiet,
+        });
+        if let Value::Object(m) = &mut out.0 {
+            m.insert("device".into(), json!(target.label()));
+        }
+        out
+    }
 }
 
 fn dispatch(cli: &Cli) -> Outcome {
@@ -272,18 +232,24 @@ fn dispatch(cli: &Cli) -> Outcome {
     if let Command::Diff { a, b } = &cli.command {
         return replay::diff(a, b, g.json);
     }
-    // Two hosts of its own, on the model.
-    if let Command::Pingpong(args) = &cli.command {
-        return pingpong_from_cli(cli, args, &target, &faults, model_opts);
+    let mut cfg = HcaConfig::default();
+    if let Some(ms) = g.cmd_timeout_ms {
+        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
     }
-    if let Command::PcapCheck { files } = &cli.command {
-        return peer::capcheck::run(files, g.json);
-    }
-    if let Command::Peer(args) = &cli.command {
-        return peer_from_cli(cli, args, &target, &faults, model_opts);
-    }
-    if let Command::Perf(args) = &cli.command {
-        return perf_from_cli(cli, args, &target, &faults, model_opts);
+    // Two hosts of its own, or one on a UDP link, on the model.
+    let on_model = OnModel {
+        cli,
+        target: &target,
+        faults: &faults,
+        model: model_opts,
+        cfg,
+    };
+    match &cli.command {
+        Command::Pingpong(args) => return on_model.run(&PINGPONG, args, pingpong::run),
+        Command::Peer(args) => return on_model.run(&PEER, args, peer::run),
+        Command::Perf(args) => return on_model.run(&PERF, args, perf::run),
+        Command::PcapCheck { files } => return peer::capcheck::run(files, g.json),
+        _ => {}
     }
     // Discovery needs no device.
     if let Command::Cmd {
@@ -306,10 +272,6 @@ fn dispatch(cli: &Cli) -> Outcome {
         _ => None,
     };
     let script = script.as_deref().unwrap_or(&[]);
-    let mut cfg = HcaConfig::default();
-    if let Some(ms) = g.cmd_timeout_ms {
-        cfg.cmd_timeout_ns = ms.saturating_mul(1_000_000);
-    }
     let live = match &cli.command {
         Command::Trace { hexdump, .. } if !g.json => Some(Live { hexdump: *hexdump }),
         _ => None,
@@ -472,7 +434,7 @@ fn subcommand<H: Hal>(
         | Command::Completions { .. }
         | Command::Man { .. } => {
             unreachable!(
-                "decode, diff, devices, pingpong, completions and man run before the device is opened"
+                "decode, diff, devices, pingpong, peer, perf, pcap-check, completions and man run before the device is opened"
             )
         }
         Command::Replay { file } => replay::run(hal, env, t, g.json, progress, file),

@@ -1,6 +1,7 @@
 //! `--device`: the built-in model (`sim[:PROFILE]`) or a real ConnectX
 //! through VFIO (`vfio:DDDD:BB:DD.F`), and the model-only fault options.
 
+use mlx5_driver::HcaConfig;
 use mlx5_regs::{CmdStatus, Opcode};
 use mlx5_sim::{Device, Profile, SimConfig};
 
@@ -461,6 +462,24 @@ impl ModelOpts {
             "dma_limit": self.dma_limit,
         })
     }
+}
+
+/// How a subcommand that runs on the model only (`pingpong`, `peer`,
+/// `perf`) runs: its own options `A` and what it takes of the global ones.
+pub struct ModelRun<'a, A> {
+    /// Its own options.
+    pub args: &'a A,
+    /// The model profile (of every host it brings up).
+    pub profile: Profile,
+    /// The global model options (`--seed`, `--issi0`, `--threaded`,
+    /// `--dma-limit`).
+    pub model: ModelOpts,
+    /// The driver's configuration (`--cmd-timeout-ms`).
+    pub cfg: HcaConfig,
+    /// `--json`.
+    pub json: bool,
+    /// Progress lines on stderr (no `--quiet`).
+    pub progress: bool,
 }
 
 /// A model device for a profile.

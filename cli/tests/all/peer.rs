@@ -272,3 +272,66 @@ fn srq_pingpong_with_a_different_qp_count_is_refused() {
     let text = String::from_utf8_lossy(&server.stderr);
     assert!(text.contains("names 2 QPs, the model has 4"), "{text}");
 }
+
+/// `mlx5 peer` and `mlx5 perf` share their link options: the same ranges,
+/// refused the same way (exit 2), the same `--connect`/`--listen` rule, and
+/// the same help section.
+#[test]
+fn peer_and_perf_take_the_same_link_options() {
+    let udp = [
+        "--udp-local",
+        "127.0.0.1:47341",
+        "--udp-remote",
+        "127.0.0.1:47342",
+    ];
+    let to = ["--connect", "127.0.0.1:47343"];
+    let cases: [(&[&str], &str); 7] = [
+        (&["--host", "0"], "0 is not in 1..=254"),
+        (&["--host", "255"], "255 is not in 1..=254"),
+        (&["--drop", "1.5"], "a fraction from 0 to 1"),
+        (&["--timeout", "0"], "0 is not in 1..=3600"),
+        (&["--timeout", "3601"], "3601 is not in 1..=3600"),
+        (&["--listen", "127.0.0.1:47344"], "cannot be used with"),
+        (&["--corrupt-frame", "x"], "for '--corrupt-frame <N>'"),
+    ];
+    for cmd in [&["peer"][..], &["perf", "write-lat"]] {
+        let mlx5 = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_mlx5"))
+                .args(cmd)
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        for (bad, want) in cases {
+            let o = mlx5(&[&udp[..], &to, bad].concat());
+            let text = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?} {bad:?}: {text}");
+            assert!(
+                text.contains(want),
+                "{cmd:?} {bad:?}: {want:?} not in {text}"
+            );
+        }
+        let o = mlx5(&udp);
+        let text = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {text}");
+        assert!(text.contains("--listen <ADDR:PORT>"), "{cmd:?}: {text}");
+        let help = String::from_utf8_lossy(&mlx5(&["--help"]).stdout).to_string();
+        let link = help.split("Link options:").nth(1).unwrap_or_default();
+        for opt in [
+            "--connect <ADDR:PORT>",
+            "--listen <ADDR:PORT>",
+            "--udp-local <ADDR:PORT>",
+            "--udp-remote <ADDR:PORT>",
+            "--host <N>",
+            "--drop <FRACTION>",
+            "--corrupt-frame <N>",
+            "--pcap <FILE>",
+            "--timeout <SECONDS>",
+        ] {
+            assert!(
+                link.contains(opt),
+                "{cmd:?}: {opt} not under Link options in {help}"
+            );
+        }
+    }
+}

@@ -8,6 +8,7 @@
 //! over TCP (`oob`).
 
 pub mod capcheck;
+pub mod link;
 pub mod oob;
 pub mod opts;
 pub mod rc;
@@ -16,63 +17,18 @@ pub mod ud;
 
 use std::time::{Duration, Instant};
 
-use mlx5_driver::HcaConfig;
-use mlx5_sim::wire::{Fault, Faults, LinkType, Wire};
-use mlx5_sim::{Profile, UdpLink};
 use serde_json::{json, Value};
 
-use super::pingpong::host::{setup_error, Host, RECVS};
+use super::pingpong::host::RECVS;
 use crate::common::error::CliError;
-use crate::common::target::{self, ModelOpts};
+use crate::common::target::ModelRun;
+use link::ExchangeSide;
 use mlx5_testbed::{HostSpec, Transport};
 use opts::{Args, Program};
 
-/// Joins the model's port (`host`) to the UDP link `udp_local` ->
-/// `udp_remote` and sets `wire`'s faults on the model's own frames: `drop`
-/// of them dropped, the `corrupt_frame`th with a bad ICRC, seeded by `seed`
-/// (1 when none is given). `mlx5 peer` and `mlx5 perf` both start this way.
-pub(crate) fn join_udp_link(
-    host: &Host,
-    wire: &Wire,
-    udp_local: std::net::SocketAddr,
-    udp_remote: std::net::SocketAddr,
-    seed: Option<u64>,
-    drop: f64,
-    corrupt_frame: Option<u64>,
-) -> Result<UdpLink, CliError> {
-    let link = UdpLink::join(&host.dev, udp_local, udp_remote).map_err(|e| {
-        CliError::failed(
-            format!("joining the UDP link {udp_local} -> {udp_remote}: {e}"),
-            "is another program bound to --udp-local?",
-        )
-    })?;
-    link.fault_model_frames_only();
-    wire.set_faults(Faults {
-        seed: seed.unwrap_or(1),
-        drop,
-        chosen: corrupt_frame
-            .map(|n| vec![(n, Fault::Corrupt)])
-            .unwrap_or_default(),
-        ..Faults::default()
-    });
-    Ok(link)
-}
-
-/// How `mlx5 peer` runs.
-pub struct Run<'a> {
-    /// Its own options.
-    pub args: &'a Args,
-    /// The model profile.
-    pub profile: Profile,
-    /// The global model options (`--seed`, ...); the device always runs threaded.
-    pub model: ModelOpts,
-    /// The driver's configuration.
-    pub cfg: HcaConfig,
-    /// `--json`.
-    pub json: bool,
-    /// Progress lines on stderr.
-    pub progress: bool,
-}
+/// How `mlx5 peer` runs: one model of `profile`, always threaded (on the
+/// wall clock, as the program on the other side is).
+pub type Run<'a> = ModelRun<'a, Args>;
 
 fn progress(r: &Run<'_>, what: &str) {
     if r.progress {
@@ -104,51 +60,19 @@ pub(crate) fn exchange(
     progress: bool,
     connect: impl FnOnce(&[oob::Dest]) -> Result<(), CliError>,
 ) -> Result<(Vec<oob::Dest>, bool), CliError> {
-    match (a.connect, a.listen) {
-        (Some(server), _) => {
+    match a.link.exchange_side(progress)? {
+        ExchangeSide::Client(server) => {
             let peers = oob::client(server, mine, count, deadline)?;
             connect(&peers)?;
             Ok((peers, true))
         }
-        (None, Some(at)) => {
-            let l = std::net::TcpListener::bind(at).map_err(|e| {
-                CliError::failed(format!("cannot listen on {at}: {e}"), "choose a free port")
-            })?;
-            if progress {
-                eprintln!("mlx5: listening on {at}");
-            }
-            Ok((oob::server(&l, deadline, mine, count, connect)?, false))
-        }
-        (None, None) => Err(CliError::usage(
-            "give --connect or --listen",
-            "see mlx5 peer --help",
-        )),
+        ExchangeSide::Server(l) => Ok((oob::server(&l, deadline, mine, count, connect)?, false)),
     }
 }
 
 /// Run it: the JSON value and the result.
 pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let a = r.args;
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
-    let model = ModelOpts {
-        threaded: true,
-        ..r.model
-    };
-    let dev = target::model(r.profile, &model);
-    let wire = Wire::new(LinkType::Ethernet);
-    if let Some(path) = &a.pcap {
-        let out = std::fs::File::create(path)
-            .map(std::io::BufWriter::new)
-            .and_then(|f| wire.capture(Box::new(f)));
-        if let Err(e) = out {
-            let e = CliError::failed(
-                format!("cannot write the capture file {}: {e}", path.display()),
-                "name a file in a writable directory",
-            );
-            return (Value::Null, Err(e));
-        }
-    }
-    progress(r, "bringing up the model's host");
     if a.chk && a.program != Program::Ud {
         return (
             Value::Null,
@@ -158,8 +82,9 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
             )),
         );
     }
+    let deadline = Instant::now() + Duration::from_secs(a.link.timeout);
     let size = a.size() as usize;
-    let base = HostSpec::new(Transport::RoceV2Ipv4, a.host, random_psn());
+    let base = HostSpec::new(Transport::RoceV2Ipv4, a.link.host, random_psn());
     let spec = match a.program {
         Program::Rc => HostSpec {
             slot: size,
@@ -180,79 +105,46 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
             ..base
         },
     };
-    let host = Host::new(dev, &wire, r.cfg, spec).map_err(setup_error);
-    let mut host = match host {
+    let mut on_link = match a.link.bring_up(r, spec) {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
     };
-    let link = match join_udp_link(
-        &host,
-        &wire,
-        a.udp_local,
-        a.udp_remote,
-        r.model.seed,
-        a.drop,
-        a.corrupt_frame,
-    ) {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = host.close();
-            return (Value::Null, Err(e));
-        }
-    };
     progress(
         r,
-        "the model answers ARP for 198.18.0.2; exchanging addresses",
+        &format!(
+            "the model answers ARP for 198.18.0.{}; exchanging addresses",
+            a.link.host
+        ),
     );
     let started = Instant::now();
     let res = match a.program {
-        Program::Rc => rc::session(a, &mut host, &link, deadline, r.progress),
-        Program::Ud => ud::session(a, &mut host, &link, deadline, r.progress),
-        Program::Srq => srq::session(a, &mut host, &link, deadline, r.progress),
+        Program::Rc => rc::session(a, &mut on_link.host, &on_link.link, deadline, r.progress),
+        Program::Ud => ud::session(a, &mut on_link.host, &on_link.link, deadline, r.progress),
+        Program::Srq => srq::session(a, &mut on_link.host, &on_link.link, deadline, r.progress),
     };
     let elapsed = started.elapsed();
-    let stats = host.dev.traffic().stats();
-    let wstats = wire.stats();
-    let lstats = link.stats();
-    drop(link);
-    let captured = if a.pcap.is_some() {
-        wire.end_capture()
-    } else {
-        Ok(0)
-    };
-    let closed = host.close().map(|_| ()).map_err(setup_error);
+    let (counters, closed) = on_link.close();
     let (outcome, res) = match res {
         Ok(o) => (Some(o), Ok(())),
         Err(e) => (None, Err(e)),
     };
-    let res = res.and(closed).and(captured.map(|_| ()).map_err(|e| {
-        CliError::failed(
-            format!("writing the capture file: {e}"),
-            "check the disk space",
-        )
-    }));
+    let res = res.and(closed);
+    let link = &counters.link;
     let mut v = json!({
         "program": a.program.name(),
-        "role": if a.connect.is_some() { "client" } else { "server" },
+        "role": a.link.role(),
         "size": a.size(),
         "iters": a.iters,
         "mtu": a.mtu.bytes(),
         "seconds": elapsed.as_secs_f64(),
         "link": {
-            "frames_out": lstats.frames_out, "frames_in": lstats.frames_in,
-            "to_device": lstats.to_device, "arp_replies": lstats.arp_replies,
-            "arp_requests": lstats.arp_requests, "adverts": lstats.adverts,
-            "dropped": lstats.dropped,
+            "frames_out": link.frames_out, "frames_in": link.frames_in,
+            "to_device": link.to_device, "arp_replies": link.arp_replies,
+            "arp_requests": link.arp_requests, "adverts": link.adverts,
+            "dropped": link.dropped,
         },
-        "wire": {
-            "frames": wstats.frames, "dropped": wstats.dropped, "corrupted": wstats.corrupted,
-        },
-        "model": {
-            "wire_tx": stats.wire_tx, "wire_rx": stats.wire_rx,
-            "wire_dropped": stats.wire_dropped, "retransmissions": stats.retransmissions,
-            "ack_timeouts": stats.ack_timeouts, "duplicates": stats.duplicates,
-            "seq_naks_received": stats.seq_naks_received, "rnr_naks": stats.rnr_naks,
-        },
+        "wire": counters.wire_json(),
+        "model": counters.model_json(),
     });
     if let (Some(o), Value::Object(m)) = (&outcome, &mut v) {
         m.insert("local".into(), json!(o.local_text[0]));
@@ -296,18 +188,10 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         }
         println!(
             "link: {} frames out, {} in ({} to the device, {} not ours), {} ARP replies, {} ARP requests",
-            lstats.frames_out, lstats.frames_in, lstats.to_device, lstats.dropped,
-            lstats.arp_replies, lstats.arp_requests
+            link.frames_out, link.frames_in, link.to_device, link.dropped,
+            link.arp_replies, link.arp_requests
         );
-        println!(
-            "faults on the model's frames: {} dropped, {} corrupted",
-            wstats.dropped, wstats.corrupted
-        );
-        println!(
-            "model: {} frames sent, {} received ({} dropped), {} retransmissions, {} ACK timeouts, {} duplicates, {} sequence NAKs received, {} RNR NAKs received",
-            stats.wire_tx, stats.wire_rx, stats.wire_dropped, stats.retransmissions,
-            stats.ack_timeouts, stats.duplicates, stats.seq_naks_received, stats.rnr_naks
-        );
+        counters.print_faults_and_model();
     }
     (v, res)
 }

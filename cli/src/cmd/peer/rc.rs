@@ -146,21 +146,51 @@ fn received(host: &mut Host, r: WorkCompletion, size: usize, what: &str) -> Resu
             r.opcode, r.byte_len
         )));
     }
-    let slot = r.wr_id as usize;
-    if slot >= RECVS {
+    filled_and_reposted(host, r.wr_id, size, FILL, what)
+}
+
+/// The `size` bytes received into receive `wr_id` are all `fill` (the
+/// program's buffer fill: rc_pingpong's [`FILL`], srq_pingpong's zero);
+/// then the slot is posted again.
+pub(super) fn filled_and_reposted(
+    host: &mut Host,
+    wr_id: u64,
+    size: usize,
+    fill: u8,
+    what: &str,
+) -> Result<(), CliError> {
+    let slot = wr_id as usize;
+    if slot >= host.spec.recvs {
         return Err(CliError::check(format!(
             "{what}: completion names WQE {slot}, never posted"
         )));
     }
     let mut got = vec![0u8; size];
     host.buf.read_bytes(host.spec.recv_at(slot), &mut got);
-    if let Some(i) = got.iter().position(|&b| b != FILL) {
+    if let Some(i) = got.iter().position(|&b| b != fill) {
         return Err(CliError::check(format!(
-            "{what}: byte {i} is {:#04x}, the program sends {FILL:#04x}",
+            "{what}: byte {i} is {:#04x}, the program sends {fill:#04x}",
             got[i]
         )));
     }
     host.post_recv(slot).map_err(setup_error)
+}
+
+/// After the last round trip, nothing more may arrive: a receive
+/// completing within 200 ms is a message delivered twice or unasked.
+pub(super) fn nothing_more_arrives(host: &mut Host) -> Result<(), CliError> {
+    std::thread::sleep(Duration::from_millis(200));
+    let mut wc = [WorkCompletion::EMPTY; 1];
+    let extra = host
+        .ctx
+        .poll_cq(host.rcq, &mut wc)
+        .map_err(|e| verbs_error(&host.ctx, "poll_cq", e))?;
+    if extra != 0 {
+        return Err(CliError::check(
+            "a message arrived after the last round trip (an extra receive completion: one delivered twice or unasked)",
+        ));
+    }
+    Ok(())
 }
 
 fn post_send(host: &mut Host, size: usize, n: u64) -> Result<(), CliError> {
@@ -237,16 +267,7 @@ pub fn session(
         got += 1;
     }
     let pingpong = start.elapsed();
-    // A message delivered twice would complete a receive now.
-    std::thread::sleep(Duration::from_millis(200));
-    let mut wc = [WorkCompletion::EMPTY; 1];
-    let extra = host
-        .ctx
-        .poll_cq(host.rcq, &mut wc)
-        .map_err(|e| verbs_error(&host.ctx, "poll_cq", e))?;
-    if extra != 0 {
-        return Err(CliError::check("a message arrived more than once (an extra receive completion after the last round trip)"));
-    }
+    nothing_more_arrives(host)?;
     Ok(Outcome {
         local_text: vec![text(&me)],
         remote_text: vec![text(&peer)],

@@ -21,7 +21,7 @@ use mlx5_sim::UdpLink;
 
 use super::oob::Dest;
 use super::opts::Args;
-use super::rc::{path_mtu, peer_addr, resolve, text, Outcome};
+use super::rc::{filled_and_reposted, path_mtu, peer_addr, resolve, text, Outcome};
 use crate::cmd::pingpong::host::{setup_error, verbs_error, Host};
 use crate::common::error::CliError;
 use mlx5_testbed::ConnectOpts;
@@ -274,21 +274,7 @@ fn completed(
                 st.sent[i]
             )));
         }
-        let slot = w.wr_id as usize;
-        if slot >= host.spec.recvs {
-            return Err(CliError::check(format!(
-                "{what}: completion names WQE {slot}, never posted"
-            )));
-        }
-        let mut got = vec![0u8; size];
-        host.buf.read_bytes(host.spec.recv_at(slot), &mut got);
-        if let Some(b) = got.iter().position(|&b| b != FILL) {
-            return Err(CliError::check(format!(
-                "{what}: byte {b} is {:#04x}, the program sends {FILL:#04x}",
-                got[b]
-            )));
-        }
-        host.post_recv(slot).map_err(setup_error)?;
+        filled_and_reposted(host, w.wr_id, size, FILL, &what)?;
         st.received[i] += 1;
         st.rcnt += 1;
         st.pending[i] &= !RECV;

@@ -11,7 +11,7 @@
 //! UD has no retransmission: a datagram lost on the wire stops both sides
 //! (the program waits forever; the model until `--timeout`).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mlx5_driver::verbs::{
     AhAttr, AhHandle, GlobalRoute, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpType, RecvWr,
@@ -21,7 +21,7 @@ use mlx5_sim::UdpLink;
 
 use super::oob::Dest;
 use super::opts::Args;
-use super::rc::{resolve, sent, text, wait, Outcome, FILL};
+use super::rc::{nothing_more_arrives, resolve, sent, text, wait, Outcome, FILL};
 use crate::cmd::pingpong::host::{verbs_error, Host, RECVS};
 use crate::common::error::CliError;
 
@@ -333,17 +333,7 @@ fn run(
         got += 1;
     }
     let pingpong = start.elapsed();
-    std::thread::sleep(Duration::from_millis(200));
-    let mut wc = [WorkCompletion::EMPTY; 1];
-    let extra = host
-        .ctx
-        .poll_cq(host.rcq, &mut wc)
-        .map_err(|e| verbs_error(&host.ctx, "poll_cq", e))?;
-    if extra != 0 {
-        return Err(CliError::check(
-            "a message arrived after the last round trip (an extra receive completion)",
-        ));
-    }
+    nothing_more_arrives(host)?;
     Ok(Outcome {
         local_text: vec![text(&me)],
         remote_text: vec![text(&peer)],

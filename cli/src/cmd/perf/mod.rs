@@ -15,33 +15,16 @@ pub mod session;
 use std::time::{Duration, Instant};
 
 use mlx5_driver::verbs::AccessFlags;
-use mlx5_driver::HcaConfig;
-use mlx5_sim::wire::{LinkType, Wire};
-use mlx5_sim::Profile;
 use mlx5_testbed::{HostSpec, RecvQueue, Transport};
 use serde_json::{json, Value};
 
-use super::peer::join_udp_link;
-use super::pingpong::host::{setup_error, Host};
 use crate::common::error::CliError;
-use crate::common::target::{self, ModelOpts};
+use crate::common::target::ModelRun;
 use opts::Args;
 
-/// How `mlx5 perf` runs.
-pub struct Run<'a> {
-    /// Its own options.
-    pub args: &'a Args,
-    /// The model profile.
-    pub profile: Profile,
-    /// The global model options (`--seed`, ...); the device always runs threaded.
-    pub model: ModelOpts,
-    /// The driver's configuration.
-    pub cfg: HcaConfig,
-    /// `--json`.
-    pub json: bool,
-    /// Progress lines on stderr.
-    pub progress: bool,
-}
+/// How `mlx5 perf` runs: one model of `profile`, always threaded (on the
+/// wall clock, as the program on the other side is).
+pub type Run<'a> = ModelRun<'a, Args>;
 
 /// The host's shape: the target area at least 64 bytes and 64-byte
 /// aligned (atomics need 8), every remote right the tests use, the QP's
@@ -65,95 +48,44 @@ fn spec(a: &Args) -> HostSpec {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC,
-        ..HostSpec::new(Transport::RoceV2Ipv4, a.host, super::peer::random_psn())
+        ..HostSpec::new(
+            Transport::RoceV2Ipv4,
+            a.link.host,
+            super::peer::random_psn(),
+        )
     }
-}
-
-fn capture(wire: &Wire, a: &Args) -> Result<(), CliError> {
-    let Some(path) = &a.pcap else { return Ok(()) };
-    std::fs::File::create(path)
-        .map(std::io::BufWriter::new)
-        .and_then(|f| wire.capture(Box::new(f)))
-        .map_err(|e| {
-            CliError::failed(
-                format!("cannot write the capture file {}: {e}", path.display()),
-                "name a file in a writable directory",
-            )
-        })
 }
 
 /// Run it: the JSON value and the result.
 pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
     let a = r.args;
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
-    let model = ModelOpts {
-        threaded: true,
-        ..r.model
-    };
-    let dev = target::model(r.profile, &model);
-    let wire = Wire::new(LinkType::Ethernet);
-    if let Err(e) = capture(&wire, a) {
-        return (Value::Null, Err(e));
-    }
-    if r.progress {
-        eprintln!("mlx5: bringing up the model's host");
-    }
-    let mut host = match Host::new(dev, &wire, r.cfg, spec(a)).map_err(setup_error) {
+    let deadline = Instant::now() + Duration::from_secs(a.link.timeout);
+    let mut on_link = match a.link.bring_up(r, spec(a)) {
         Ok(h) => h,
         Err(e) => return (Value::Null, Err(e)),
     };
-    let link = match join_udp_link(
-        &host,
-        &wire,
-        a.udp_local,
-        a.udp_remote,
-        r.model.seed,
-        a.drop,
-        a.corrupt_frame,
-    ) {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = host.close();
-            return (Value::Null, Err(e));
-        }
-    };
-    let res = session::establish(a, &mut host, &link, deadline, r.progress).and_then(|c| {
-        let me = c.me;
-        let peer = c.peer;
-        let mtu = c.opening.mtu;
-        let version = c.opening.version.clone();
-        let size = a.size() as usize;
-        if a.test.bw() {
-            bw::run(a.test, &mut host, c, size, a.iters, deadline)
-        } else {
-            lat::run(a.test, &mut host, c, size, a.iters, deadline).map(|t| (t, None))
-        }
-        .map(|(t, report)| (t, report, me, peer, mtu, version))
-    });
-    let stats = host.dev.traffic().stats();
-    let wstats = wire.stats();
-    let lstats = link.stats();
-    drop(link);
-    let captured = if a.pcap.is_some() {
-        wire.end_capture().map(|_| ())
-    } else {
-        Ok(())
-    };
-    let closed = host.close().map(|_| ()).map_err(setup_error);
+    let res = session::establish(a, &mut on_link.host, &on_link.link, deadline, r.progress)
+        .and_then(|c| {
+            let me = c.me;
+            let peer = c.peer;
+            let mtu = c.opening.mtu;
+            let version = c.opening.version.clone();
+            let size = a.size() as usize;
+            if a.test.bw() {
+                bw::run(a.test, &mut on_link.host, c, size, a.iters, deadline)
+            } else {
+                lat::run(a.test, &mut on_link.host, c, size, a.iters, deadline).map(|t| (t, None))
+            }
+            .map(|(t, report)| (t, report, me, peer, mtu, version))
+        });
+    let (counters, closed) = on_link.close();
     let mut v = json!({
         "program": a.test.program(),
-        "role": if a.connect.is_some() { "client" } else { "server" },
+        "role": a.link.role(),
         "size": a.size(),
         "iters": a.iters,
-        "wire": {
-            "frames": wstats.frames, "dropped": wstats.dropped, "corrupted": wstats.corrupted,
-        },
-        "model": {
-            "wire_tx": stats.wire_tx, "wire_rx": stats.wire_rx,
-            "wire_dropped": stats.wire_dropped, "retransmissions": stats.retransmissions,
-            "ack_timeouts": stats.ack_timeouts, "duplicates": stats.duplicates,
-            "seq_naks_received": stats.seq_naks_received, "rnr_naks": stats.rnr_naks,
-        },
+        "wire": counters.wire_json(),
+        "model": counters.model_json(),
     });
     let res = match res {
         Ok((t, report, me, peer, mtu, version)) => {
@@ -205,25 +137,12 @@ pub fn run(r: &Run<'_>) -> (Value, Result<(), CliError>) {
         Err(e) => Err(e),
     };
     if !r.json {
-        println!(
-            "faults on the model's frames: {} dropped, {} corrupted",
-            wstats.dropped, wstats.corrupted
-        );
-        println!(
-            "model: {} frames sent, {} received ({} dropped), {} retransmissions, {} ACK timeouts, {} duplicates, {} sequence NAKs received, {} RNR NAKs received",
-            stats.wire_tx, stats.wire_rx, stats.wire_dropped, stats.retransmissions,
-            stats.ack_timeouts, stats.duplicates, stats.seq_naks_received, stats.rnr_naks
-        );
+        counters.print_faults_and_model();
         println!(
             "link: {} frames out, {} in, {} ARP replies",
-            lstats.frames_out, lstats.frames_in, lstats.arp_replies
+            counters.link.frames_out, counters.link.frames_in, counters.link.arp_replies
         );
     }
-    let res = res.and(closed).and(captured.map_err(|e| {
-        CliError::failed(
-            format!("writing the capture file: {e}"),
-            "check the disk space",
-        )
-    }));
+    let res = res.and(closed);
     (json!({ "perf": v }), res)
 }

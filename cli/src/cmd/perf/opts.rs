@@ -1,8 +1,6 @@
 //! `mlx5 perf`'s options, range-checked by clap before anything is created.
 
-use std::net::SocketAddr;
-
-use crate::cmd::pingpong::opts::parse_fraction;
+use crate::cmd::peer::link::LinkArgs;
 
 /// The perftest program on the other side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -82,27 +80,6 @@ pub struct Args {
     /// The program on the other side
     #[arg(value_enum)]
     pub test: Test,
-    /// Be the client of the exchange: connect to the program (started as a
-    /// server, without a host name) at ADDR:PORT
-    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "listen")]
-    pub connect: Option<SocketAddr>,
-    /// Be the server of the exchange: listen on ADDR:PORT for the program
-    /// started as a client
-    #[arg(long, value_name = "ADDR:PORT", required_unless_present = "connect")]
-    pub listen: Option<SocketAddr>,
-    /// The UDP socket the model's port receives frames on (QEMU's
-    /// `-netdev dgram` remote address)
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub udp_local: SocketAddr,
-    /// Where the model's port sends its frames (QEMU's `-netdev dgram`
-    /// local address)
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub udp_remote: SocketAddr,
-    /// The model's IPv4 address is 198.18.0.N (its RoCE v2 GID
-    /// ::ffff:198.18.0.N)
-    #[arg(long, default_value = "2", value_name = "N",
-          value_parser = clap::value_parser!(u8).range(1..=254))]
-    pub host: u8,
     /// Bytes per message (the program's -s) [the program's default: 2, 8
     /// for atomic-lat, 65536 for the bandwidth tests]
     #[arg(long, value_name = "BYTES",
@@ -112,19 +89,10 @@ pub struct Args {
     #[arg(long, default_value = "1000", value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub iters: u32,
-    /// Fraction of the model's own frames dropped, 0 to 1
-    #[arg(long, default_value = "0", value_parser = parse_fraction, value_name = "FRACTION")]
-    pub drop: f64,
-    /// Corrupt the ICRC of the model's Nth frame (from 0)
-    #[arg(long, value_name = "N")]
-    pub corrupt_frame: Option<u64>,
-    /// Write every frame on the link, both directions, to FILE (pcap)
-    #[arg(long, value_name = "FILE")]
-    pub pcap: Option<std::path::PathBuf>,
-    /// Give up after this many seconds in all
-    #[arg(long, default_value = "120", value_name = "SECONDS",
-          value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub timeout: u64,
+    /// The link to the program: the exchange, the UDP socket, the
+    /// model's address, the faults, the capture and the time limit.
+    #[command(flatten)]
+    pub link: LinkArgs,
 }
 
 impl Args {

@@ -8,7 +8,6 @@
 //!
 //! [`Test::hand_shakes`]: super::opts::Test::hand_shakes
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use mlx5_sim::UdpLink;
@@ -16,6 +15,7 @@ use mlx5_testbed::ConnectOpts;
 
 use super::exchange::{Conn, KeyRecord, Opening};
 use super::opts::{Args, Test};
+use crate::cmd::peer::link::ExchangeSide;
 use crate::cmd::pingpong::host::{setup_error, Addr, Host};
 use crate::common::error::CliError;
 
@@ -54,23 +54,13 @@ impl Connected {
 
 /// Open the exchange (`--connect` or `--listen`) and exchange versions.
 fn open(a: &Args, deadline: Instant, progress: bool) -> Result<(Conn, String), CliError> {
-    match (a.connect, a.listen) {
-        (Some(server), _) => Conn::connect(server, deadline),
-        (None, Some(at)) => {
-            let l = TcpListener::bind(at).map_err(|e| {
-                CliError::failed(format!("cannot listen on {at}: {e}"), "choose a free port")
-            })?;
-            if progress {
-                eprintln!("mlx5: listening on {at}");
-            }
+    match a.link.exchange_side(progress)? {
+        ExchangeSide::Client(server) => Conn::connect(server, deadline),
+        ExchangeSide::Server(l) => {
             let mut c = Conn::accept(&l, deadline)?;
             let v = c.version()?;
             Ok((c, v))
         }
-        (None, None) => Err(CliError::usage(
-            "give --connect or --listen",
-            "see mlx5 perf --help",
-        )),
     }
 }
 

@@ -17,35 +17,21 @@ pub mod report;
 pub mod ud;
 
 use mlx5_driver::verbs::AccessFlags;
-use mlx5_driver::HcaConfig;
 use mlx5_sim::wire::{Faults, Wire};
 use mlx5_sim::Profile;
 use mlx5_testbed::{ConnectOpts, HostSpec};
 use serde_json::Value;
 
 use crate::common::error::CliError;
-use crate::common::target::{self, ModelOpts};
+use crate::common::target::{self, ModelOpts, ModelRun};
 use host::{setup_error, Addr, Host, RECVS};
 use opts::{Args, Op, QpKind};
 
 /// The seed when `--seed` is not given.
 const DEFAULT_SEED: u64 = 1;
 
-/// How `mlx5 pingpong` runs.
-pub struct Run<'a> {
-    /// Its own options.
-    pub args: &'a Args,
-    /// The model profile of both hosts.
-    pub profile: Profile,
-    /// The global model options (`--seed`, `--issi0`, `--dma-limit`).
-    pub model: ModelOpts,
-    /// The driver's configuration (`--cmd-timeout-ms`).
-    pub cfg: HcaConfig,
-    /// `--json`.
-    pub json: bool,
-    /// Progress lines on stderr.
-    pub progress: bool,
-}
+/// How `mlx5 pingpong` runs: both hosts are models of `profile`.
+pub type Run<'a> = ModelRun<'a, Args>;
 
 /// A PSN from the seed (rc_pingpong draws `lrand48() & 0xffffff`).
 fn psn(seed: u64, n: u64) -> u32 {
